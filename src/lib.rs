@@ -1,0 +1,27 @@
+//! # kafkapipe
+//!
+//! A pure-Rust, async Apache Kafka client in which the consumer is a
+//! `futures::Stream<Item = Result<Message>>` and the producer is a `futures::Sink`.
+//!
+//! This release provides the foundation layers:
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`protocol`] | the wire codec: primitives, headers, one module per API, error codes |
+//! | [`record`] | RecordBatch v2 encode/decode, legacy MessageSet v0/v1 decode |
+//! | [`compression`] | gzip, snappy, lz4, zstd codecs |
+//! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the
+//! kafka-go style [`Conn`] API |
+//!
+//! See `DESIGN.md` for how a request flows from a user call to the socket.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod compression;
+pub mod conn;
+mod error;
+pub mod protocol;
+pub mod record;
+
+pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,152 @@
+//! ApiVersions (key 18): which versions of which APIs a broker speaks.
+//!
+//! Versions 0–4. v1 adds `throttle_time_ms`; v3 is flexible and adds the client software
+//! name and version (KIP-511); v4 only changes error handling. The response header is
+//! always v0, and a broker that does not know the requested version answers with a v0
+//! body carrying `UNSUPPORTED_VERSION` and its own ranges.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::error::Result;
+use crate::protocol::primitives::*;
+use crate::protocol::{check_version, ApiKey, Decode, Encode, Request, TaggedFields};
+
+/// ApiVersions request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiVersionsRequest {
+    /// The name of the client software. Added in version 3.
+    pub client_software_name: String,
+    /// The version of the client software. Added in version 3.
+    pub client_software_version: String,
+    /// Unknown tagged fields.
+    pub tagged_fields: TaggedFields,
+}
+
+impl Request for ApiVersionsRequest {
+    const API_KEY: ApiKey = ApiKey::API_VERSIONS;
+    const MIN_VERSION: i16 = 0;
+    const MAX_VERSION: i16 = 4;
+    const FIRST_FLEXIBLE: i16 = 3;
+    type Response = ApiVersionsResponse;
+
+    fn response_header_version(_version: i16) -> i16 {
+        0
+    }
+}
+
+impl Encode for ApiVersionsRequest {
+    fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<()> {
+        check_version::<Self>(version)?;
+        if version >= 3 {
+            put_string(buf, &self.client_software_name, true)?;
+            put_string(buf, &self.client_software_version, true)?;
+            put_tagged_fields(buf, &[], &self.tagged_fields)?;
+        }
+        Ok(())
+    }
+}
+
+impl Decode for ApiVersionsRequest {
+    fn decode(buf: &mut Bytes, version: i16) -> Result<Self> {
+        check_version::<Self>(version)?;
+        let mut req = ApiVersionsRequest::default();
+        if version >= 3 {
+            req.client_software_name = get_string(buf, true)?;
+            req.client_software_version = get_string(buf, true)?;
+            req.tagged_fields = get_tagged_fields(buf)?;
+        }
+        Ok(req)
+    }
+}
+
+/// The version range a broker supports for one API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiVersionRange {
+    /// The API key.
+    pub api_key: ApiKey,
+    /// The lowest supported version.
+    pub min_version: i16,
+    /// The highest supported version.
+    pub max_version: i16,
+    /// Unknown tagged fields. Flexible versions only.
+    pub tagged_fields: TaggedFields,
+}
+
+/// ApiVersions response.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiVersionsResponse {
+    /// The top-level error code.
+    pub error_code: i16,
+    /// The APIs the broker supports.
+    pub api_keys: Vec<ApiVersionRange>,
+    /// Throttle duration in ms. Added in version 1.
+    pub throttle_time_ms: i32,
+    /// Tagged fields (supported/finalized features, ZK migration flag) kept raw.
+    pub tagged_fields: TaggedFields,
+}
+
+impl ApiVersionsResponse {
+    /// The broker's range for `key`, if it supports the API at all.
+    pub fn range(&self, key: ApiKey) -> Option<(i16, i16)> {
+        self.api_keys
+            .iter()
+            .find(|r| r.api_key == key)
+            .map(|r| (r.min_version, r.max_version))
+    }
+}
+
+impl Encode for ApiVersionsResponse {
+    fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<()> {
+        check_version::<ApiVersionsRequest>(version)?;
+        let flexible = version >= 3;
+        buf.put_i16(self.error_code);
+        put_array(buf, &self.api_keys, flexible, |buf, r| {
+            buf.put_i16(r.api_key.0);
+            buf.put_i16(r.min_version);
+            buf.put_i16(r.max_version);
+            if flexible {
+                put_tagged_fields(buf, &[], &r.tagged_fields)?;
+            }
+            Ok(())
+        })?;
+        if version >= 1 {
+            buf.put_i32(self.throttle_time_ms);
+        }
+        if flexible {
+            put_tagged_fields(buf, &[], &self.tagged_fields)?;
+        }
+        Ok(())
+    }
+}
+
+impl Decode for ApiVersionsResponse {
+    fn decode(buf: &mut Bytes, version: i16) -> Result<Self> {
+        check_version::<ApiVersionsRequest>(version)?;
+        let flexible = version >= 3;
+        let error_code = get_i16(buf)?;
+        let api_keys = get_array(buf, flexible, 6, |buf| {
+            Ok(ApiVersionRange {
+                api_key: ApiKey(get_i16(buf)?),
+                min_version: get_i16(buf)?,
+                max_version: get_i16(buf)?,
+                tagged_fields: if flexible {
+                    get_tagged_fields(buf)?
+                } else {
+                    TaggedFields::new()
+                },
+            })
+        })?;
+        let throttle_time_ms = if version >= 1 { get_i32(buf)? } else { 0 };
+        let tagged_fields = if flexible {
+            get_tagged_fields(buf)?
+        } else {
+            TaggedFields::new()
+        };
+        Ok(ApiVersionsResponse {
+            error_code,
+            api_keys,
+            throttle_time_ms,
+            tagged_fields,
+        })
+    }
+}
