@@ -1,0 +1,895 @@
+//! [`Connection`]: a handle to one broker connection, and the driver task behind it.
+//!
+//! # Design
+//!
+//! The caller side ([`Connection::send`] and friends) encodes the whole request frame
+//! (size prefix, request header, body), takes one in-flight permit from a semaphore sized
+//! [`ConnectionConfig::max_in_flight`], stamps a fresh correlation id into the frame and
+//! hands it to the driver over an unbounded channel (bounded in practice by the permits),
+//! then awaits a oneshot reply.
+//!
+//! The driver is one task that owns the stream, split into a read half and a write half
+//! driven concurrently:
+//!
+//! - the writer takes frames off the channel, records the request in the pending map
+//!   (correlation id → reply sender, response header version, permit) and writes the frame
+//!   whole; frames whose caller has already gone away are not written at all;
+//! - the reader reads size-prefixed response frames, removes the matching pending entry,
+//!   decodes the response header at the version the request recorded and hands the rest of
+//!   the frame to the caller (or discards it if the caller gave up), releasing the permit.
+//!
+//! Any failure (peer hang-up, I/O error, a frame size out of range, an unknown
+//! correlation id, an undecodable header) kills the connection: the reason is recorded,
+//! every pending request fails with it, the semaphore is closed so waiting and later sends
+//! fail at once, and the task ends. [`Connection::close`] and dropping the last handle
+//! also end the task.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tracing::{debug, trace, warn, Instrument};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use crate::protocol::{
+    check_version, ApiKey, Decode, ErrorCode, Request, RequestHeader, ResponseHeader, TaggedFields,
+};
+
+/// Settings of one [`Connection`].
+///
+/// ```
+/// use std::time::Duration;
+/// use kafkapipe::conn::ConnectionConfig;
+/// let config = ConnectionConfig {
+///     client_id: "my-app".into(),
+///     request_timeout: Duration::from_secs(5),
+///     ..ConnectionConfig::default()
+/// };
+/// assert_eq!(config.max_in_flight, 5);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionConfig {
+    /// The client id sent in every request header. Default `"kafkapipe"`
+    /// (Java: `client.id`).
+    pub client_id: String,
+    /// How long establishing the TCP connection may take. Default 10 s
+    /// (Java: `socket.connection.setup.timeout.ms`).
+    pub connect_timeout: Duration,
+    /// How long one request may take, from the call until its response arrives, including
+    /// the wait for an in-flight slot. Default 30 s (Java: `request.timeout.ms`).
+    pub request_timeout: Duration,
+    /// How many requests may be written and not yet answered at once; further sends wait
+    /// for a slot. Must be at least 1. Default 5
+    /// (Java: `max.in.flight.requests.per.connection`).
+    pub max_in_flight: usize,
+    /// The largest response frame accepted, in bytes. A larger (or negative) size prefix is
+    /// a protocol error that kills the connection. Default 100 MiB
+    /// (Java: `socket.request.max.bytes` on the broker side).
+    pub max_frame_size: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            client_id: "kafkapipe".to_string(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_in_flight: 5,
+            max_frame_size: 100 * 1024 * 1024,
+        }
+    }
+}
+
+impl ConnectionConfig {
+    fn validate(&self) -> Result<()> {
+        if self.max_in_flight == 0 || self.max_in_flight > Semaphore::MAX_PERMITS {
+            return Err(Error::config(format!(
+                "max_in_flight must be between 1 and {}, got {}",
+                Semaphore::MAX_PERMITS,
+                self.max_in_flight
+            )));
+        }
+        if self.max_frame_size < 4 {
+            return Err(Error::config(format!(
+                "max_frame_size must be at least 4 bytes, got {}",
+                self.max_frame_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One multiplexed connection to one broker.
+///
+/// Cloning is cheap (an `Arc`); all clones share the socket, the in-flight limit and the
+/// negotiated versions. The background task ends when [`Connection::close`] is called, when
+/// the connection fails, or when the last clone is dropped.
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    broker: String,
+    config: ConnectionConfig,
+    commands: mpsc::UnboundedSender<Command>,
+    state: Arc<State>,
+    next_correlation_id: AtomicI32,
+    api_versions: OnceLock<ApiVersionsResponse>,
+    driver: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("broker", &self.shared.broker)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connect to `addr` (`host:port`) over TCP (with `TCP_NODELAY`) within
+    /// [`ConnectionConfig::connect_timeout`], then perform the ApiVersions handshake.
+    ///
+    /// # Errors
+    ///
+    /// `Timeout` or `Io` if the TCP connection cannot be established, `Config` for an
+    /// invalid configuration, and any error of the handshake (see
+    /// [`Connection::negotiate_versions`]). Every error names the broker.
+    pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Connection> {
+        config.validate()?;
+        debug!(broker = addr, "connecting");
+        let stream =
+            match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
+                Err(_) => {
+                    return Err(Error::timeout(format!(
+                        "connect timed out after {} ms",
+                        config.connect_timeout.as_millis()
+                    ))
+                    .with_broker(addr))
+                }
+                Ok(Err(e)) => return Err(Error::io("connect failed", e).with_broker(addr)),
+                Ok(Ok(stream)) => stream,
+            };
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Error::io("setting TCP_NODELAY failed", e).with_broker(addr))?;
+        Self::from_stream(stream, addr, config).await
+    }
+
+    /// Run a connection over an already established `stream` (TCP, TLS, an in-memory pipe…)
+    /// to the broker called `broker` (used in logs and errors), and perform the ApiVersions
+    /// handshake.
+    ///
+    /// # Errors
+    ///
+    /// `Config` for an invalid configuration or when called outside a Tokio runtime, and
+    /// any error of the handshake (see [`Connection::negotiate_versions`]).
+    pub async fn from_stream<S>(
+        stream: S,
+        broker: impl Into<String>,
+        config: ConnectionConfig,
+    ) -> Result<Connection>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let conn = Self::from_stream_without_handshake(stream, broker, config)?;
+        conn.negotiate_versions().await?;
+        Ok(conn)
+    }
+
+    /// Run a connection over `stream` without the ApiVersions handshake: only
+    /// [`Connection::send_version`] and [`Connection::send_no_response`] work until
+    /// [`Connection::negotiate_versions`] is called. Meant for tests and for exchanges that
+    /// must precede the handshake.
+    ///
+    /// Must be called within a Tokio runtime, which runs the connection's task.
+    ///
+    /// # Errors
+    ///
+    /// `Config` for an invalid configuration or when called outside a Tokio runtime.
+    pub fn from_stream_without_handshake<S>(
+        stream: S,
+        broker: impl Into<String>,
+        config: ConnectionConfig,
+    ) -> Result<Connection>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let broker = broker.into();
+        config
+            .validate()
+            .map_err(|e| e.with_broker(broker.clone()))?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::config("a kafkapipe connection must be created within a Tokio runtime")
+                .with_broker(broker.clone())
+        })?;
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let state = Arc::new(State {
+            broker: broker.clone(),
+            in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
+            pending: Mutex::new(HashMap::new()),
+            failure: Mutex::new(None),
+            shutdown: Notify::new(),
+        });
+        let span = tracing::debug_span!("kafka_connection", broker = %broker);
+        let driver = runtime.spawn(
+            drive(stream, receiver, Arc::clone(&state), config.max_frame_size).instrument(span),
+        );
+        Ok(Connection {
+            shared: Arc::new(Shared {
+                broker,
+                config,
+                commands,
+                state,
+                next_correlation_id: AtomicI32::new(0),
+                api_versions: OnceLock::new(),
+                driver: Mutex::new(Some(driver)),
+            }),
+        })
+    }
+
+    /// Perform the ApiVersions handshake and remember the broker's version ranges.
+    ///
+    /// Sends ApiVersions v3 with the client software name `kafkapipe` and this crate's
+    /// version (KIP-511). A broker that does not know v3 answers `UNSUPPORTED_VERSION` with a
+    /// v0 body listing its ranges; the request is then repeated at the highest version the
+    /// broker allows (or v0).
+    ///
+    /// # Errors
+    ///
+    /// `Config` if the versions were already negotiated; `Kafka` if the broker answers with
+    /// an error code; otherwise the errors of [`Connection::send_version`].
+    pub async fn negotiate_versions(&self) -> Result<()> {
+        if self.shared.api_versions.get().is_some() {
+            return Err(self.err(Error::config("API versions were already negotiated")));
+        }
+        const FIRST: i16 = 3;
+        let req = ApiVersionsRequest {
+            client_software_name: "kafkapipe".to_string(),
+            client_software_version: env!("CARGO_PKG_VERSION").to_string(),
+            tagged_fields: TaggedFields::new(),
+        };
+        let mut body = self.request_body(&req, FIRST).await?;
+        let error_code = peek_i16(&body).unwrap_or(0);
+        let response = if error_code == ErrorCode::UnsupportedVersion.code() {
+            let v0 = ApiVersionsResponse::decode(&mut body, 0).map_err(|e| self.err(e))?;
+            let fallback = v0
+                .range(ApiKey::API_VERSIONS)
+                .map_or(0, |(_, max)| max.min(FIRST - 1))
+                .max(0);
+            debug!(
+                broker = %self.shared.broker,
+                api = %ApiKey::API_VERSIONS,
+                fallback,
+                "broker does not support ApiVersions v3, retrying"
+            );
+            self.send_version(&req, fallback).await?
+        } else {
+            ApiVersionsResponse::decode(&mut body, FIRST).map_err(|e| self.err(e))?
+        };
+        if response.error_code != 0 {
+            return Err(self.err(
+                Error::kafka(ErrorCode::from(response.error_code))
+                    .with_message("ApiVersions handshake failed"),
+            ));
+        }
+        debug!(
+            broker = %self.shared.broker,
+            apis = response.api_keys.len(),
+            "negotiated API versions"
+        );
+        if self.shared.api_versions.set(response).is_err() {
+            return Err(self.err(Error::config("API versions were already negotiated")));
+        }
+        Ok(())
+    }
+
+    /// The broker's ApiVersions response, once the handshake is done.
+    pub fn api_versions(&self) -> Option<&ApiVersionsResponse> {
+        self.shared.api_versions.get()
+    }
+
+    /// The broker name given at connect time (its address, unless the caller chose
+    /// otherwise).
+    pub fn broker(&self) -> &str {
+        &self.shared.broker
+    }
+
+    /// The configuration this connection runs with.
+    pub fn config(&self) -> &ConnectionConfig {
+        &self.shared.config
+    }
+
+    /// Whether the connection is dead (failed or closed); every further send fails with the
+    /// reason it died.
+    pub fn is_closed(&self) -> bool {
+        self.shared.state.failure().is_some()
+    }
+
+    /// The version of `R` to use with this broker: the highest version both sides support,
+    /// `min(R::MAX_VERSION, broker max)`.
+    ///
+    /// # Errors
+    ///
+    /// `UnsupportedVersion` (naming the API and both ranges) if the broker lacks the API,
+    /// the ranges do not overlap, or no handshake was done.
+    pub fn version_for<R: Request>(&self) -> Result<i16> {
+        let Some(versions) = self.shared.api_versions.get() else {
+            return Err(self.err(Error::new(
+                ErrorKind::UnsupportedVersion,
+                format!(
+                    "cannot choose a version of {}: no ApiVersions handshake was done",
+                    R::API_KEY
+                ),
+            )));
+        };
+        let Some((broker_min, broker_max)) = versions.range(R::API_KEY) else {
+            return Err(self.err(Error::new(
+                ErrorKind::UnsupportedVersion,
+                format!(
+                    "broker does not support {} (client supports {}..={})",
+                    R::API_KEY,
+                    R::MIN_VERSION,
+                    R::MAX_VERSION
+                ),
+            )));
+        };
+        let version = R::MAX_VERSION.min(broker_max);
+        if version < R::MIN_VERSION.max(broker_min) {
+            return Err(self.err(Error::new(
+                ErrorKind::UnsupportedVersion,
+                format!(
+                    "no common version of {}: client supports {}..={}, broker supports {}..={}",
+                    R::API_KEY,
+                    R::MIN_VERSION,
+                    R::MAX_VERSION,
+                    broker_min,
+                    broker_max
+                ),
+            )));
+        }
+        Ok(version)
+    }
+
+    /// Send `req` at the negotiated version (see [`Connection::version_for`]) and await its
+    /// response.
+    ///
+    /// # Errors
+    ///
+    /// `UnsupportedVersion` if no common version exists, and the errors of
+    /// [`Connection::send_version`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Dropping the future at any point leaves the connection usable: before the request is
+    /// handed to the connection task nothing was sent; afterwards the task either skips it
+    /// (if not yet written) or writes it whole and reads and discards its response. The
+    /// request may therefore still reach the broker after the future was dropped.
+    pub async fn send<R: Request>(&self, req: &R) -> Result<R::Response> {
+        let version = self.version_for::<R>()?;
+        self.send_version(req, version).await
+    }
+
+    /// Send `req` at `version` and await its response, decoded at that version.
+    ///
+    /// # Errors
+    ///
+    /// `UnsupportedVersion` if `version` is outside `R`'s implemented range; `Encode` if the
+    /// request cannot be encoded; `Timeout` after [`ConnectionConfig::request_timeout`]
+    /// (the connection stays usable); `Closed`, `Io` or `Protocol` if the connection is or
+    /// becomes dead; `Protocol` if the response body cannot be decoded. Every error names
+    /// the broker.
+    ///
+    /// # Cancellation safety
+    ///
+    /// As for [`Connection::send`].
+    pub async fn send_version<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {
+        let mut body = self.request_body(req, version).await?;
+        R::Response::decode(&mut body, version).map_err(|e| self.err(e))
+    }
+
+    /// Send `req` at `version` without expecting a response (Produce with `acks=0`). Returns
+    /// once the frame is written and flushed. Takes an in-flight slot while waiting to be
+    /// written, so it respects [`ConnectionConfig::max_in_flight`].
+    ///
+    /// # Errors
+    ///
+    /// As for [`Connection::send_version`], except that no response is decoded.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Dropping the future never leaves a partial frame: once handed to the connection task
+    /// the frame is written whole even if the future is dropped.
+    pub async fn send_no_response<R: Request>(&self, req: &R, version: i16) -> Result<()> {
+        check_version::<R>(version).map_err(|e| self.err(e))?;
+        let frame = self.encode_frame(req, version)?;
+        let work = async {
+            let (permit, correlation_id, frame) = self.prepare(frame).await?;
+            let (tx, rx) = oneshot::channel();
+            self.submit(Command {
+                correlation_id,
+                frame,
+                permit,
+                reply: Reply::Written(tx),
+            })?;
+            trace!(
+                broker = %self.shared.broker,
+                api = %R::API_KEY,
+                api_version = version,
+                correlation_id,
+                "queued request without response"
+            );
+            rx.await.unwrap_or_else(|_| Err(self.shared.state.error()))
+        };
+        self.timed(R::API_KEY, version, work).await
+    }
+
+    /// Close the connection: fail every in-flight request with `Closed`, stop the
+    /// connection's task and wait for it to end. Later sends fail with `Closed`. Closing
+    /// twice is harmless.
+    ///
+    /// # Cancellation safety
+    ///
+    /// The connection is marked closed and its task told to stop before the first await;
+    /// dropping the future only skips waiting for the task to finish.
+    pub async fn close(&self) {
+        self.shared.state.set_failure(Failure::new(
+            ErrorKind::Closed,
+            "connection closed by client",
+        ));
+        self.shared.state.shutdown.notify_one();
+        let handle = lock(&self.shared.driver).take();
+        if let Some(handle) = handle {
+            let _ = handle.await;
+        }
+        debug!(broker = %self.shared.broker, "connection closed");
+    }
+
+    /// Encode, send and await the raw response body of `req` at `version`.
+    async fn request_body<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
+        check_version::<R>(version).map_err(|e| self.err(e))?;
+        let frame = self.encode_frame(req, version)?;
+        let header_version = R::response_header_version(version);
+        let work = async {
+            let (permit, correlation_id, frame) = self.prepare(frame).await?;
+            let (tx, rx) = oneshot::channel();
+            self.submit(Command {
+                correlation_id,
+                frame,
+                permit,
+                reply: Reply::Response {
+                    api_key: R::API_KEY,
+                    header_version,
+                    tx,
+                },
+            })?;
+            trace!(
+                broker = %self.shared.broker,
+                api = %R::API_KEY,
+                api_version = version,
+                correlation_id,
+                "queued request"
+            );
+            rx.await.unwrap_or_else(|_| Err(self.shared.state.error()))
+        };
+        self.timed(R::API_KEY, version, work).await
+    }
+
+    /// Encode the whole frame with correlation id 0; [`Connection::prepare`] stamps the
+    /// real one.
+    fn encode_frame<R: Request>(&self, req: &R, version: i16) -> Result<BytesMut> {
+        let mut buf = BytesMut::with_capacity(128);
+        buf.put_i32(0); // size, patched below
+        RequestHeader {
+            api_key: R::API_KEY,
+            api_version: version,
+            correlation_id: 0,
+            client_id: Some(self.shared.config.client_id.clone()),
+            tagged_fields: TaggedFields::new(),
+        }
+        .encode(&mut buf, R::request_header_version(version))
+        .map_err(|e| self.err(e))?;
+        req.encode(&mut buf, version).map_err(|e| self.err(e))?;
+        let size = i32::try_from(buf.len() - 4).map_err(|_| {
+            self.err(Error::encode(format!(
+                "{} request of {} bytes exceeds the frame size limit",
+                R::API_KEY,
+                buf.len()
+            )))
+        })?;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        Ok(buf)
+    }
+
+    /// Wait for an in-flight slot, then stamp a fresh correlation id into `frame`.
+    async fn prepare(&self, mut frame: BytesMut) -> Result<(OwnedSemaphorePermit, i32, Bytes)> {
+        if self.is_closed() {
+            return Err(self.shared.state.error());
+        }
+        let permit = Arc::clone(&self.shared.state.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| self.shared.state.error())?;
+        let correlation_id = self.next_correlation_id();
+        // Every request header starts with api_key (2), api_version (2), correlation_id (4),
+        // right after the 4-byte size prefix.
+        if let Some(slot) = frame.get_mut(8..12) {
+            slot.copy_from_slice(&correlation_id.to_be_bytes());
+        }
+        Ok((permit, correlation_id, frame.freeze()))
+    }
+
+    fn submit(&self, command: Command) -> Result<()> {
+        self.shared
+            .commands
+            .send(command)
+            .map_err(|_| self.shared.state.error())
+    }
+
+    async fn timed<T>(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        work: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let timeout = self.shared.config.request_timeout;
+        match tokio::time::timeout(timeout, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                debug!(broker = %self.shared.broker, api = %api_key, api_version = version, "request timed out");
+                Err(self.err(Error::timeout(format!(
+                    "{api_key} v{version} request timed out after {} ms",
+                    timeout.as_millis()
+                ))))
+            }
+        }
+    }
+
+    /// Correlation ids count up from 0 and wrap back to 0 after `i32::MAX`.
+    fn next_correlation_id(&self) -> i32 {
+        self.shared
+            .next_correlation_id
+            .fetch_add(1, Ordering::Relaxed)
+            & i32::MAX
+    }
+
+    fn err(&self, e: Error) -> Error {
+        if e.broker().is_some() {
+            e
+        } else {
+            e.with_broker(self.shared.broker.clone())
+        }
+    }
+}
+
+fn peek_i16(buf: &Bytes) -> Option<i16> {
+    let bytes = buf.get(..2)?;
+    Some(i16::from_be_bytes([bytes[0], bytes[1]]))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+// ---------------------------------------------------------------------------------------
+// driver
+
+/// Why the connection died; turned into an [`Error`] for every affected request.
+#[derive(Debug, Clone)]
+struct Failure {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Failure {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Failure {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// State shared by the handles and the driver task.
+struct State {
+    broker: String,
+    in_flight: Arc<Semaphore>,
+    pending: Mutex<HashMap<i32, Pending>>,
+    failure: Mutex<Option<Failure>>,
+    shutdown: Notify,
+}
+
+impl State {
+    fn failure(&self) -> Option<Failure> {
+        lock(&self.failure).clone()
+    }
+
+    fn error_from(&self, f: &Failure) -> Error {
+        Error::new(f.kind, f.message.clone()).with_broker(self.broker.clone())
+    }
+
+    /// The error for requests on this connection once it is dead.
+    fn error(&self) -> Error {
+        match self.failure() {
+            Some(f) => self.error_from(&f),
+            None => Error::closed("connection closed").with_broker(self.broker.clone()),
+        }
+    }
+
+    /// Record why the connection died (the first reason wins) and stop new requests.
+    fn set_failure(&self, failure: Failure) {
+        let mut slot = lock(&self.failure);
+        if slot.is_none() {
+            *slot = Some(failure);
+        }
+        drop(slot);
+        self.in_flight.close();
+    }
+
+    /// Record `failure` and fail every pending request.
+    fn fail(&self, failure: Failure) {
+        self.set_failure(failure);
+        let pending = std::mem::take(&mut *lock(&self.pending));
+        let error_count = pending.len();
+        for (_, p) in pending {
+            let _ = p.tx.send(Err(self.error()));
+        }
+        if error_count > 0 {
+            debug!(broker = %self.broker, failed = error_count, "failed in-flight requests");
+        }
+    }
+
+    /// Hand one response frame (without its size prefix) to its request.
+    fn dispatch(&self, frame: Bytes) -> Result<(), Failure> {
+        let Some(correlation_id) = frame
+            .get(..4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        else {
+            return Err(Failure::new(
+                ErrorKind::Protocol,
+                "response frame too short for a header",
+            ));
+        };
+        let Some(pending) = lock(&self.pending).remove(&correlation_id) else {
+            return Err(Failure::new(
+                ErrorKind::Protocol,
+                format!("response with unknown correlation id {correlation_id}"),
+            ));
+        };
+        let mut body = frame;
+        if let Err(e) = ResponseHeader::decode(&mut body, pending.header_version) {
+            let failure = Failure::new(
+                ErrorKind::Protocol,
+                format!(
+                    "undecodable {} response header (correlation id {correlation_id}): {e}",
+                    pending.api_key
+                ),
+            );
+            let _ = pending.tx.send(Err(self.error_from(&failure)));
+            return Err(failure);
+        }
+        trace!(
+            broker = %self.broker,
+            api = %pending.api_key,
+            correlation_id,
+            size = body.len(),
+            "received response"
+        );
+        if pending.tx.send(Ok(body)).is_err() {
+            debug!(
+                broker = %self.broker,
+                api = %pending.api_key,
+                correlation_id,
+                "discarded response to an abandoned request"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A request written and awaiting its response. Holds its in-flight permit until then.
+struct Pending {
+    api_key: ApiKey,
+    header_version: i16,
+    tx: oneshot::Sender<Result<Bytes>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// A frame handed from a caller to the driver.
+struct Command {
+    correlation_id: i32,
+    frame: Bytes,
+    permit: OwnedSemaphorePermit,
+    reply: Reply,
+}
+
+enum Reply {
+    /// A response is expected, with a header of `header_version`.
+    Response {
+        api_key: ApiKey,
+        header_version: i16,
+        tx: oneshot::Sender<Result<Bytes>>,
+    },
+    /// No response is expected; report once the frame is written.
+    Written(oneshot::Sender<Result<()>>),
+}
+
+async fn drive<S>(
+    stream: S,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    state: Arc<State>,
+    max_frame_size: usize,
+) where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (reader, writer) = tokio::io::split(stream);
+    let outcome = tokio::select! {
+        r = write_loop(writer, &mut commands, &state) => r,
+        r = read_loop(reader, &state, max_frame_size) => r,
+        () = state.shutdown.notified() => {
+            Err(Failure::new(ErrorKind::Closed, "connection closed by client"))
+        }
+    };
+    let failure = match outcome {
+        Ok(()) => Failure::new(ErrorKind::Closed, "connection dropped by client"),
+        Err(f) => f,
+    };
+    match failure.kind {
+        ErrorKind::Closed => {
+            debug!(broker = %state.broker, reason = %failure.message, "connection ended")
+        }
+        _ => warn!(broker = %state.broker, reason = %failure.message, "connection failed"),
+    }
+    state.fail(failure);
+    // Requests still queued fail when their reply senders drop with `commands`.
+    commands.close();
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    state: &State,
+) -> Result<(), Failure> {
+    while let Some(first) = commands.recv().await {
+        let mut next = Some(first);
+        while let Some(command) = next {
+            write_one(&mut writer, command, state).await?;
+            next = commands.try_recv().ok();
+        }
+        writer.flush().await.map_err(write_failure)?;
+    }
+    Ok(())
+}
+
+fn write_failure(e: std::io::Error) -> Failure {
+    Failure::new(ErrorKind::Io, format!("write failed: {e}"))
+}
+
+async fn write_one<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    command: Command,
+    state: &State,
+) -> Result<(), Failure> {
+    let Command {
+        correlation_id,
+        frame,
+        permit,
+        reply,
+    } = command;
+    match reply {
+        Reply::Response {
+            api_key,
+            header_version,
+            tx,
+        } => {
+            if tx.is_closed() {
+                trace!(broker = %state.broker, api = %api_key, correlation_id, "skipped abandoned request");
+                return Ok(());
+            }
+            {
+                let mut pending = lock(&state.pending);
+                if pending.contains_key(&correlation_id) {
+                    // Only after 2^31 requests with one still unanswered.
+                    let _ = tx.send(Err(Error::protocol(format!(
+                        "correlation id {correlation_id} is still in flight"
+                    ))
+                    .with_broker(state.broker.clone())));
+                    return Ok(());
+                }
+                pending.insert(
+                    correlation_id,
+                    Pending {
+                        api_key,
+                        header_version,
+                        tx,
+                        _permit: permit,
+                    },
+                );
+            }
+            writer.write_all(&frame).await.map_err(write_failure)?;
+        }
+        Reply::Written(tx) => {
+            let written = match writer.write_all(&frame).await {
+                Ok(()) => writer.flush().await,
+                Err(e) => Err(e),
+            };
+            drop(permit);
+            match written {
+                Ok(()) => {
+                    let _ = tx.send(Ok(()));
+                }
+                Err(e) => {
+                    let failure = write_failure(e);
+                    let _ = tx.send(Err(state.error_from(&failure)));
+                    return Err(failure);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut reader: R,
+    state: &State,
+    max_frame_size: usize,
+) -> Result<(), Failure> {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    loop {
+        while buf.len() < 4 {
+            read_more(&mut reader, &mut buf).await?;
+        }
+        let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let size = match usize::try_from(size) {
+            Ok(s) if (4..=max_frame_size).contains(&s) => s,
+            _ => {
+                return Err(Failure::new(
+                    ErrorKind::Protocol,
+                    format!("invalid response frame size {size} (allowed 4..={max_frame_size})"),
+                ))
+            }
+        };
+        let total = 4 + size;
+        if buf.len() < total {
+            buf.reserve(total - buf.len());
+        }
+        while buf.len() < total {
+            read_more(&mut reader, &mut buf).await?;
+        }
+        buf.advance(4);
+        let frame = buf.split_to(size).freeze();
+        state.dispatch(frame)?;
+    }
+}
+
+async fn read_more<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+) -> Result<(), Failure> {
+    if buf.capacity() == buf.len() {
+        buf.reserve(8 * 1024);
+    }
+    let n = reader
+        .read_buf(buf)
+        .await
+        .map_err(|e| Failure::new(ErrorKind::Io, format!("read failed: {e}")))?;
+    if n == 0 {
+        let message = if buf.is_empty() {
+            "connection closed by peer"
+        } else {
+            "connection closed by peer in the middle of a response"
+        };
+        return Err(Failure::new(ErrorKind::Closed, message));
+    }
+    Ok(())
+}
