@@ -65,6 +65,11 @@ pub struct ConnectionConfig {
     pub connect_timeout: Duration,
     /// How long one request may take, from the call until its response arrives, including
     /// the wait for an in-flight slot. Default 30 s (Java: `request.timeout.ms`).
+    ///
+    /// A timed-out request keeps its in-flight slot until its late response arrives (and
+    /// is discarded), so the broker never sees more than `max_in_flight` unanswered
+    /// requests. Unlike the Java client the connection is not closed on a timeout; a
+    /// caller that sees repeated timeouts should close it and reconnect.
     pub request_timeout: Duration,
     /// How many requests may be written and not yet answered at once; further sends wait
     /// for a slot. Must be at least 1. Default 5
