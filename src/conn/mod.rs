@@ -1,1 +1,14 @@
-//! Broker connections (placeholder).
+//! Broker connections.
+//!
+//! [`Connection`] is one multiplexed connection to one broker: it performs the ApiVersions
+//! handshake (KIP-35, KIP-511), negotiates the version of each API (the highest version both
+//! sides support), pipelines requests up to [`ConnectionConfig::max_in_flight`] and matches
+//! responses to requests by correlation id. Handles are cheap to clone; one background task
+//! per connection owns the socket.
+//!
+//! Reference: the "Network" and "Requests" sections of the Kafka protocol guide
+//! (<https://kafka.apache.org/protocol#protocol_network>).
+
+mod connection;
+
+pub use connection::{Connection, ConnectionConfig};

@@ -1,0 +1,1493 @@
+//! [`Connection`]: a handle to one broker connection, and the driver task behind it.
+//!
+//! # Design
+//!
+//! The caller side ([`Connection::send`] and friends) encodes the whole request frame
+//! (size prefix, request header, body), takes one in-flight permit from a semaphore sized
+//! [`ConnectionConfig::max_in_flight`], stamps a fresh correlation id into the frame and
+//! hands it to the driver over an unbounded channel (bounded in practice by the permits),
+//! then awaits a oneshot reply.
+//!
+//! The driver is one task that owns the stream, split into a read half and a write half
+//! driven concurrently:
+//!
+//! - the writer takes frames off the channel, records the request in the pending map
+//!   (correlation id → reply sender, response header version, permit) and writes the frame
+//!   whole; frames whose caller has already gone away are not written at all;
+//! - the reader reads size-prefixed response frames, removes the matching pending entry,
+//!   decodes the response header at the version the request recorded and hands the rest of
+//!   the frame to the caller (or discards it if the caller gave up), releasing the permit.
+//!
+//! Any failure (peer hang-up, I/O error, a frame size out of range, an unknown
+//! correlation id, an undecodable header) kills the connection: the reason is recorded,
+//! every pending request fails with it, the semaphore is closed so waiting and later sends
+//! fail at once, and the task ends. [`Connection::close`] and dropping the last handle
+//! also end the task.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tracing::{debug, trace, warn, Instrument};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use crate::protocol::{
+    check_version, ApiKey, Decode, ErrorCode, Request, RequestHeader, ResponseHeader, TaggedFields,
+};
+
+/// Settings of one [`Connection`].
+///
+/// ```
+/// use std::time::Duration;
+/// use kafkapipe::conn::ConnectionConfig;
+/// let config = ConnectionConfig {
+///     client_id: "my-app".into(),
+///     request_timeout: Duration::from_secs(5),
+///     ..ConnectionConfig::default()
+/// };
+/// assert_eq!(config.max_in_flight, 5);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionConfig {
+    /// The client id sent in every request header. Default `"kafkapipe"`
+    /// (Java: `client.id`).
+    pub client_id: String,
+    /// How long establishing the TCP connection may take. Default 10 s
+    /// (Java: `socket.connection.setup.timeout.ms`).
+    pub connect_timeout: Duration,
+    /// How long one request may take, from the call until its response arrives, including
+    /// the wait for an in-flight slot. Default 30 s (Java: `request.timeout.ms`).
+    ///
+    /// A timed-out request keeps its in-flight slot until its late response arrives (and
+    /// is discarded), so the broker never sees more than `max_in_flight` unanswered
+    /// requests. Unlike the Java client the connection is not closed on a timeout; a
+    /// caller that sees repeated timeouts should close it and reconnect.
+    pub request_timeout: Duration,
+    /// How many requests may be written and not yet answered at once; further sends wait
+    /// for a slot. Must be at least 1. Default 5
+    /// (Java: `max.in.flight.requests.per.connection`).
+    pub max_in_flight: usize,
+    /// The largest response frame accepted, in bytes. A larger (or negative) size prefix is
+    /// a protocol error that kills the connection. Default 100 MiB
+    /// (Java: `socket.request.max.bytes` on the broker side).
+    pub max_frame_size: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            client_id: "kafkapipe".to_string(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_in_flight: 5,
+            max_frame_size: 100 * 1024 * 1024,
+        }
+    }
+}
+
+impl ConnectionConfig {
+    fn validate(&self) -> Result<()> {
+        if self.max_in_flight == 0 || self.max_in_flight > Semaphore::MAX_PERMITS {
+            return Err(Error::config(format!(
+                "max_in_flight must be between 1 and {}, got {}",
+                Semaphore::MAX_PERMITS,
+                self.max_in_flight
+            )));
+        }
+        if self.max_frame_size < 4 {
+            return Err(Error::config(format!(
+                "max_frame_size must be at least 4 bytes, got {}",
+                self.max_frame_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One multiplexed connection to one broker.
+///
+/// Cloning is cheap (an `Arc`); all clones share the socket, the in-flight limit and the
+/// negotiated versions. The background task ends when [`Connection::close`] is called, when
+/// the connection fails, or when the last clone is dropped.
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    broker: String,
+    config: ConnectionConfig,
+    commands: mpsc::UnboundedSender<Command>,
+    state: Arc<State>,
+    next_correlation_id: AtomicI32,
+    api_versions: OnceLock<ApiVersionsResponse>,
+    driver: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("broker", &self.shared.broker)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connect to `addr` (`host:port`) over TCP (with `TCP_NODELAY`) within
+    /// [`ConnectionConfig::connect_timeout`], then perform the ApiVersions handshake.
+    ///
+    /// # Errors
+    ///
+    /// `Timeout` or `Io` if the TCP connection cannot be established, `Config` for an
+    /// invalid configuration, and any error of the handshake (see
+    /// [`Connection::negotiate_versions`]). Every error names the broker.
+    pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Connection> {
+        config.validate()?;
+        debug!(broker = addr, "connecting");
+        let stream =
+            match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
+                Err(_) => {
+                    return Err(Error::timeout(format!(
+                        "connect timed out after {} ms",
+                        config.connect_timeout.as_millis()
+                    ))
+                    .with_broker(addr))
+                }
+                Ok(Err(e)) => return Err(Error::io("connect failed", e).with_broker(addr)),
+                Ok(Ok(stream)) => stream,
+            };
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Error::io("setting TCP_NODELAY failed", e).with_broker(addr))?;
+        Self::from_stream(stream, addr, config).await
+    }
+
+    /// Run a connection over an already established `stream` (TCP, TLS, an in-memory pipe…)
+    /// to the broker called `broker` (used in logs and errors), and perform the ApiVersions
+    /// handshake.
+    ///
+    /// # Errors
+    ///
+    /// `Config` for an invalid configuration or when called outside a Tokio runtime, and
+    /// any error of the handshake (see [`Connection::negotiate_versions`]).
+    pub async fn from_stream<S>(
+        stream: S,
+        broker: impl Into<String>,
+        config: ConnectionConfig,
+    ) -> Result<Connection>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let conn = Self::from_stream_without_handshake(stream, broker, config)?;
+        conn.negotiate_versions().await?;
+        Ok(conn)
+    }
+
+    /// Run a connection over `stream` without the ApiVersions handshake: only
+    /// [`Connection::send_version`] and [`Connection::send_no_response`] work until
+    /// [`Connection::negotiate_versions`] is called. Meant for tests and for exchanges that
+    /// must precede the handshake.
+    ///
+    /// Must be called within a Tokio runtime, which runs the connection's task.
+    ///
+    /// # Errors
+    ///
+    /// `Config` for an invalid configuration or when called outside a Tokio runtime.
+    pub fn from_stream_without_handshake<S>(
+        stream: S,
+        broker: impl Into<String>,
+        config: ConnectionConfig,
+    ) -> Result<Connection>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let broker = broker.into();
+        config
+            .validate()
+            .map_err(|e| e.with_broker(broker.clone()))?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::config("a kafkapipe connection must be created within a Tokio runtime")
+                .with_broker(broker.clone())
+        })?;
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let state = Arc::new(State {
+            broker: broker.clone(),
+            in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
+            pending: Mutex::new(HashMap::new()),
+            failure: Mutex::new(None),
+            shutdown: Notify::new(),
+        });
+        let span = tracing::debug_span!("kafka_connection", broker = %broker);
+        let driver = runtime.spawn(
+            drive(stream, receiver, Arc::clone(&state), config.max_frame_size).instrument(span),
+        );
+        Ok(Connection {
+            shared: Arc::new(Shared {
+                broker,
+                config,
+                commands,
+                state,
+                next_correlation_id: AtomicI32::new(0),
+                api_versions: OnceLock::new(),
+                driver: Mutex::new(Some(driver)),
+            }),
+        })
+    }
+
+    /// Perform the ApiVersions handshake and remember the broker's version ranges.
+    ///
+    /// Sends ApiVersions v3 with the client software name `kafkapipe` and this crate's
+    /// version (KIP-511). A broker that does not know v3 answers `UNSUPPORTED_VERSION` with a
+    /// v0 body listing its ranges; the request is then repeated at the highest version the
+    /// broker allows (or v0).
+    ///
+    /// # Errors
+    ///
+    /// `Config` if the versions were already negotiated; `Kafka` if the broker answers with
+    /// an error code; otherwise the errors of [`Connection::send_version`].
+    pub async fn negotiate_versions(&self) -> Result<()> {
+        if self.shared.api_versions.get().is_some() {
+            return Err(self.err(Error::config("API versions were already negotiated")));
+        }
+        const FIRST: i16 = 3;
+        let req = ApiVersionsRequest {
+            client_software_name: "kafkapipe".to_string(),
+            client_software_version: env!("CARGO_PKG_VERSION").to_string(),
+            tagged_fields: TaggedFields::new(),
+        };
+        let mut body = self.request_body(&req, FIRST).await?;
+        let error_code = peek_i16(&body).unwrap_or(0);
+        let response = if error_code == ErrorCode::UnsupportedVersion.code() {
+            let v0 = ApiVersionsResponse::decode(&mut body, 0).map_err(|e| self.err(e))?;
+            let fallback = v0
+                .range(ApiKey::API_VERSIONS)
+                .map_or(0, |(_, max)| max.min(FIRST - 1))
+                .max(0);
+            debug!(
+                broker = %self.shared.broker,
+                api = %ApiKey::API_VERSIONS,
+                fallback,
+                "broker does not support ApiVersions v3, retrying"
+            );
+            self.send_version(&req, fallback).await?
+        } else {
+            ApiVersionsResponse::decode(&mut body, FIRST).map_err(|e| self.err(e))?
+        };
+        if response.error_code != 0 {
+            return Err(self.err(
+                Error::kafka(ErrorCode::from(response.error_code))
+                    .with_message("ApiVersions handshake failed"),
+            ));
+        }
+        debug!(
+            broker = %self.shared.broker,
+            apis = response.api_keys.len(),
+            "negotiated API versions"
+        );
+        if self.shared.api_versions.set(response).is_err() {
+            return Err(self.err(Error::config("API versions were already negotiated")));
+        }
+        Ok(())
+    }
+
+    /// The broker's ApiVersions response, once the handshake is done.
+    pub fn api_versions(&self) -> Option<&ApiVersionsResponse> {
+        self.shared.api_versions.get()
+    }
+
+    /// The broker name given at connect time (its address, unless the caller chose
+    /// otherwise).
+    pub fn broker(&self) -> &str {
+        &self.shared.broker
+    }
+
+    /// The configuration this connection runs with.
+    pub fn config(&self) -> &ConnectionConfig {
+        &self.shared.config
+    }
+
+    /// Whether the connection is dead (failed or closed); every further send fails with the
+    /// reason it died.
+    pub fn is_closed(&self) -> bool {
+        self.shared.state.failure().is_some()
+    }
+
+    /// The version of `R` to use with this broker: the highest version both sides support,
+    /// `min(R::MAX_VERSION, broker max)`.
+    ///
+    /// # Errors
+    ///
+    /// `UnsupportedVersion` (naming the API and both ranges) if the broker lacks the API,
+    /// the ranges do not overlap, or no handshake was done.
+    pub fn version_for<R: Request>(&self) -> Result<i16> {
+        let Some(versions) = self.shared.api_versions.get() else {
+            return Err(self.err(Error::new(
+                ErrorKind::UnsupportedVersion,
+                format!(
+                    "cannot choose a version of {}: no ApiVersions handshake was done",
+                    R::API_KEY
+                ),
+            )));
+        };
+        let Some((broker_min, broker_max)) = versions.range(R::API_KEY) else {
+            return Err(self.err(Error::new(
+                ErrorKind::UnsupportedVersion,
+                format!(
+                    "broker does not support {} (client supports {}..={})",
+                    R::API_KEY,
+                    R::MIN_VERSION,
+                    R::MAX_VERSION
+                ),
+            )));
+        };
+        let version = R::MAX_VERSION.min(broker_max);
+        if version < R::MIN_VERSION.max(broker_min) {
+            return Err(self.err(Error::new(
+                ErrorKind::UnsupportedVersion,
+                format!(
+                    "no common version of {}: client supports {}..={}, broker supports {}..={}",
+                    R::API_KEY,
+                    R::MIN_VERSION,
+                    R::MAX_VERSION,
+                    broker_min,
+                    broker_max
+                ),
+            )));
+        }
+        Ok(version)
+    }
+
+    /// Send `req` at the negotiated version (see [`Connection::version_for`]) and await its
+    /// response.
+    ///
+    /// # Errors
+    ///
+    /// `UnsupportedVersion` if no common version exists, and the errors of
+    /// [`Connection::send_version`].
+    ///
+    /// # Cancellation safety
+    ///
+    /// Dropping the future at any point leaves the connection usable: before the request is
+    /// handed to the connection task nothing was sent; afterwards the task either skips it
+    /// (if not yet written) or writes it whole and reads and discards its response. The
+    /// request may therefore still reach the broker after the future was dropped.
+    pub async fn send<R: Request>(&self, req: &R) -> Result<R::Response> {
+        let version = self.version_for::<R>()?;
+        self.send_version(req, version).await
+    }
+
+    /// Send `req` at `version` and await its response, decoded at that version.
+    ///
+    /// # Errors
+    ///
+    /// `UnsupportedVersion` if `version` is outside `R`'s implemented range; `Encode` if the
+    /// request cannot be encoded; `Timeout` after [`ConnectionConfig::request_timeout`]
+    /// (the connection stays usable); `Closed`, `Io` or `Protocol` if the connection is or
+    /// becomes dead; `Protocol` if the response body cannot be decoded. Every error names
+    /// the broker.
+    ///
+    /// # Cancellation safety
+    ///
+    /// As for [`Connection::send`].
+    pub async fn send_version<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {
+        let mut body = self.request_body(req, version).await?;
+        R::Response::decode(&mut body, version).map_err(|e| self.err(e))
+    }
+
+    /// Send `req` at `version` without expecting a response (Produce with `acks=0`). Returns
+    /// once the frame is written and flushed. Takes an in-flight slot while waiting to be
+    /// written, so it respects [`ConnectionConfig::max_in_flight`].
+    ///
+    /// # Errors
+    ///
+    /// As for [`Connection::send_version`], except that no response is decoded.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Dropping the future never leaves a partial frame: once handed to the connection task
+    /// the frame is written whole even if the future is dropped.
+    pub async fn send_no_response<R: Request>(&self, req: &R, version: i16) -> Result<()> {
+        check_version::<R>(version).map_err(|e| self.err(e))?;
+        let frame = self.encode_frame(req, version)?;
+        let work = async {
+            let (permit, correlation_id, frame) = self.prepare(frame).await?;
+            let (tx, rx) = oneshot::channel();
+            self.submit(Command {
+                correlation_id,
+                frame,
+                permit,
+                reply: Reply::Written(tx),
+            })?;
+            trace!(
+                broker = %self.shared.broker,
+                api = %R::API_KEY,
+                api_version = version,
+                correlation_id,
+                "queued request without response"
+            );
+            rx.await.unwrap_or_else(|_| Err(self.shared.state.error()))
+        };
+        self.timed(R::API_KEY, version, work).await
+    }
+
+    /// Close the connection: fail every in-flight request with `Closed`, stop the
+    /// connection's task and wait for it to end. Later sends fail with `Closed`. Closing
+    /// twice is harmless.
+    ///
+    /// # Cancellation safety
+    ///
+    /// The connection is marked closed and its task told to stop before the first await;
+    /// dropping the future only skips waiting for the task to finish.
+    pub async fn close(&self) {
+        self.shared.state.set_failure(Failure::new(
+            ErrorKind::Closed,
+            "connection closed by client",
+        ));
+        self.shared.state.shutdown.notify_one();
+        let handle = lock(&self.shared.driver).take();
+        if let Some(handle) = handle {
+            let _ = handle.await;
+        }
+        debug!(broker = %self.shared.broker, "connection closed");
+    }
+
+    /// Encode, send and await the raw response body of `req` at `version`.
+    async fn request_body<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
+        check_version::<R>(version).map_err(|e| self.err(e))?;
+        let frame = self.encode_frame(req, version)?;
+        let header_version = R::response_header_version(version);
+        let work = async {
+            let (permit, correlation_id, frame) = self.prepare(frame).await?;
+            let (tx, rx) = oneshot::channel();
+            self.submit(Command {
+                correlation_id,
+                frame,
+                permit,
+                reply: Reply::Response {
+                    api_key: R::API_KEY,
+                    header_version,
+                    tx,
+                },
+            })?;
+            trace!(
+                broker = %self.shared.broker,
+                api = %R::API_KEY,
+                api_version = version,
+                correlation_id,
+                "queued request"
+            );
+            rx.await.unwrap_or_else(|_| Err(self.shared.state.error()))
+        };
+        self.timed(R::API_KEY, version, work).await
+    }
+
+    /// Encode the whole frame with correlation id 0; [`Connection::prepare`] stamps the
+    /// real one.
+    fn encode_frame<R: Request>(&self, req: &R, version: i16) -> Result<BytesMut> {
+        let mut buf = BytesMut::with_capacity(128);
+        buf.put_i32(0); // size, patched below
+        RequestHeader {
+            api_key: R::API_KEY,
+            api_version: version,
+            correlation_id: 0,
+            client_id: Some(self.shared.config.client_id.clone()),
+            tagged_fields: TaggedFields::new(),
+        }
+        .encode(&mut buf, R::request_header_version(version))
+        .map_err(|e| self.err(e))?;
+        req.encode(&mut buf, version).map_err(|e| self.err(e))?;
+        let size = i32::try_from(buf.len() - 4).map_err(|_| {
+            self.err(Error::encode(format!(
+                "{} request of {} bytes exceeds the frame size limit",
+                R::API_KEY,
+                buf.len()
+            )))
+        })?;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        Ok(buf)
+    }
+
+    /// Wait for an in-flight slot, then stamp a fresh correlation id into `frame`.
+    async fn prepare(&self, mut frame: BytesMut) -> Result<(OwnedSemaphorePermit, i32, Bytes)> {
+        if self.is_closed() {
+            return Err(self.shared.state.error());
+        }
+        let permit = Arc::clone(&self.shared.state.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| self.shared.state.error())?;
+        let correlation_id = self.next_correlation_id();
+        // Every request header starts with api_key (2), api_version (2), correlation_id (4),
+        // right after the 4-byte size prefix.
+        if let Some(slot) = frame.get_mut(8..12) {
+            slot.copy_from_slice(&correlation_id.to_be_bytes());
+        }
+        Ok((permit, correlation_id, frame.freeze()))
+    }
+
+    fn submit(&self, command: Command) -> Result<()> {
+        self.shared
+            .commands
+            .send(command)
+            .map_err(|_| self.shared.state.error())
+    }
+
+    async fn timed<T>(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        work: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let timeout = self.shared.config.request_timeout;
+        match tokio::time::timeout(timeout, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                debug!(broker = %self.shared.broker, api = %api_key, api_version = version, "request timed out");
+                Err(self.err(Error::timeout(format!(
+                    "{api_key} v{version} request timed out after {} ms",
+                    timeout.as_millis()
+                ))))
+            }
+        }
+    }
+
+    /// Correlation ids count up from 0 and wrap back to 0 after `i32::MAX`.
+    fn next_correlation_id(&self) -> i32 {
+        self.shared
+            .next_correlation_id
+            .fetch_add(1, Ordering::Relaxed)
+            & i32::MAX
+    }
+
+    fn err(&self, e: Error) -> Error {
+        if e.broker().is_some() {
+            e
+        } else {
+            e.with_broker(self.shared.broker.clone())
+        }
+    }
+}
+
+fn peek_i16(buf: &Bytes) -> Option<i16> {
+    let bytes = buf.get(..2)?;
+    Some(i16::from_be_bytes([bytes[0], bytes[1]]))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+// ---------------------------------------------------------------------------------------
+// driver
+
+/// Why the connection died; turned into an [`Error`] for every affected request.
+#[derive(Debug, Clone)]
+struct Failure {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Failure {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Failure {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// State shared by the handles and the driver task.
+struct State {
+    broker: String,
+    in_flight: Arc<Semaphore>,
+    pending: Mutex<HashMap<i32, Pending>>,
+    failure: Mutex<Option<Failure>>,
+    shutdown: Notify,
+}
+
+impl State {
+    fn failure(&self) -> Option<Failure> {
+        lock(&self.failure).clone()
+    }
+
+    fn error_from(&self, f: &Failure) -> Error {
+        Error::new(f.kind, f.message.clone()).with_broker(self.broker.clone())
+    }
+
+    /// The error for requests on this connection once it is dead.
+    fn error(&self) -> Error {
+        match self.failure() {
+            Some(f) => self.error_from(&f),
+            None => Error::closed("connection closed").with_broker(self.broker.clone()),
+        }
+    }
+
+    /// Record why the connection died (the first reason wins) and stop new requests.
+    fn set_failure(&self, failure: Failure) {
+        let mut slot = lock(&self.failure);
+        if slot.is_none() {
+            *slot = Some(failure);
+        }
+        drop(slot);
+        self.in_flight.close();
+    }
+
+    /// Record `failure` and fail every pending request.
+    fn fail(&self, failure: Failure) {
+        self.set_failure(failure);
+        let pending = std::mem::take(&mut *lock(&self.pending));
+        let error_count = pending.len();
+        for (_, p) in pending {
+            let _ = p.tx.send(Err(self.error()));
+        }
+        if error_count > 0 {
+            debug!(broker = %self.broker, failed = error_count, "failed in-flight requests");
+        }
+    }
+
+    /// Hand one response frame (without its size prefix) to its request.
+    fn dispatch(&self, frame: Bytes) -> Result<(), Failure> {
+        let Some(correlation_id) = frame
+            .get(..4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        else {
+            return Err(Failure::new(
+                ErrorKind::Protocol,
+                "response frame too short for a header",
+            ));
+        };
+        let Some(pending) = lock(&self.pending).remove(&correlation_id) else {
+            return Err(Failure::new(
+                ErrorKind::Protocol,
+                format!("response with unknown correlation id {correlation_id}"),
+            ));
+        };
+        let mut body = frame;
+        if let Err(e) = ResponseHeader::decode(&mut body, pending.header_version) {
+            let failure = Failure::new(
+                ErrorKind::Protocol,
+                format!(
+                    "undecodable {} response header (correlation id {correlation_id}): {e}",
+                    pending.api_key
+                ),
+            );
+            let _ = pending.tx.send(Err(self.error_from(&failure)));
+            return Err(failure);
+        }
+        trace!(
+            broker = %self.broker,
+            api = %pending.api_key,
+            correlation_id,
+            size = body.len(),
+            "received response"
+        );
+        if pending.tx.send(Ok(body)).is_err() {
+            debug!(
+                broker = %self.broker,
+                api = %pending.api_key,
+                correlation_id,
+                "discarded response to an abandoned request"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A request written and awaiting its response. Holds its in-flight permit until then.
+struct Pending {
+    api_key: ApiKey,
+    header_version: i16,
+    tx: oneshot::Sender<Result<Bytes>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// A frame handed from a caller to the driver.
+struct Command {
+    correlation_id: i32,
+    frame: Bytes,
+    permit: OwnedSemaphorePermit,
+    reply: Reply,
+}
+
+enum Reply {
+    /// A response is expected, with a header of `header_version`.
+    Response {
+        api_key: ApiKey,
+        header_version: i16,
+        tx: oneshot::Sender<Result<Bytes>>,
+    },
+    /// No response is expected; report once the frame is written.
+    Written(oneshot::Sender<Result<()>>),
+}
+
+async fn drive<S>(
+    stream: S,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    state: Arc<State>,
+    max_frame_size: usize,
+) where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (reader, writer) = tokio::io::split(stream);
+    let outcome = tokio::select! {
+        r = write_loop(writer, &mut commands, &state) => r,
+        r = read_loop(reader, &state, max_frame_size) => r,
+        () = state.shutdown.notified() => {
+            Err(Failure::new(ErrorKind::Closed, "connection closed by client"))
+        }
+    };
+    let failure = match outcome {
+        Ok(()) => Failure::new(ErrorKind::Closed, "connection dropped by client"),
+        Err(f) => f,
+    };
+    match failure.kind {
+        ErrorKind::Closed => {
+            debug!(broker = %state.broker, reason = %failure.message, "connection ended")
+        }
+        _ => warn!(broker = %state.broker, reason = %failure.message, "connection failed"),
+    }
+    state.fail(failure);
+    // Requests still queued fail when their reply senders drop with `commands`.
+    commands.close();
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    state: &State,
+) -> Result<(), Failure> {
+    while let Some(first) = commands.recv().await {
+        let mut next = Some(first);
+        while let Some(command) = next {
+            write_one(&mut writer, command, state).await?;
+            next = commands.try_recv().ok();
+        }
+        writer.flush().await.map_err(write_failure)?;
+    }
+    Ok(())
+}
+
+fn write_failure(e: std::io::Error) -> Failure {
+    Failure::new(ErrorKind::Io, format!("write failed: {e}"))
+}
+
+async fn write_one<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    command: Command,
+    state: &State,
+) -> Result<(), Failure> {
+    let Command {
+        correlation_id,
+        frame,
+        permit,
+        reply,
+    } = command;
+    match reply {
+        Reply::Response {
+            api_key,
+            header_version,
+            tx,
+        } => {
+            if tx.is_closed() {
+                trace!(broker = %state.broker, api = %api_key, correlation_id, "skipped abandoned request");
+                return Ok(());
+            }
+            {
+                let mut pending = lock(&state.pending);
+                if pending.contains_key(&correlation_id) {
+                    // Only after 2^31 requests with one still unanswered.
+                    let _ = tx.send(Err(Error::protocol(format!(
+                        "correlation id {correlation_id} is still in flight"
+                    ))
+                    .with_broker(state.broker.clone())));
+                    return Ok(());
+                }
+                pending.insert(
+                    correlation_id,
+                    Pending {
+                        api_key,
+                        header_version,
+                        tx,
+                        _permit: permit,
+                    },
+                );
+            }
+            writer.write_all(&frame).await.map_err(write_failure)?;
+        }
+        Reply::Written(tx) => {
+            let written = match writer.write_all(&frame).await {
+                Ok(()) => writer.flush().await,
+                Err(e) => Err(e),
+            };
+            drop(permit);
+            match written {
+                Ok(()) => {
+                    let _ = tx.send(Ok(()));
+                }
+                Err(e) => {
+                    let failure = write_failure(e);
+                    let _ = tx.send(Err(state.error_from(&failure)));
+                    return Err(failure);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut reader: R,
+    state: &State,
+    max_frame_size: usize,
+) -> Result<(), Failure> {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    loop {
+        while buf.len() < 4 {
+            read_more(&mut reader, &mut buf).await?;
+        }
+        let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let size = match usize::try_from(size) {
+            Ok(s) if (4..=max_frame_size).contains(&s) => s,
+            _ => {
+                return Err(Failure::new(
+                    ErrorKind::Protocol,
+                    format!("invalid response frame size {size} (allowed 4..={max_frame_size})"),
+                ))
+            }
+        };
+        let total = 4 + size;
+        if buf.len() < total {
+            buf.reserve(total - buf.len());
+        }
+        while buf.len() < total {
+            read_more(&mut reader, &mut buf).await?;
+        }
+        buf.advance(4);
+        let frame = buf.split_to(size).freeze();
+        state.dispatch(frame)?;
+    }
+}
+
+async fn read_more<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+) -> Result<(), Failure> {
+    if buf.capacity() == buf.len() {
+        buf.reserve(8 * 1024);
+    }
+    let n = reader
+        .read_buf(buf)
+        .await
+        .map_err(|e| Failure::new(ErrorKind::Io, format!("read failed: {e}")))?;
+    if n == 0 {
+        let message = if buf.is_empty() {
+            "connection closed by peer"
+        } else {
+            "connection closed by peer in the middle of a response"
+        };
+        return Err(Failure::new(ErrorKind::Closed, message));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::messages::ApiVersionRange;
+    use crate::protocol::Encode;
+    use tokio::io::DuplexStream;
+
+    const T: Duration = Duration::from_secs(5);
+
+    /// The broker side of a `tokio::io::duplex` pipe.
+    struct Peer {
+        io: DuplexStream,
+    }
+
+    /// One request as the peer saw it.
+    struct Seen {
+        header: RequestHeader,
+        request: ApiVersionsRequest,
+    }
+
+    impl Peer {
+        async fn read_request(&mut self) -> Seen {
+            tokio::time::timeout(T, self.try_read_request())
+                .await
+                .expect("peer timed out waiting for a request")
+                .expect("peer saw EOF")
+        }
+
+        /// `None` on EOF.
+        async fn try_read_request(&mut self) -> Option<Seen> {
+            let size = match self.io.read_i32().await {
+                Ok(s) => s,
+                Err(_) => return None,
+            };
+            let mut frame = vec![0u8; size as usize];
+            self.io.read_exact(&mut frame).await.ok()?;
+            let mut frame = Bytes::from(frame);
+            let (key, version, _) = RequestHeader::peek(&frame).unwrap();
+            assert_eq!(key, ApiKey::API_VERSIONS);
+            let header = RequestHeader::decode(
+                &mut frame,
+                ApiVersionsRequest::request_header_version(version),
+            )
+            .unwrap();
+            let request = ApiVersionsRequest::decode(&mut frame, version).unwrap();
+            assert!(frame.is_empty());
+            Some(Seen { header, request })
+        }
+
+        /// Whether a request arrives within `d`.
+        async fn request_within(&mut self, d: Duration) -> Option<Seen> {
+            tokio::time::timeout(d, self.try_read_request())
+                .await
+                .ok()
+                .flatten()
+        }
+
+        async fn respond(&mut self, correlation_id: i32, version: i16, resp: &ApiVersionsResponse) {
+            let mut body = BytesMut::new();
+            ResponseHeader {
+                correlation_id,
+                tagged_fields: TaggedFields::new(),
+            }
+            .encode(&mut body, 0)
+            .unwrap();
+            resp.encode(&mut body, version).unwrap();
+            let mut frame = BytesMut::new();
+            frame.put_i32(body.len() as i32);
+            frame.extend_from_slice(&body);
+            self.write_raw(&frame).await;
+        }
+
+        /// Answer `seen` at its version with `throttle_time_ms` set to `tag`.
+        async fn answer(&mut self, seen: &Seen, tag: i32) {
+            let resp = ApiVersionsResponse {
+                throttle_time_ms: tag,
+                ..ApiVersionsResponse::default()
+            };
+            self.respond(seen.header.correlation_id, seen.header.api_version, &resp)
+                .await;
+        }
+
+        async fn write_raw(&mut self, bytes: &[u8]) {
+            self.io.write_all(bytes).await.unwrap();
+            self.io.flush().await.unwrap();
+        }
+    }
+
+    fn range(key: ApiKey, min: i16, max: i16) -> ApiVersionRange {
+        ApiVersionRange {
+            api_key: key,
+            min_version: min,
+            max_version: max,
+            tagged_fields: TaggedFields::new(),
+        }
+    }
+
+    fn config() -> ConnectionConfig {
+        ConnectionConfig {
+            request_timeout: T,
+            ..ConnectionConfig::default()
+        }
+    }
+
+    fn raw_pair(config: ConnectionConfig) -> (Connection, Peer) {
+        let (client, broker) = tokio::io::duplex(64 * 1024);
+        let conn = Connection::from_stream_without_handshake(client, "fake:9092", config).unwrap();
+        (conn, Peer { io: broker })
+    }
+
+    /// A request whose response can be told apart: the peer echoes `n` in
+    /// `throttle_time_ms` (see [`tag_of`]).
+    fn tagged(n: i32) -> ApiVersionsRequest {
+        ApiVersionsRequest {
+            client_software_name: format!("r{n}"),
+            client_software_version: "1".into(),
+            tagged_fields: TaggedFields::new(),
+        }
+    }
+
+    async fn send_tagged(conn: &Connection, n: i32, version: i16) -> Result<ApiVersionsResponse> {
+        conn.send_version(&tagged(n), version).await
+    }
+
+    async fn send_negotiated(conn: &Connection, n: i32) -> Result<ApiVersionsResponse> {
+        conn.send(&tagged(n)).await
+    }
+
+    fn tag_of(seen: &Seen) -> i32 {
+        seen.request.client_software_name[1..].parse().unwrap()
+    }
+
+    /// Connect over a duplex pipe while the peer answers the handshake with `ranges`.
+    async fn handshake_with(ranges: Vec<ApiVersionRange>) -> (Connection, Peer) {
+        let (client, broker) = tokio::io::duplex(64 * 1024);
+        let mut peer = Peer { io: broker };
+        let serve = async {
+            let seen = peer.read_request().await;
+            assert_eq!(seen.header.api_version, 3);
+            assert_eq!(seen.request.client_software_name, "kafkapipe");
+            assert_eq!(
+                seen.request.client_software_version,
+                env!("CARGO_PKG_VERSION")
+            );
+            assert_eq!(seen.header.client_id.as_deref(), Some("kafkapipe"));
+            let resp = ApiVersionsResponse {
+                api_keys: ranges,
+                ..ApiVersionsResponse::default()
+            };
+            peer.respond(seen.header.correlation_id, 3, &resp).await;
+        };
+        let (conn, ()) = tokio::join!(
+            Connection::from_stream(client, "fake:9092", config()),
+            serve
+        );
+        (conn.unwrap(), peer)
+    }
+
+    #[tokio::test]
+    async fn handshake_negotiates_min_of_maxima() {
+        let (conn, _peer) = handshake_with(vec![range(ApiKey::API_VERSIONS, 0, 3)]).await;
+        assert_eq!(conn.version_for::<ApiVersionsRequest>().unwrap(), 3);
+        assert_eq!(
+            conn.api_versions().unwrap().range(ApiKey::API_VERSIONS),
+            Some((0, 3))
+        );
+
+        let (conn, _peer) = handshake_with(vec![range(ApiKey::API_VERSIONS, 0, 9)]).await;
+        assert_eq!(
+            conn.version_for::<ApiVersionsRequest>().unwrap(),
+            ApiVersionsRequest::MAX_VERSION
+        );
+    }
+
+    #[tokio::test]
+    async fn send_uses_negotiated_version() {
+        let (conn, mut peer) = handshake_with(vec![range(ApiKey::API_VERSIONS, 0, 2)]).await;
+        let (resp, ()) = tokio::join!(send_negotiated(&conn, 7), async {
+            let seen = peer.read_request().await;
+            assert_eq!(seen.header.api_version, 2);
+            peer.answer(&seen, 7).await;
+        });
+        assert_eq!(resp.unwrap().throttle_time_ms, 7);
+    }
+
+    #[tokio::test]
+    async fn absent_or_disjoint_api_is_unsupported() {
+        let (conn, _peer) = handshake_with(vec![range(ApiKey::FETCH, 0, 13)]).await;
+        let err = conn.version_for::<ApiVersionsRequest>().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnsupportedVersion);
+        assert!(err.to_string().contains("ApiVersions"), "{err}");
+        assert_eq!(err.broker(), Some("fake:9092"));
+        let err = send_negotiated(&conn, 1).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnsupportedVersion);
+
+        let (conn, _peer) = handshake_with(vec![range(ApiKey::API_VERSIONS, 5, 9)]).await;
+        let err = conn.version_for::<ApiVersionsRequest>().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnsupportedVersion);
+        let s = err.to_string();
+        assert!(s.contains("0..=4") && s.contains("5..=9"), "{s}");
+    }
+
+    #[tokio::test]
+    async fn version_for_without_handshake_is_unsupported() {
+        let (conn, _peer) = raw_pair(config());
+        let err = conn.version_for::<ApiVersionsRequest>().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnsupportedVersion);
+    }
+
+    #[tokio::test]
+    async fn handshake_falls_back_on_unsupported_version() {
+        let (client, broker) = tokio::io::duplex(64 * 1024);
+        let mut peer = Peer { io: broker };
+        let serve = async {
+            let seen = peer.read_request().await;
+            assert_eq!(seen.header.api_version, 3);
+            let reject = ApiVersionsResponse {
+                error_code: ErrorCode::UnsupportedVersion.code(),
+                api_keys: vec![range(ApiKey::API_VERSIONS, 0, 2)],
+                ..ApiVersionsResponse::default()
+            };
+            // An old broker answers in the v0 format.
+            peer.respond(seen.header.correlation_id, 0, &reject).await;
+            let seen = peer.read_request().await;
+            assert_eq!(seen.header.api_version, 2);
+            let ok = ApiVersionsResponse {
+                api_keys: vec![
+                    range(ApiKey::API_VERSIONS, 0, 2),
+                    range(ApiKey::FETCH, 0, 11),
+                ],
+                ..ApiVersionsResponse::default()
+            };
+            peer.respond(seen.header.correlation_id, 2, &ok).await;
+        };
+        let (conn, ()) = tokio::join!(Connection::from_stream(client, "old:9092", config()), serve);
+        let conn = conn.unwrap();
+        assert_eq!(conn.version_for::<ApiVersionsRequest>().unwrap(), 2);
+        assert_eq!(
+            conn.api_versions().unwrap().range(ApiKey::FETCH),
+            Some((0, 11))
+        );
+    }
+
+    #[tokio::test]
+    async fn handshake_error_code_fails_connect() {
+        let (client, broker) = tokio::io::duplex(64 * 1024);
+        let mut peer = Peer { io: broker };
+        let serve = async {
+            let seen = peer.read_request().await;
+            let resp = ApiVersionsResponse {
+                error_code: ErrorCode::ClusterAuthorizationFailed.code(),
+                ..ApiVersionsResponse::default()
+            };
+            peer.respond(seen.header.correlation_id, 3, &resp).await;
+        };
+        let (conn, ()) = tokio::join!(Connection::from_stream(client, "b:1", config()), serve);
+        let err = conn.unwrap_err();
+        assert_eq!(
+            err.kafka_code(),
+            Some(ErrorCode::ClusterAuthorizationFailed)
+        );
+        assert_eq!(err.broker(), Some("b:1"));
+    }
+
+    #[tokio::test]
+    async fn connect_over_tcp() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (sock, _) = listener.accept().await.unwrap();
+            let mut peer = Peer {
+                io: {
+                    // Bridge the TCP socket to a duplex end so the Peer helper can serve it.
+                    let (a, b) = tokio::io::duplex(64 * 1024);
+                    let (mut sr, mut sw) = sock.into_split();
+                    let (mut ar, mut aw) = tokio::io::split(a);
+                    tokio::spawn(async move { tokio::io::copy(&mut sr, &mut aw).await });
+                    tokio::spawn(async move { tokio::io::copy(&mut ar, &mut sw).await });
+                    b
+                },
+            };
+            let seen = peer.read_request().await;
+            let resp = ApiVersionsResponse {
+                api_keys: vec![range(ApiKey::API_VERSIONS, 0, 4)],
+                ..ApiVersionsResponse::default()
+            };
+            peer.respond(seen.header.correlation_id, 3, &resp).await;
+            peer
+        });
+        let conn = Connection::connect(&addr, config()).await.unwrap();
+        assert_eq!(conn.broker(), addr);
+        assert_eq!(conn.version_for::<ApiVersionsRequest>().unwrap(), 4);
+        let _peer = server.await.unwrap();
+        conn.close().await;
+        assert!(conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn connect_refused_is_io_error_with_broker() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let err = Connection::connect(&addr, config()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Io);
+        assert_eq!(err.broker(), Some(addr.as_str()));
+    }
+
+    #[tokio::test]
+    async fn invalid_config_is_rejected() {
+        let (client, _broker) = tokio::io::duplex(64);
+        let cfg = ConnectionConfig {
+            max_in_flight: 0,
+            ..config()
+        };
+        let err = Connection::from_stream_without_handshake(client, "b", cfg).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config);
+    }
+
+    #[tokio::test]
+    async fn pipelined_responses_out_of_order_reach_their_callers() {
+        let (conn, mut peer) = raw_pair(config());
+        let sends = futures::future::join_all((0..4).map(|n| {
+            let conn = conn.clone();
+            async move { send_tagged(&conn, n, 3).await }
+        }));
+        let serve = async {
+            let mut seen = Vec::new();
+            for _ in 0..4 {
+                seen.push(peer.read_request().await);
+            }
+            let mut ids: Vec<i32> = seen.iter().map(|s| s.header.correlation_id).collect();
+            ids.sort();
+            ids.dedup();
+            assert_eq!(ids.len(), 4, "correlation ids must be distinct");
+            for s in seen.iter().rev() {
+                peer.answer(s, 100 + tag_of(s)).await;
+            }
+        };
+        let (results, ()) = tokio::join!(sends, serve);
+        for (n, r) in results.into_iter().enumerate() {
+            assert_eq!(r.unwrap().throttle_time_ms, 100 + n as i32);
+        }
+        assert!(!conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn max_in_flight_bounds_unanswered_requests() {
+        let (conn, mut peer) = raw_pair(ConnectionConfig {
+            max_in_flight: 2,
+            ..config()
+        });
+        let sends = futures::future::join_all((0..5).map(|n| {
+            let conn = conn.clone();
+            async move { send_tagged(&conn, n, 3).await }
+        }));
+        let serve = async {
+            let mut unanswered = vec![peer.read_request().await, peer.read_request().await];
+            let mut answered = 0;
+            while answered < 5 {
+                assert!(
+                    peer.request_within(Duration::from_millis(50))
+                        .await
+                        .is_none(),
+                    "peer saw more than 2 unanswered requests"
+                );
+                let s = unanswered.remove(0);
+                peer.answer(&s, tag_of(&s)).await;
+                answered += 1;
+                if answered <= 3 {
+                    unanswered.push(peer.read_request().await);
+                }
+            }
+        };
+        let (results, ()) = tokio::join!(sends, serve);
+        for (n, r) in results.into_iter().enumerate() {
+            assert_eq!(r.unwrap().throttle_time_ms, n as i32);
+        }
+    }
+
+    #[tokio::test]
+    async fn peer_hang_up_fails_in_flight_and_later_sends() {
+        let (conn, mut peer) = raw_pair(config());
+        let sends = futures::future::join_all((0..2).map(|n| {
+            let conn = conn.clone();
+            async move { send_tagged(&conn, n, 3).await }
+        }));
+        let hang_up = async move {
+            peer.read_request().await;
+            peer.read_request().await;
+            drop(peer);
+        };
+        let started = std::time::Instant::now();
+        let (results, ()) = tokio::join!(sends, hang_up);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "failure was not prompt"
+        );
+        for r in results {
+            let err = r.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+            assert_eq!(err.broker(), Some("fake:9092"));
+        }
+        assert!(conn.is_closed());
+        let err = send_tagged(&conn, 9, 3).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Closed);
+    }
+
+    /// Two requests in flight, then `garbage` from the peer: both fail with Protocol.
+    async fn garbage_fails_all(garbage: &[u8], max_frame_size: usize) -> Error {
+        let (conn, mut peer) = raw_pair(ConnectionConfig {
+            max_frame_size,
+            ..config()
+        });
+        let sends = futures::future::join_all((0..2).map(|n| {
+            let conn = conn.clone();
+            async move { send_tagged(&conn, n, 3).await }
+        }));
+        let serve = async {
+            peer.read_request().await;
+            peer.read_request().await;
+            peer.write_raw(garbage).await;
+            peer
+        };
+        let (results, _peer) = tokio::join!(sends, serve);
+        let mut last = None;
+        for r in results {
+            let err = r.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+            last = Some(err);
+        }
+        assert!(conn.is_closed());
+        let err = send_tagged(&conn, 9, 3).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Protocol);
+        last.unwrap()
+    }
+
+    #[tokio::test]
+    async fn negative_frame_size_is_protocol_error() {
+        let err = garbage_fails_all(&(-5i32).to_be_bytes(), 1024).await;
+        assert!(err.to_string().contains("-5"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn oversized_frame_is_protocol_error() {
+        garbage_fails_all(&2000i32.to_be_bytes(), 1024).await;
+    }
+
+    #[tokio::test]
+    async fn unknown_correlation_id_is_protocol_error() {
+        let mut frame = BytesMut::new();
+        frame.put_i32(10);
+        frame.put_i32(123_456);
+        frame.extend_from_slice(&[0; 6]);
+        let err = garbage_fails_all(&frame, 1024).await;
+        assert!(err.to_string().contains("123456"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn request_timeout_leaves_connection_usable() {
+        let (conn, mut peer) = raw_pair(ConnectionConfig {
+            request_timeout: Duration::from_millis(100),
+            ..config()
+        });
+        let (r, first) = tokio::join!(send_tagged(&conn, 1, 3), peer.read_request());
+        let err = r.unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        assert!(!conn.is_closed());
+        // The late response is read and discarded.
+        peer.answer(&first, 1).await;
+        let (r, ()) = tokio::join!(send_tagged(&conn, 2, 3), async {
+            let s = peer.read_request().await;
+            peer.answer(&s, 2).await;
+        });
+        assert_eq!(r.unwrap().throttle_time_ms, 2);
+    }
+
+    #[tokio::test]
+    async fn dropped_send_after_write_does_not_poison() {
+        let (conn, mut peer) = raw_pair(config());
+        let first = {
+            let send = send_tagged(&conn, 1, 3);
+            tokio::pin!(send);
+            tokio::select! {
+                _ = &mut send => panic!("no response was sent"),
+                seen = peer.read_request() => seen,
+            }
+            // `send` is dropped here, after its frame was written.
+        };
+        let (r, ()) = tokio::join!(send_tagged(&conn, 2, 3), async {
+            let second = peer.read_request().await;
+            peer.answer(&first, 1).await;
+            peer.answer(&second, 2).await;
+        });
+        assert_eq!(r.unwrap().throttle_time_ms, 2);
+        assert!(!conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn dropped_send_before_write_is_skipped() {
+        let (conn, mut peer) = raw_pair(ConnectionConfig {
+            max_in_flight: 1,
+            ..config()
+        });
+        // Occupy the only slot, then abandon a second send while it waits for the slot.
+        let (r, ()) = tokio::join!(send_tagged(&conn, 1, 3), async {
+            let first = peer.read_request().await;
+            let waiting = send_tagged(&conn, 2, 3);
+            assert!(tokio::time::timeout(Duration::from_millis(50), waiting)
+                .await
+                .is_err());
+            peer.answer(&first, 1).await;
+        });
+        assert_eq!(r.unwrap().throttle_time_ms, 1);
+        let (r, seen) = tokio::join!(send_tagged(&conn, 3, 3), async {
+            let s = peer.read_request().await;
+            peer.answer(&s, 3).await;
+            s
+        });
+        assert_eq!(r.unwrap().throttle_time_ms, 3);
+        assert_eq!(tag_of(&seen), 3, "abandoned request must not be written");
+    }
+
+    #[tokio::test]
+    async fn send_no_response_writes_frame_and_frees_slot() {
+        let (conn, mut peer) = raw_pair(ConnectionConfig {
+            max_in_flight: 1,
+            ..config()
+        });
+        conn.send_no_response(&tagged(5), 3).await.unwrap();
+        let seen = peer.read_request().await;
+        assert_eq!(tag_of(&seen), 5);
+        assert_eq!(seen.header.api_version, 3);
+        // The only slot is free again: a normal request goes through.
+        let (r, ()) = tokio::join!(send_tagged(&conn, 6, 3), async {
+            let s = peer.read_request().await;
+            peer.answer(&s, 6).await;
+        });
+        assert_eq!(r.unwrap().throttle_time_ms, 6);
+    }
+
+    #[tokio::test]
+    async fn close_fails_in_flight_and_stops_driver() {
+        let (conn, mut peer) = raw_pair(config());
+        let (r, ()) = tokio::join!(send_tagged(&conn, 1, 3), async {
+            peer.read_request().await;
+            conn.close().await;
+        });
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::Closed);
+        assert!(conn.is_closed());
+        assert_eq!(
+            send_tagged(&conn, 2, 3).await.unwrap_err().kind(),
+            ErrorKind::Closed
+        );
+        // The driver dropped its end of the pipe.
+        assert!(peer.request_within(T).await.is_none());
+        conn.close().await;
+    }
+
+    #[tokio::test]
+    async fn dropping_last_handle_stops_driver() {
+        let (conn, mut peer) = raw_pair(config());
+        let other = conn.clone();
+        drop(conn);
+        let (r, ()) = tokio::join!(send_tagged(&other, 1, 3), async {
+            let s = peer.read_request().await;
+            peer.answer(&s, 1).await;
+        });
+        assert_eq!(r.unwrap().throttle_time_ms, 1);
+        drop(other);
+        // EOF: the driver task ended and dropped the stream.
+        assert!(peer.request_within(T).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn version_outside_implemented_range_is_rejected() {
+        let (conn, _peer) = raw_pair(config());
+        let err = send_tagged(&conn, 1, 9).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnsupportedVersion);
+        assert!(!conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn correlation_ids_wrap_to_zero() {
+        let (conn, _peer) = raw_pair(config());
+        conn.shared
+            .next_correlation_id
+            .store(i32::MAX, Ordering::Relaxed);
+        assert_eq!(conn.next_correlation_id(), i32::MAX);
+        assert_eq!(conn.next_correlation_id(), 0);
+        assert_eq!(conn.next_correlation_id(), 1);
+    }
+}
