@@ -1,0 +1,842 @@
+//! [`Conn`]: the low-level, kafka-go style API over one broker [`Connection`].
+//!
+//! A `Conn` talks to exactly one broker. It does not follow leaders or retry: a request
+//! for a partition this broker does not lead fails with `NotLeaderOrFollower`, which is
+//! retriable, and the caller (or the `Writer`/`Reader` built on top) decides what to do.
+//! Use [`Conn::dial_leader`] to connect to the leader of a partition through any
+//! bootstrap broker, as kafka-go's `DialLeader` does.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use super::{Connection, ConnectionConfig};
+use crate::compression::Compression;
+use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::messages::{
+    AbortedTransaction, CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
+    DeleteTopicState, DeleteTopicsRequest, FetchPartition, FetchRequest, FetchTopic,
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest,
+    MetadataRequestTopic, MetadataResponse, ProducePartitionData, ProduceRequest,
+    ProduceTopicData,
+};
+use crate::protocol::{ErrorCode, Request};
+use crate::record::{decode_batches, ControlRecord, Header, Record, RecordBatch, RecordBatchBuilder};
+
+/// How many replicas must acknowledge a produce request (Java: `acks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RequiredAcks {
+    /// Do not wait for any acknowledgement (`acks=0`); the broker sends no response and
+    /// the returned offset is unknown (`-1`).
+    None,
+    /// Wait for the leader only (`acks=1`).
+    Leader,
+    /// Wait for all in-sync replicas (`acks=all`, `-1`). The default, as in the Java client
+    /// since Kafka 3.0.
+    #[default]
+    All,
+}
+
+impl RequiredAcks {
+    /// The wire value: 0, 1 or -1.
+    pub fn code(self) -> i16 {
+        match self {
+            RequiredAcks::None => 0,
+            RequiredAcks::Leader => 1,
+            RequiredAcks::All => -1,
+        }
+    }
+}
+
+/// Options of [`Conn::produce`].
+///
+/// ```
+/// use std::time::Duration;
+/// use kafkapipe::compression::Compression;
+/// use kafkapipe::conn::{ProduceOptions, RequiredAcks};
+/// let opts = ProduceOptions {
+///     compression: Compression::Zstd,
+///     acks: RequiredAcks::Leader,
+///     ..ProduceOptions::default()
+/// };
+/// assert_eq!(opts.timeout, Duration::from_secs(30));
+/// ```
+#[derive(Debug, Clone)]
+pub struct ProduceOptions {
+    /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java: `acks`).
+    pub acks: RequiredAcks,
+    /// How long the broker may wait for replication. Default 30 s
+    /// (Java: `delivery.timeout.ms` bounds it from the client side; wire field `timeout_ms`).
+    pub timeout: Duration,
+    /// Codec for the record batch. Default none (Java: `compression.type`).
+    pub compression: Compression,
+}
+
+impl Default for ProduceOptions {
+    fn default() -> Self {
+        ProduceOptions {
+            acks: RequiredAcks::All,
+            timeout: Duration::from_secs(30),
+            compression: Compression::None,
+        }
+    }
+}
+
+/// Which records a fetch may return (Java: `isolation.level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsolationLevel {
+    /// Everything up to the high-water mark, including records of open and aborted
+    /// transactions. The default, as in the Java client.
+    #[default]
+    ReadUncommitted,
+    /// Only records up to the last stable offset, with records of aborted transactions
+    /// removed.
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    fn code(self) -> i8 {
+        match self {
+            IsolationLevel::ReadUncommitted => 0,
+            IsolationLevel::ReadCommitted => 1,
+        }
+    }
+}
+
+/// Options of [`Conn::fetch`].
+#[derive(Debug, Clone)]
+pub struct FetchOptions {
+    /// The least data the broker should wait for. Default 1 byte (Java: `fetch.min.bytes`).
+    pub min_bytes: i32,
+    /// The most data the broker may return for the partition. At least one batch is
+    /// always returned, even if larger (KIP-74). Default 1 MiB
+    /// (Java: `max.partition.fetch.bytes`).
+    pub max_bytes: i32,
+    /// How long the broker may wait for `min_bytes`. Default 500 ms
+    /// (Java: `fetch.max.wait.ms`).
+    pub max_wait: Duration,
+    /// Transaction isolation. Default read uncommitted.
+    pub isolation_level: IsolationLevel,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            min_bytes: 1,
+            max_bytes: 1024 * 1024,
+            max_wait: Duration::from_millis(500),
+            isolation_level: IsolationLevel::ReadUncommitted,
+        }
+    }
+}
+
+/// What [`Conn::fetch`] returned for one partition.
+#[derive(Debug, Clone, Default)]
+pub struct Fetched {
+    /// Data records at or after the requested offset, in offset order. Control records
+    /// are never included; under read-committed isolation aborted records are removed.
+    pub records: Vec<Record>,
+    /// The offset to fetch next: one past the last record of the last complete batch
+    /// (which can be past the last returned record when a batch held only control or
+    /// aborted records), or the requested offset when nothing was returned.
+    pub next_offset: i64,
+    /// The partition's high-water mark (offset of the next record to be written).
+    pub high_watermark: i64,
+    /// The last stable offset (read committed reads stop here), or -1 if unknown.
+    pub last_stable_offset: i64,
+    /// The first offset of the partition's log, or -1 if unknown.
+    pub log_start_offset: i64,
+}
+
+/// A broker as listed by [`Conn::metadata`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broker {
+    /// The broker id.
+    pub id: i32,
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    pub port: i32,
+    /// Rack, if configured.
+    pub rack: Option<String>,
+}
+
+impl Broker {
+    /// `host:port`.
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// A partition as listed by [`Conn::metadata`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// Partition index.
+    pub id: i32,
+    /// Leader broker id, -1 if none.
+    pub leader: i32,
+    /// Leader epoch, -1 if unknown.
+    pub leader_epoch: i32,
+    /// Replica broker ids.
+    pub replicas: Vec<i32>,
+    /// In-sync replica broker ids.
+    pub isr: Vec<i32>,
+    /// The partition's error, if any (e.g. `LeaderNotAvailable`).
+    pub error: Option<ErrorCode>,
+}
+
+/// A topic as listed by [`Conn::metadata`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// Topic name.
+    pub name: String,
+    /// Topic id (all zeros if the broker does not report ids).
+    pub id: [u8; 16],
+    /// Whether this is an internal topic.
+    pub internal: bool,
+    /// Partitions, sorted by id.
+    pub partitions: Vec<PartitionInfo>,
+    /// The topic's error, if any (e.g. `UnknownTopicOrPartition`).
+    pub error: Option<ErrorCode>,
+}
+
+/// Cluster metadata as returned by [`Conn::metadata`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metadata {
+    /// The cluster id, if reported.
+    pub cluster_id: Option<String>,
+    /// The controller's broker id, -1 if unknown.
+    pub controller_id: i32,
+    /// Live brokers.
+    pub brokers: Vec<Broker>,
+    /// Topics.
+    pub topics: Vec<TopicInfo>,
+}
+
+impl Metadata {
+    /// The topic named `name`.
+    pub fn topic(&self, name: &str) -> Option<&TopicInfo> {
+        self.topics.iter().find(|t| t.name == name)
+    }
+
+    /// The broker with id `id`.
+    pub fn broker(&self, id: i32) -> Option<&Broker> {
+        self.brokers.iter().find(|b| b.id == id)
+    }
+}
+
+/// A topic to create with [`Conn::create_topics`].
+///
+/// ```
+/// use kafkapipe::conn::NewTopic;
+/// let topic = NewTopic::new("events", 6).config("retention.ms", "3600000");
+/// assert_eq!(topic.replication_factor, -1);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTopic {
+    /// Topic name.
+    pub name: String,
+    /// Number of partitions (-1: the broker default).
+    pub partitions: i32,
+    /// Replication factor (-1: the broker default).
+    pub replication_factor: i16,
+    /// Topic configs (`cleanup.policy`, `retention.ms`, …).
+    pub configs: Vec<(String, String)>,
+}
+
+impl NewTopic {
+    /// A topic with `partitions` partitions and the broker's default replication factor.
+    pub fn new(name: impl Into<String>, partitions: i32) -> Self {
+        NewTopic {
+            name: name.into(),
+            partitions,
+            replication_factor: -1,
+            configs: Vec::new(),
+        }
+    }
+
+    /// Set the replication factor.
+    pub fn replication_factor(mut self, replication_factor: i16) -> Self {
+        self.replication_factor = replication_factor;
+        self
+    }
+
+    /// Add a topic config.
+    pub fn config(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.configs.push((name.into(), value.into()));
+        self
+    }
+}
+
+const EARLIEST_TIMESTAMP: i64 = -2;
+const LATEST_TIMESTAMP: i64 = -1;
+const ZERO_UUID: [u8; 16] = [0; 16];
+
+/// A low-level connection to one broker, in the spirit of kafka-go's `Conn`.
+///
+/// ```no_run
+/// use kafkapipe::conn::{Conn, FetchOptions, ProduceOptions};
+/// use kafkapipe::record::Record;
+///
+/// # async fn demo() -> kafkapipe::Result<()> {
+/// let conn = Conn::connect("127.0.0.1:9092").await?;
+/// conn.create_topic("events", 3, 1).await?;
+/// let offset = conn
+///     .produce("events", 0, &[Record::new("k", "v")], &ProduceOptions::default())
+///     .await?;
+/// let fetched = conn.fetch("events", 0, offset, &FetchOptions::default()).await?;
+/// assert_eq!(fetched.records[0].value.as_deref(), Some(&b"v"[..]));
+/// # Ok(()) }
+/// ```
+///
+/// # Cancellation safety
+///
+/// Every method is cancel safe in the sense of [`Connection::send`]: dropping the future
+/// never leaves the connection out of sync. A produce whose future is dropped may or may
+/// not have been written.
+#[derive(Debug)]
+pub struct Conn {
+    connection: Connection,
+    topic_ids: Mutex<HashMap<String, [u8; 16]>>,
+}
+
+impl Conn {
+    /// Connect to the broker at `addr` (`host:port`) with the default configuration.
+    pub async fn connect(addr: &str) -> Result<Conn> {
+        Self::connect_with(addr, ConnectionConfig::default()).await
+    }
+
+    /// Connect to the broker at `addr` with `config`.
+    pub async fn connect_with(addr: &str, config: ConnectionConfig) -> Result<Conn> {
+        Ok(Self::from_connection(Connection::connect(addr, config).await?))
+    }
+
+    /// Wrap an established [`Connection`].
+    pub fn from_connection(connection: Connection) -> Conn {
+        Conn {
+            connection,
+            topic_ids: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Connect to the leader of `topic`/`partition`, asking the broker at `bootstrap` who
+    /// it is (kafka-go's `DialLeader`).
+    pub async fn dial_leader(
+        bootstrap: &str,
+        topic: &str,
+        partition: i32,
+        config: ConnectionConfig,
+    ) -> Result<Conn> {
+        let boot = Conn::connect_with(bootstrap, config.clone()).await?;
+        let md = boot.metadata(Some(&[topic])).await?;
+        let t = md
+            .topic(topic)
+            .ok_or_else(|| Error::kafka(ErrorCode::UnknownTopicOrPartition).with_topic(topic))?;
+        if let Some(code) = t.error {
+            return Err(Error::kafka(code).with_topic(topic));
+        }
+        let p = t
+            .partitions
+            .iter()
+            .find(|p| p.id == partition)
+            .ok_or_else(|| {
+                Error::kafka(ErrorCode::UnknownTopicOrPartition)
+                    .with_topic(topic)
+                    .with_partition(partition)
+            })?;
+        let leader = md.broker(p.leader).ok_or_else(|| {
+            Error::kafka(ErrorCode::LeaderNotAvailable)
+                .with_topic(topic)
+                .with_partition(partition)
+        })?;
+        let addr = leader.addr();
+        if addr == boot.connection.broker() {
+            return Ok(boot);
+        }
+        boot.close().await;
+        Conn::connect_with(&addr, config).await
+    }
+
+    /// The underlying connection.
+    pub fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    /// Close the connection; in-flight requests fail with a closed error.
+    pub async fn close(&self) {
+        self.connection.close().await;
+    }
+
+    fn err(&self, code: ErrorCode, topic: &str, partition: i32) -> Error {
+        Error::kafka(code)
+            .with_topic(topic)
+            .with_partition(partition)
+            .with_broker(self.connection.broker())
+    }
+
+    /// List metadata for `topics` (`None`: all topics). Topics are not auto-created.
+    pub async fn metadata(&self, topics: Option<&[&str]>) -> Result<Metadata> {
+        let req = MetadataRequest {
+            topics: topics.map(|ts| {
+                ts.iter()
+                    .map(|t| MetadataRequestTopic {
+                        name: Some((*t).to_string()),
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            allow_auto_topic_creation: false,
+            ..Default::default()
+        };
+        let resp: MetadataResponse = self.connection.send(&req).await?;
+        let code = ErrorCode::from(resp.error_code);
+        if !code.is_ok() {
+            return Err(Error::kafka(code).with_broker(self.connection.broker()));
+        }
+        let md = Metadata {
+            cluster_id: resp.cluster_id,
+            controller_id: resp.controller_id,
+            brokers: resp
+                .brokers
+                .into_iter()
+                .map(|b| Broker {
+                    id: b.node_id,
+                    host: b.host,
+                    port: b.port,
+                    rack: b.rack,
+                })
+                .collect(),
+            topics: resp
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let mut partitions: Vec<PartitionInfo> = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| PartitionInfo {
+                            id: p.partition_index,
+                            leader: p.leader_id,
+                            leader_epoch: p.leader_epoch,
+                            replicas: p.replica_nodes,
+                            isr: p.isr_nodes,
+                            error: non_zero(p.error_code),
+                        })
+                        .collect();
+                    partitions.sort_by_key(|p| p.id);
+                    TopicInfo {
+                        name: t.name.unwrap_or_default(),
+                        id: t.topic_id,
+                        internal: t.is_internal,
+                        partitions,
+                        error: non_zero(t.error_code),
+                    }
+                })
+                .collect(),
+        };
+        if let Ok(mut ids) = self.topic_ids.lock() {
+            for t in &md.topics {
+                if t.id != ZERO_UUID {
+                    ids.insert(t.name.clone(), t.id);
+                }
+            }
+        }
+        Ok(md)
+    }
+
+    /// Create one topic; see [`Conn::create_topics`].
+    pub async fn create_topic(&self, name: &str, partitions: i32, replication_factor: i16) -> Result<()> {
+        let topic = NewTopic::new(name, partitions).replication_factor(replication_factor);
+        self.create_topics(&[topic]).await?.remove(0).1
+    }
+
+    /// Create topics. Returns one result per topic, in request order; a topic that
+    /// already exists gives `TopicAlreadyExists`. Send this to the controller (any broker
+    /// forwards it in KRaft clusters).
+    pub async fn create_topics(&self, topics: &[NewTopic]) -> Result<Vec<(String, Result<()>)>> {
+        let req = CreateTopicsRequest {
+            topics: topics
+                .iter()
+                .map(|t| CreatableTopic {
+                    name: t.name.clone(),
+                    num_partitions: t.partitions,
+                    replication_factor: t.replication_factor,
+                    configs: t
+                        .configs
+                        .iter()
+                        .map(|(k, v)| CreatableTopicConfig {
+                            name: k.clone(),
+                            value: Some(v.clone()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            timeout_ms: duration_ms(self.connection.config().request_timeout),
+            validate_only: false,
+            ..Default::default()
+        };
+        let resp = self.connection.send(&req).await?;
+        Ok(topics
+            .iter()
+            .map(|t| {
+                let result = match resp.topics.iter().find(|r| r.name == t.name) {
+                    None => Err(Error::protocol("CreateTopics response does not mention the topic")
+                        .with_topic(&t.name)),
+                    Some(r) => match non_zero(r.error_code) {
+                        None => Ok(()),
+                        Some(code) => {
+                            let mut e = Error::kafka(code).with_topic(&t.name);
+                            if let Some(m) = &r.error_message {
+                                e = e.with_message(m.clone());
+                            }
+                            Err(e.with_broker(self.connection.broker()))
+                        }
+                    },
+                };
+                (t.name.clone(), result)
+            })
+            .collect())
+    }
+
+    /// Delete topics by name. Returns one result per topic, in request order.
+    pub async fn delete_topics(&self, names: &[&str]) -> Result<Vec<(String, Result<()>)>> {
+        let req = DeleteTopicsRequest {
+            topics: names
+                .iter()
+                .map(|n| DeleteTopicState {
+                    name: Some((*n).to_string()),
+                    ..Default::default()
+                })
+                .collect(),
+            topic_names: names.iter().map(|n| (*n).to_string()).collect(),
+            timeout_ms: duration_ms(self.connection.config().request_timeout),
+            ..Default::default()
+        };
+        let resp = self.connection.send(&req).await?;
+        if let Ok(mut ids) = self.topic_ids.lock() {
+            for n in names {
+                ids.remove(*n);
+            }
+        }
+        Ok(names
+            .iter()
+            .map(|n| {
+                let result = match resp.responses.iter().find(|r| r.name.as_deref() == Some(*n)) {
+                    None => Err(Error::protocol("DeleteTopics response does not mention the topic")
+                        .with_topic(*n)),
+                    Some(r) => match non_zero(r.error_code) {
+                        None => Ok(()),
+                        Some(code) => Err(Error::kafka(code)
+                            .with_topic(*n)
+                            .with_broker(self.connection.broker())),
+                    },
+                };
+                ((*n).to_string(), result)
+            })
+            .collect())
+    }
+
+    /// Encode `records` as one RecordBatch v2 and produce it to `topic`/`partition`.
+    /// Records with a negative timestamp get the current time. Returns the offset the
+    /// broker assigned to the first record (`-1` with [`RequiredAcks::None`]).
+    pub async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[Record],
+        opts: &ProduceOptions,
+    ) -> Result<i64> {
+        if records.is_empty() {
+            return Err(Error::config("produce needs at least one record"));
+        }
+        let now = now_ms();
+        let size: usize = records
+            .iter()
+            .map(|r| {
+                r.key.as_ref().map_or(0, Bytes::len) + r.value.as_ref().map_or(0, Bytes::len) + 16
+            })
+            .sum();
+        let mut builder = RecordBatchBuilder::with_capacity(opts.compression, size);
+        for r in records {
+            let ts = if r.timestamp < 0 { now } else { r.timestamp };
+            builder.append(ts, r.key.as_deref(), r.value.as_deref(), &r.headers)?;
+        }
+        let batch = builder.build()?;
+        self.produce_batch(topic, partition, batch, opts).await
+    }
+
+    /// Produce an already encoded record batch (see [`RecordBatchBuilder`]).
+    pub async fn produce_batch(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+        opts: &ProduceOptions,
+    ) -> Result<i64> {
+        let mut version = self.connection.version_for::<ProduceRequest>()?;
+        let mut topic_id = ZERO_UUID;
+        if version >= 13 {
+            topic_id = self.topic_id(topic).await?;
+            if topic_id == ZERO_UUID {
+                version = 12;
+            }
+        }
+        let req = ProduceRequest {
+            transactional_id: None,
+            acks: opts.acks.code(),
+            timeout_ms: duration_ms(opts.timeout),
+            topic_data: vec![ProduceTopicData {
+                name: topic.to_string(),
+                topic_id,
+                partition_data: vec![ProducePartitionData {
+                    index: partition,
+                    records: Some(batch),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        if opts.acks == RequiredAcks::None {
+            self.connection.send_no_response(&req, version).await?;
+            return Ok(-1);
+        }
+        let resp = self.connection.send_version(&req, version).await?;
+        let p = resp
+            .responses
+            .iter()
+            .find(|t| t.name == topic || (topic_id != ZERO_UUID && t.topic_id == topic_id))
+            .and_then(|t| t.partition_responses.iter().find(|p| p.index == partition))
+            .ok_or_else(|| {
+                Error::protocol("produce response does not mention the partition")
+                    .with_topic(topic)
+                    .with_partition(partition)
+            })?;
+        match non_zero(p.error_code) {
+            None => Ok(p.base_offset),
+            Some(code) => {
+                let mut e = self.err(code, topic, partition);
+                if let Some(m) = &p.error_message {
+                    e = e.with_message(m.clone());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn topic_id(&self, topic: &str) -> Result<[u8; 16]> {
+        if let Some(id) = self.topic_ids.lock().ok().and_then(|ids| ids.get(topic).copied()) {
+            return Ok(id);
+        }
+        let md = self.metadata(Some(&[topic])).await?;
+        Ok(md.topic(topic).map_or(ZERO_UUID, |t| t.id))
+    }
+
+    /// Fetch records of `topic`/`partition` starting at `offset`.
+    ///
+    /// Batches that start before `offset` have their leading records skipped; control
+    /// records are dropped; under [`IsolationLevel::ReadCommitted`] the records of aborted
+    /// transactions are removed using the response's aborted-transactions list.
+    /// An empty result (nothing new within `max_wait`) is not an error.
+    pub async fn fetch(&self, topic: &str, partition: i32, offset: i64, opts: &FetchOptions) -> Result<Fetched> {
+        let mut version = self.connection.version_for::<FetchRequest>()?;
+        let mut topic_id = ZERO_UUID;
+        if version >= 13 {
+            topic_id = self.topic_id(topic).await?;
+            if topic_id == ZERO_UUID {
+                version = 12;
+                if self.connection.version_for::<FetchRequest>().is_ok()
+                    && version < FetchRequest::MIN_VERSION
+                {
+                    return Err(Error::kafka(ErrorCode::UnknownTopicOrPartition).with_topic(topic));
+                }
+            }
+        }
+        let req = FetchRequest {
+            replica_id: -1,
+            max_wait_ms: duration_ms(opts.max_wait),
+            min_bytes: opts.min_bytes,
+            max_bytes: opts.max_bytes,
+            isolation_level: opts.isolation_level.code(),
+            session_id: 0,
+            session_epoch: -1,
+            topics: vec![FetchTopic {
+                topic: topic.to_string(),
+                topic_id,
+                partitions: vec![FetchPartition {
+                    partition,
+                    current_leader_epoch: -1,
+                    fetch_offset: offset,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: opts.max_bytes,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let resp = self.connection.send_version(&req, version).await?;
+        if let Some(code) = non_zero(resp.error_code) {
+            return Err(self.err(code, topic, partition));
+        }
+        let p = resp
+            .responses
+            .into_iter()
+            .find(|t| t.topic == topic || (topic_id != ZERO_UUID && t.topic_id == topic_id))
+            .and_then(|t| t.partitions.into_iter().find(|p| p.partition_index == partition))
+            .ok_or_else(|| {
+                Error::protocol("fetch response does not mention the partition")
+                    .with_topic(topic)
+                    .with_partition(partition)
+            })?;
+        if let Some(code) = non_zero(p.error_code) {
+            return Err(self.err(code, topic, partition));
+        }
+        let data = p.records.unwrap_or_default();
+        let decoded = decode_batches(data, decompress_limit(opts.max_bytes))
+            .map_err(|e| e.with_topic(topic).with_partition(partition))?;
+        let aborted = if opts.isolation_level == IsolationLevel::ReadCommitted {
+            p.aborted_transactions.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let (records, next_offset) = visible_records(decoded.batches, offset, &aborted);
+        Ok(Fetched {
+            records,
+            next_offset,
+            high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
+            log_start_offset: p.log_start_offset,
+        })
+    }
+
+    /// The first offset of `topic`/`partition` (kafka-go `ReadFirstOffset`).
+    pub async fn first_offset(&self, topic: &str, partition: i32) -> Result<i64> {
+        self.list_offset(topic, partition, EARLIEST_TIMESTAMP)
+            .await?
+            .ok_or_else(|| self.err(ErrorCode::OffsetNotAvailable, topic, partition))
+    }
+
+    /// The offset the next record written to `topic`/`partition` will get — the
+    /// high-water mark (kafka-go `ReadLastOffset`).
+    pub async fn last_offset(&self, topic: &str, partition: i32) -> Result<i64> {
+        self.list_offset(topic, partition, LATEST_TIMESTAMP)
+            .await?
+            .ok_or_else(|| self.err(ErrorCode::OffsetNotAvailable, topic, partition))
+    }
+
+    /// The first offset whose timestamp is at or after `timestamp_ms`, or `None` if no such
+    /// record exists (kafka-go `ReadOffset`).
+    pub async fn offset_for_time(&self, topic: &str, partition: i32, timestamp_ms: i64) -> Result<Option<i64>> {
+        if timestamp_ms < 0 {
+            return Err(Error::config("timestamp must not be negative"));
+        }
+        self.list_offset(topic, partition, timestamp_ms).await
+    }
+
+    async fn list_offset(&self, topic: &str, partition: i32, timestamp: i64) -> Result<Option<i64>> {
+        let req = ListOffsetsRequest {
+            replica_id: -1,
+            isolation_level: 0,
+            topics: vec![ListOffsetsTopic {
+                name: topic.to_string(),
+                partitions: vec![ListOffsetsPartition {
+                    partition_index: partition,
+                    current_leader_epoch: -1,
+                    timestamp,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            timeout_ms: duration_ms(self.connection.config().request_timeout),
+            ..Default::default()
+        };
+        let resp = self.connection.send(&req).await?;
+        let p = resp
+            .topics
+            .iter()
+            .find(|t| t.name == topic)
+            .and_then(|t| t.partitions.iter().find(|p| p.partition_index == partition))
+            .ok_or_else(|| {
+                Error::protocol("list offsets response does not mention the partition")
+                    .with_topic(topic)
+                    .with_partition(partition)
+            })?;
+        if let Some(code) = non_zero(p.error_code) {
+            return Err(self.err(code, topic, partition));
+        }
+        Ok((p.offset >= 0).then_some(p.offset))
+    }
+}
+
+/// Records visible to the application from decoded `batches`, starting at `from`, with
+/// control records dropped and records of `aborted` transactions removed, plus the offset
+/// to fetch next.
+///
+/// The aborted-transaction rule is the Java consumer's: an aborted transaction of producer
+/// P becomes active at the first batch whose base offset is at or after its first offset;
+/// while active, P's transactional batches are skipped; P's ABORT control marker ends it.
+pub(crate) fn visible_records(
+    batches: Vec<RecordBatch>,
+    from: i64,
+    aborted: &[AbortedTransaction],
+) -> (Vec<Record>, i64) {
+    let mut pending: Vec<&AbortedTransaction> = aborted.iter().collect();
+    pending.sort_by_key(|a| std::cmp::Reverse(a.first_offset));
+    let mut active: Vec<i64> = Vec::new();
+    let mut out = Vec::new();
+    let mut next = from;
+    for batch in batches {
+        next = next.max(batch.next_offset());
+        while pending
+            .last()
+            .is_some_and(|a| a.first_offset <= batch.last_offset())
+        {
+            if let Some(a) = pending.pop() {
+                active.push(a.producer_id);
+            }
+        }
+        if batch.is_control {
+            if batch.is_transactional {
+                if let Ok(Some(ControlRecord::Abort)) = batch.control_record() {
+                    active.retain(|p| *p != batch.producer_id);
+                }
+            }
+            continue;
+        }
+        if batch.is_transactional && active.contains(&batch.producer_id) {
+            continue;
+        }
+        out.extend(batch.records.into_iter().filter(|r| r.offset >= from));
+    }
+    (out, next)
+}
+
+fn non_zero(code: i16) -> Option<ErrorCode> {
+    (code != 0).then(|| ErrorCode::from(code))
+}
+
+fn duration_ms(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// How large a decompressed batch may grow: generous relative to the fetch size (real
+/// compression ratios rarely exceed 10–20×), but bounded so a zip bomb cannot exhaust
+/// memory.
+fn decompress_limit(max_bytes: i32) -> usize {
+    let base = usize::try_from(max_bytes.max(1)).unwrap_or(1);
+    base.saturating_mul(32).clamp(64 * 1024 * 1024, 1024 * 1024 * 1024)
+}
+
+#[allow(dead_code)]
+fn _assert_types(_: &Header, _: ErrorKind) {}
