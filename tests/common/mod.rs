@@ -42,7 +42,8 @@ exec 3<&-
 wait "$pid"
 "#;
 
-/// A tansu broker running on a free loopback port.
+/// A tansu broker running on a free loopback port. Its log file is removed on drop unless
+/// the thread is panicking; the [`shared`] broker's log stays in the temp dir.
 pub struct TestBroker {
     /// `127.0.0.1:PORT`, the bootstrap address to give a client.
     pub addr: String,
@@ -238,6 +239,9 @@ impl Drop for TestBroker {
     fn drop(&mut self) {
         // Closing the watchdog's stdin makes it kill tansu; then reap the watchdog.
         drop(self.stdin.take());
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             match self.child.try_wait() {
