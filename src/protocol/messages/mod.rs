@@ -13,11 +13,17 @@
 
 pub mod api_versions;
 pub mod metadata;
+pub mod produce;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
 pub use metadata::{
     MetadataBroker, MetadataPartition, MetadataRequest, MetadataRequestTopic, MetadataResponse,
     MetadataTopic,
+};
+pub use produce::{
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, ProducePartitionData,
+    ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicData,
+    ProduceTopicResponse,
 };
 
 use bytes::{Bytes, BytesMut};
