@@ -12,10 +12,19 @@
 //! | DeleteTopics (20) | 1–6 | 4 |
 
 pub mod api_versions;
+pub mod delete_topics;
+pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
+pub use delete_topics::{
+    DeletableTopicResult, DeleteTopicState, DeleteTopicsRequest, DeleteTopicsResponse,
+};
+pub use list_offsets::{
+    ListOffsetsPartition, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ListOffsetsTopic, ListOffsetsTopicResponse,
+};
 pub use metadata::{
     MetadataBroker, MetadataPartition, MetadataRequest, MetadataRequestTopic, MetadataResponse,
     MetadataTopic,
