@@ -12,12 +12,17 @@
 //! | DeleteTopics (20) | 1–6 | 4 |
 
 pub mod api_versions;
+pub mod create_topics;
 pub mod delete_topics;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
+pub use create_topics::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig, CreatableTopicConfigs,
+    CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse,
+};
 pub use delete_topics::{
     DeletableTopicResult, DeleteTopicState, DeleteTopicsRequest, DeleteTopicsResponse,
 };
