@@ -245,10 +245,13 @@ impl Encode for CreateTopicsResponse {
                 })?;
                 let mut known = Vec::new();
                 if let Some(code) = t.topic_config_error_code {
-                    known.push((0, tagged_value(|b| {
-                        b.put_i16(code);
-                        Ok(())
-                    })?));
+                    known.push((
+                        0,
+                        tagged_value(|b| {
+                            b.put_i16(code);
+                            Ok(())
+                        })?,
+                    ));
                 }
                 put_tagged_fields(buf, &known, &t.tagged_fields)?;
             }
@@ -323,13 +326,12 @@ mod tests {
                 tagged_fields: tf,
             }
         });
-        let config = (string(), opt_string(), tagged()).prop_map(|(name, value, tf)| {
-            CreatableTopicConfig {
+        let config =
+            (string(), opt_string(), tagged()).prop_map(|(name, value, tf)| CreatableTopicConfig {
                 name,
                 value,
                 tagged_fields: tf,
-            }
-        });
+            });
         let topic = (
             string(),
             any::<i32>(),
@@ -373,20 +375,16 @@ mod tests {
     }
 
     fn response() -> impl Strategy<Value = CreateTopicsResponse> {
-        let config = (
-            string(),
-            opt_string(),
-            any::<(bool, i8, bool)>(),
-            tagged(),
-        )
-            .prop_map(|(name, value, (ro, src, sens), tf)| CreatableTopicConfigs {
+        let config = (string(), opt_string(), any::<(bool, i8, bool)>(), tagged()).prop_map(
+            |(name, value, (ro, src, sens), tf)| CreatableTopicConfigs {
                 name,
                 value,
                 read_only: ro,
                 config_source: src,
                 is_sensitive: sens,
                 tagged_fields: tf,
-            });
+            },
+        );
         let result = (
             string(),
             any::<[u8; 16]>(),
@@ -397,23 +395,23 @@ mod tests {
             prop::option::of(vec(config, 3)),
             tagged(),
         )
-            .prop_map(|(name, id, e, m, ce, (n, rf), configs, tf)| CreatableTopicResult {
-                name,
-                topic_id: id,
-                error_code: e,
-                error_message: m,
-                topic_config_error_code: ce,
-                num_partitions: n,
-                replication_factor: rf,
-                configs,
-                tagged_fields: tf,
-            });
-        (any::<i32>(), vec(result, 3), tagged()).prop_map(|(th, topics, tf)| {
-            CreateTopicsResponse {
-                throttle_time_ms: th,
-                topics,
-                tagged_fields: tf,
-            }
+            .prop_map(
+                |(name, id, e, m, ce, (n, rf), configs, tf)| CreatableTopicResult {
+                    name,
+                    topic_id: id,
+                    error_code: e,
+                    error_message: m,
+                    topic_config_error_code: ce,
+                    num_partitions: n,
+                    replication_factor: rf,
+                    configs,
+                    tagged_fields: tf,
+                },
+            );
+        (any::<i32>(), vec(result, 3), tagged()).prop_map(|(th, topics, tf)| CreateTopicsResponse {
+            throttle_time_ms: th,
+            topics,
+            tagged_fields: tf,
         })
     }
 

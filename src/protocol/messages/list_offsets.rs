@@ -315,16 +315,17 @@ mod tests {
     }
 
     fn response() -> impl Strategy<Value = ListOffsetsResponse> {
-        let partition = (any::<(i32, i16, i64, i64, i32)>(), tagged()).prop_map(
-            |((i, e, ts, o, ep), tf)| ListOffsetsPartitionResponse {
-                partition_index: i,
-                error_code: e,
-                timestamp: ts,
-                offset: o,
-                leader_epoch: ep,
-                tagged_fields: tf,
-            },
-        );
+        let partition =
+            (any::<(i32, i16, i64, i64, i32)>(), tagged()).prop_map(|((i, e, ts, o, ep), tf)| {
+                ListOffsetsPartitionResponse {
+                    partition_index: i,
+                    error_code: e,
+                    timestamp: ts,
+                    offset: o,
+                    leader_epoch: ep,
+                    tagged_fields: tf,
+                }
+            });
         let topic = (string(), vec(partition, 3), tagged()).prop_map(|(name, parts, tf)| {
             ListOffsetsTopicResponse {
                 name,
@@ -332,12 +333,10 @@ mod tests {
                 tagged_fields: tf,
             }
         });
-        (any::<i32>(), vec(topic, 3), tagged()).prop_map(|(th, topics, tf)| {
-            ListOffsetsResponse {
-                throttle_time_ms: th,
-                topics,
-                tagged_fields: tf,
-            }
+        (any::<i32>(), vec(topic, 3), tagged()).prop_map(|(th, topics, tf)| ListOffsetsResponse {
+            throttle_time_ms: th,
+            topics,
+            tagged_fields: tf,
         })
     }
 

@@ -88,7 +88,11 @@ impl Decode for MetadataRequest {
         let mut req = MetadataRequest {
             topics: get_nullable_array(buf, flexible, if version >= 10 { 18 } else { 1 }, |buf| {
                 Ok(MetadataRequestTopic {
-                    topic_id: if version >= 10 { get_uuid(buf)? } else { [0; 16] },
+                    topic_id: if version >= 10 {
+                        get_uuid(buf)?
+                    } else {
+                        [0; 16]
+                    },
                     name: get_nullable_string(buf, flexible)?,
                     tagged_fields: get_tagged_if(buf, flexible)?,
                 })
@@ -457,16 +461,18 @@ mod tests {
             any::<i16>(),
             tagged(),
         )
-            .prop_map(|(th, brokers, cid, ctl, topics, ops, e, tf)| MetadataResponse {
-                throttle_time_ms: th,
-                brokers,
-                cluster_id: cid,
-                controller_id: ctl,
-                topics,
-                cluster_authorized_operations: ops,
-                error_code: e,
-                tagged_fields: tf,
-            })
+            .prop_map(
+                |(th, brokers, cid, ctl, topics, ops, e, tf)| MetadataResponse {
+                    throttle_time_ms: th,
+                    brokers,
+                    cluster_id: cid,
+                    controller_id: ctl,
+                    topics,
+                    cluster_authorized_operations: ops,
+                    error_code: e,
+                    tagged_fields: tf,
+                },
+            )
     }
 
     fn normalize_response(mut r: MetadataResponse, v: i16) -> MetadataResponse {

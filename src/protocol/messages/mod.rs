@@ -14,6 +14,7 @@
 pub mod api_versions;
 pub mod create_topics;
 pub mod delete_topics;
+pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -25,6 +26,10 @@ pub use create_topics::{
 };
 pub use delete_topics::{
     DeletableTopicResult, DeleteTopicState, DeleteTopicsRequest, DeleteTopicsResponse,
+};
+pub use fetch::{
+    AbortedTransaction, EpochEndOffset, FetchPartition, FetchPartitionData, FetchRequest,
+    FetchResponse, FetchTopic, FetchableTopicResponse, ForgottenTopic, ReplicaState, SnapshotId,
 };
 pub use list_offsets::{
     ListOffsetsPartition, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
@@ -113,7 +118,11 @@ pub(crate) mod testutil {
         for cut in [0, bytes.len() / 2, bytes.len().saturating_sub(1)] {
             if cut < bytes.len() {
                 let mut t = bytes.slice(..cut);
-                prop_assert!(T::decode(&mut t, version).is_err(), "prefix {} decoded", cut);
+                prop_assert!(
+                    T::decode(&mut t, version).is_err(),
+                    "prefix {} decoded",
+                    cut
+                );
             }
         }
         Ok(())

@@ -420,15 +420,20 @@ pub(crate) mod tests {
                 tagged_fields: tf,
             },
         );
-        (opt_string(), any::<i16>(), any::<i32>(), vec(topic, 3), tagged()).prop_map(
-            |(tid, acks, timeout_ms, topic_data, tf)| ProduceRequest {
+        (
+            opt_string(),
+            any::<i16>(),
+            any::<i32>(),
+            vec(topic, 3),
+            tagged(),
+        )
+            .prop_map(|(tid, acks, timeout_ms, topic_data, tf)| ProduceRequest {
                 transactional_id: tid,
                 acks,
                 timeout_ms,
                 topic_data,
                 tagged_fields: tf,
-            },
-        )
+            })
     }
 
     fn normalize_request(mut r: ProduceRequest, v: i16) -> ProduceRequest {
@@ -511,14 +516,14 @@ pub(crate) mod tests {
                 tagged_fields: tf,
             },
         );
-        (vec(topic, 3), any::<i32>(), endpoints(), tagged()).prop_map(
-            |(responses, th, ne, tf)| ProduceResponse {
+        (vec(topic, 3), any::<i32>(), endpoints(), tagged()).prop_map(|(responses, th, ne, tf)| {
+            ProduceResponse {
                 responses,
                 throttle_time_ms: th,
                 node_endpoints: ne,
                 tagged_fields: tf,
-            },
-        )
+            }
+        })
     }
 
     fn normalize_response(mut r: ProduceResponse, v: i16) -> ProduceResponse {
@@ -604,6 +609,8 @@ pub(crate) mod tests {
         resp.encode(&mut b, 10).unwrap();
         let got = ProduceResponse::decode(&mut b.freeze(), 10).unwrap();
         assert_eq!(got, resp);
-        assert!(got.responses[0].partition_responses[0].tagged_fields.is_empty());
+        assert!(got.responses[0].partition_responses[0]
+            .tagged_fields
+            .is_empty());
     }
 }
