@@ -3,8 +3,162 @@
 //!
 //! | API | versions | flexible from |
 //! | --- | --- | --- |
+//! | Produce (0) | 3–13 | 9 |
+//! | Fetch (1) | 4–18 | 12 |
+//! | ListOffsets (2) | 1–10 | 6 |
+//! | Metadata (3) | 4–13 | 9 |
 //! | ApiVersions (18) | 0–4 | 3 |
+//! | CreateTopics (19) | 2–7 | 5 |
+//! | DeleteTopics (20) | 1–6 | 4 |
 
 pub mod api_versions;
+pub mod create_topics;
+pub mod delete_topics;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
+pub use create_topics::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig, CreatableTopicConfigs,
+    CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse,
+};
+pub use delete_topics::{
+    DeletableTopicResult, DeleteTopicState, DeleteTopicsRequest, DeleteTopicsResponse,
+};
+pub use fetch::{
+    AbortedTransaction, EpochEndOffset, FetchPartition, FetchPartitionData, FetchRequest,
+    FetchResponse, FetchTopic, FetchableTopicResponse, ForgottenTopic, ReplicaState, SnapshotId,
+};
+pub use list_offsets::{
+    ListOffsetsPartition, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ListOffsetsTopic, ListOffsetsTopicResponse,
+};
+pub use metadata::{
+    MetadataBroker, MetadataPartition, MetadataRequest, MetadataRequestTopic, MetadataResponse,
+    MetadataTopic,
+};
+pub use produce::{
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, ProducePartitionData,
+    ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicData,
+    ProduceTopicResponse,
+};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::Result;
+use crate::protocol::primitives::{get_tagged_fields, put_tagged_fields};
+use crate::protocol::TaggedFields;
+
+/// Read a tagged-field section when `flexible`, else nothing.
+pub(crate) fn get_tagged_if(buf: &mut Bytes, flexible: bool) -> Result<TaggedFields> {
+    if flexible {
+        get_tagged_fields(buf)
+    } else {
+        Ok(TaggedFields::new())
+    }
+}
+
+/// Write a tagged-field section (with no known fields) when `flexible`, else nothing.
+pub(crate) fn put_tagged_if(buf: &mut BytesMut, flexible: bool, tf: &TaggedFields) -> Result<()> {
+    if flexible {
+        put_tagged_fields(buf, &[], tf)
+    } else {
+        Ok(())
+    }
+}
+
+/// Encode a value into its own buffer, for use as the value of a known tagged field.
+pub(crate) fn tagged_value(f: impl FnOnce(&mut BytesMut) -> Result<()>) -> Result<Bytes> {
+    let mut b = BytesMut::new();
+    f(&mut b)?;
+    Ok(b.freeze())
+}
+
+/// Decode a known tagged field's value with `f`, requiring that it consume the value
+/// exactly; `None` if it does not parse, so the caller can keep it raw instead.
+pub(crate) fn parse_tagged<T>(
+    mut value: Bytes,
+    f: impl FnOnce(&mut Bytes) -> Result<T>,
+) -> Option<T> {
+    match f(&mut value) {
+        Ok(v) if value.is_empty() => Some(v),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! Shared helpers for the per-API property tests.
+    use std::fmt::Debug;
+
+    use bytes::{Bytes, BytesMut};
+    use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
+
+    use crate::protocol::{Decode, Encode, TaggedFields};
+
+    /// Encode at `version`, decode, compare, require the buffer consumed; then check every
+    /// strict prefix fails to decode.
+    pub fn roundtrip<T: Encode + Decode + PartialEq + Debug>(
+        v: &T,
+        version: i16,
+    ) -> Result<(), TestCaseError> {
+        let mut b = BytesMut::new();
+        v.encode(&mut b, version)
+            .map_err(|e| TestCaseError::fail(format!("encode v{version}: {e}")))?;
+        let bytes = b.freeze();
+        let mut r = bytes.clone();
+        let got = T::decode(&mut r, version)
+            .map_err(|e| TestCaseError::fail(format!("decode v{version}: {e}")))?;
+        prop_assert_eq!(&got, v, "version {}", version);
+        prop_assert!(r.is_empty(), "{} bytes left at v{}", r.len(), version);
+        // truncations are errors, never panics
+        for cut in [0, bytes.len() / 2, bytes.len().saturating_sub(1)] {
+            if cut < bytes.len() {
+                let mut t = bytes.slice(..cut);
+                prop_assert!(
+                    T::decode(&mut t, version).is_err(),
+                    "prefix {} decoded",
+                    cut
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Decoding arbitrary bytes at every version must not panic.
+    pub fn no_panic<T: Decode>(data: &[u8], versions: std::ops::RangeInclusive<i16>) {
+        for v in versions {
+            let mut b = Bytes::copy_from_slice(data);
+            let _ = T::decode(&mut b, v);
+        }
+    }
+
+    /// Unknown tagged fields with tags that no message here interprets.
+    pub fn tagged() -> impl Strategy<Value = TaggedFields> {
+        prop::collection::btree_map(5u32..200, prop::collection::vec(any::<u8>(), 0..6), 0..3)
+            .prop_map(|m| TaggedFields(m.into_iter().map(|(k, v)| (k, Bytes::from(v))).collect()))
+    }
+
+    /// A short string.
+    pub fn string() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9._-]{0,12}"
+    }
+
+    /// A short nullable string.
+    pub fn opt_string() -> impl Strategy<Value = Option<String>> {
+        prop::option::of(string())
+    }
+
+    /// Nullable bytes.
+    pub fn opt_bytes() -> impl Strategy<Value = Option<Bytes>> {
+        prop::option::of(prop::collection::vec(any::<u8>(), 0..40).prop_map(Bytes::from))
+    }
+
+    /// A vector of 0..n elements.
+    pub fn vec<S: Strategy>(s: S, n: usize) -> impl Strategy<Value = Vec<S::Value>> {
+        prop::collection::vec(s, 0..n)
+    }
+}
