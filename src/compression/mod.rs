@@ -39,7 +39,7 @@ mod snappy;
 ///
 /// ```
 /// use kafkapipe::compression::Compression;
-/// assert_eq!(Compression::from_attributes(0x0b).unwrap(), Compression::Snappy);
+/// assert_eq!(Compression::from_attributes(0x0a).unwrap(), Compression::Snappy);
 /// assert_eq!(Compression::Zstd.code(), 4);
 /// assert_eq!("lz4".parse::<Compression>().unwrap(), Compression::Lz4);
 /// assert_eq!(Compression::default(), Compression::None);
@@ -348,5 +348,25 @@ fn zstd_decompress(_input: &[u8], _max_len: usize) -> Result<Bytes> {
     Err(not_compiled(Compression::Zstd))
 }
 
-#[cfg(test)]
+#[cfg(all(
+    test,
+    feature = "gzip",
+    feature = "snappy",
+    feature = "lz4",
+    feature = "zstd"
+))]
 mod tests;
+
+#[cfg(all(test, not(feature = "gzip")))]
+mod without_gzip {
+    #[test]
+    fn compiled_out_codec_is_a_clear_error() {
+        use super::*;
+        let c = Compression::Gzip;
+        assert!(!c.is_available());
+        let err = c.compress(b"x", &mut BytesMut::new()).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Compression);
+        assert!(err.to_string().contains("feature"), "{err}");
+        assert!(c.decompress(b"x", 10).is_err());
+    }
+}
