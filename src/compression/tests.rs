@@ -1,0 +1,119 @@
+use super::*;
+use crate::ErrorKind;
+use proptest::prelude::*;
+
+fn roundtrip(c: Compression, data: &[u8]) -> Bytes {
+    let mut out = BytesMut::new();
+    c.compress(data, &mut out).unwrap();
+    c.decompress(&out, data.len()).unwrap()
+}
+
+#[test]
+fn codes_roundtrip() {
+    for c in Compression::ALL {
+        assert_eq!(Compression::from_code(c.code()).unwrap(), c);
+        assert_eq!(Compression::from_attributes(c.code() | 0x30).unwrap(), c);
+        assert_eq!(c.name().parse::<Compression>().unwrap(), c);
+        assert!(c.is_available());
+    }
+    assert!(Compression::from_attributes(5).is_err());
+    assert!(Compression::from_attributes(7).is_err());
+    assert!("brotli".parse::<Compression>().is_err());
+}
+
+#[test]
+fn every_codec_roundtrips_empty_small_and_multiblock() {
+    let big: Vec<u8> = (0..200_000u32)
+        .map(|i| (i % 251) as u8 ^ (i >> 9) as u8)
+        .collect();
+    for c in Compression::ALL {
+        for data in [&b""[..], b"hello kafka", &big[..]] {
+            assert_eq!(&roundtrip(c, data)[..], data, "{c}");
+        }
+    }
+}
+
+#[test]
+fn xerial_snappy_layout_matches_java() {
+    let data = vec![7u8; 70_000]; // three 32 KiB blocks
+    let mut out = BytesMut::new();
+    Compression::Snappy.compress(&data, &mut out).unwrap();
+    assert_eq!(&out[..8], b"\x82SNAPPY\0");
+    assert_eq!(&out[8..16], &[0, 0, 0, 1, 0, 0, 0, 1]);
+    // walk the blocks
+    let mut rest = &out[16..];
+    let mut blocks = 0;
+    let mut total = 0;
+    while !rest.is_empty() {
+        let len = i32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+        let block = &rest[4..4 + len];
+        let n = snap::raw::decompress_len(block).unwrap();
+        assert!(n <= 32 * 1024);
+        total += n;
+        blocks += 1;
+        rest = &rest[4 + len..];
+    }
+    assert_eq!(blocks, 3);
+    assert_eq!(total, data.len());
+}
+
+#[test]
+fn raw_snappy_is_read() {
+    let data = b"raw snappy as some producers write it".repeat(10);
+    let raw = snap::raw::Encoder::new().compress_vec(&data).unwrap();
+    let got = Compression::Snappy.decompress(&raw, 1 << 20).unwrap();
+    assert_eq!(&got[..], &data[..]);
+    // the declared size is checked before allocating
+    let err = Compression::Snappy.decompress(&raw, 10).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Compression);
+}
+
+#[test]
+fn zip_bombs_are_bounded() {
+    let zeros = vec![0u8; 10 << 20];
+    for c in Compression::ALL {
+        let mut out = BytesMut::new();
+        c.compress(&zeros, &mut out).unwrap();
+        let err = c.decompress(&out, 1 << 20).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Compression, "{c}: {err}");
+        assert!(err.to_string().contains("limit"), "{c}: {err}");
+        // exactly at the limit is fine
+        assert_eq!(c.decompress(&out, zeros.len()).unwrap().len(), zeros.len());
+    }
+}
+
+#[test]
+fn corrupt_and_truncated_input_is_an_error() {
+    let data = b"some payload that compresses, some payload that compresses".repeat(50);
+    for c in Compression::ALL.into_iter().skip(1) {
+        let mut out = BytesMut::new();
+        c.compress(&data, &mut out).unwrap();
+        let truncated = &out[..out.len() / 2];
+        assert!(c.decompress(truncated, 1 << 20).is_err(), "{c} truncated");
+        let garbage = vec![0xa5u8; 64];
+        assert!(c.decompress(&garbage, 1 << 20).is_err(), "{c} garbage");
+    }
+    // a xerial header whose block length overruns
+    let mut x = b"\x82SNAPPY\0\0\0\0\x01\0\0\0\x01".to_vec();
+    x.extend_from_slice(&[0, 0, 1, 0, 1, 2]);
+    assert!(Compression::Snappy.decompress(&x, 1 << 20).is_err());
+}
+
+proptest! {
+    #[test]
+    fn roundtrip_arbitrary(data: Vec<u8>) {
+        for c in Compression::ALL {
+            prop_assert_eq!(&roundtrip(c, &data)[..], &data[..]);
+        }
+    }
+
+    #[test]
+    fn arbitrary_input_never_panics(data: Vec<u8>, max in 0usize..100_000) {
+        for c in Compression::ALL {
+            let _ = c.decompress(&data, max);
+        }
+        let mut x = b"\x82SNAPPY\0".to_vec();
+        x.extend_from_slice(&data);
+        let _ = Compression::Snappy.decompress(&x, max);
+    }
+}

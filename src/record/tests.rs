@@ -1,0 +1,544 @@
+use super::*;
+use crate::ErrorKind;
+use bytes::BytesMut;
+use proptest::prelude::*;
+
+const MB: usize = 1 << 20;
+
+fn fixture(name: &str) -> Bytes {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    Bytes::from(std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
+}
+
+fn decode_one(data: Bytes) -> RecordBatch {
+    let d = decode_batches(data, MB).unwrap();
+    assert!(!d.truncated);
+    assert_eq!(d.batches.len(), 1);
+    d.batches.into_iter().next().unwrap()
+}
+
+/// Recompute the CRC-32C of a v2 batch after a test edited it.
+fn fix_crc(batch: &mut [u8]) {
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// The records `tests/fixtures/gen_fixtures.py` writes (`RECORDS` there).
+fn fixture_records(offsets: [i64; 3], with_headers: bool) -> Vec<Record> {
+    let b = |s: &[u8]| Some(Bytes::copy_from_slice(s));
+    let hdrs = |h: Vec<Header>| if with_headers { h } else { Vec::new() };
+    vec![
+        Record {
+            offset: offsets[0],
+            timestamp: 1_700_000_000_000,
+            key: b(b"key-0"),
+            value: b(&b"value-0 ".repeat(20)),
+            headers: hdrs(vec![
+                Header::new("h1", "v1"),
+                Header {
+                    key: "hnull".into(),
+                    value: None,
+                },
+            ]),
+        },
+        Record {
+            offset: offsets[1],
+            timestamp: 1_700_000_000_007,
+            key: None,
+            value: b(&b"value-1 ".repeat(20)),
+            headers: Vec::new(),
+        },
+        Record {
+            offset: offsets[2],
+            timestamp: 1_699_999_999_990,
+            key: b(b"key-2"),
+            value: None,
+            headers: hdrs(vec![Header::new("\u{fc}", "")]),
+        },
+    ]
+}
+
+// ---- fixtures from a real peer (kafka-python, see tests/fixtures/gen_fixtures.py) ------
+
+#[test]
+fn v2_fixtures_from_kafka_python_decode_exactly() {
+    for c in Compression::ALL {
+        let batch = decode_one(fixture(&format!("v2_{}.bin", c.name())));
+        assert_eq!(batch.compression, c);
+        assert_eq!(batch.magic, 2);
+        assert_eq!(batch.base_offset, 1000);
+        assert_eq!(batch.partition_leader_epoch, 0);
+        assert_eq!(batch.timestamp_type, TimestampType::CreateTime);
+        assert!(batch.is_transactional);
+        assert!(!batch.is_control);
+        assert_eq!(batch.last_offset_delta, 2);
+        assert_eq!(batch.base_timestamp, 1_700_000_000_000);
+        assert_eq!(batch.max_timestamp, 1_700_000_000_007);
+        assert_eq!(
+            (batch.producer_id, batch.producer_epoch, batch.base_sequence),
+            (4242, 3, 17)
+        );
+        assert_eq!(
+            batch.records,
+            fixture_records([1000, 1001, 1002], true),
+            "{c}"
+        );
+        assert_eq!(batch.next_offset(), 1003);
+        assert_eq!(batch.control_record().unwrap(), None);
+    }
+}
+
+#[test]
+fn our_encoding_is_byte_identical_to_kafka_python() {
+    let mut expected = BytesMut::from(&fixture("v2_none.bin")[..]);
+    expected[..8].copy_from_slice(&0i64.to_be_bytes());
+    let mut b = RecordBatchBuilder::new(Compression::None)
+        .producer(4242, 3, 17)
+        .transactional(true)
+        .partition_leader_epoch(0);
+    for r in fixture_records([0, 1, 2], true) {
+        b.append(
+            r.timestamp,
+            r.key.as_deref(),
+            r.value.as_deref(),
+            &r.headers,
+        )
+        .unwrap();
+    }
+    assert_eq!(&b.build().unwrap()[..], &expected[..]);
+}
+
+#[test]
+fn legacy_fixtures_from_kafka_python_decode_exactly() {
+    let no_ts = |mut v: Vec<Record>| {
+        v.iter_mut().for_each(|r| r.timestamp = NO_TIMESTAMP);
+        v
+    };
+    // uncompressed: one batch per message
+    for (name, magic) in [("legacy_v0_none.bin", 0), ("legacy_v1_none.bin", 1)] {
+        let d = decode_batches(fixture(name), MB).unwrap();
+        assert!(!d.truncated);
+        let mut expected = fixture_records([50, 51, 52], false);
+        if magic == 0 {
+            expected = no_ts(expected);
+        }
+        assert_eq!(d.batches.len(), 3, "{name}");
+        for (batch, rec) in d.batches.iter().zip(expected) {
+            assert_eq!(batch.magic, magic);
+            assert_eq!(batch.compression, Compression::None);
+            assert_eq!(batch.base_offset, rec.offset);
+            assert_eq!(batch.last_offset_delta, 0);
+            assert_eq!(batch.records, vec![rec]);
+        }
+    }
+    // v0 gzip wrapper: inner offsets absolute
+    let batch = decode_one(fixture("legacy_v0_gzip.bin"));
+    assert_eq!((batch.magic, batch.compression), (0, Compression::Gzip));
+    assert_eq!(batch.records, no_ts(fixture_records([50, 51, 52], false)));
+    assert_eq!((batch.base_offset, batch.next_offset()), (50, 53));
+    // v1 wrappers: inner offsets 0..2 relative to the wrapper's 100
+    for (name, c) in [
+        ("legacy_v1_gzip.bin", Compression::Gzip),
+        ("legacy_v1_snappy.bin", Compression::Snappy),
+    ] {
+        let batch = decode_one(fixture(name));
+        assert_eq!((batch.magic, batch.compression), (1, c));
+        assert_eq!(
+            batch.records,
+            fixture_records([98, 99, 100], false),
+            "{name}"
+        );
+        assert_eq!(batch.last_offset_delta, 2);
+        assert_eq!(batch.max_timestamp, 1_700_000_000_007);
+    }
+}
+
+#[test]
+fn java_style_xerial_snappy_blob_decompresses() {
+    let blob = fixture("xerial_snappy.bin");
+    assert!(blob.starts_with(b"\x82SNAPPY\0"));
+    let expected: Vec<u8> = (0..10000)
+        .flat_map(|i| format!("kafkapipe {i}\n").into_bytes())
+        .collect();
+    let got = Compression::Snappy.decompress(&blob, MB).unwrap();
+    assert_eq!(got.len(), expected.len());
+    assert_eq!(&got[..], &expected[..]);
+    assert!(Compression::Snappy
+        .decompress(&blob, expected.len() - 1)
+        .is_err());
+}
+
+#[test]
+fn mixed_concatenated_batches_decode_in_order() {
+    let mut all = BytesMut::new();
+    for name in [
+        "legacy_v1_gzip.bin",
+        "v2_none.bin",
+        "v2_zstd.bin",
+        "legacy_v0_none.bin",
+    ] {
+        all.extend_from_slice(&fixture(name));
+    }
+    let d = decode_batches(all.freeze(), MB).unwrap();
+    let magics: Vec<i8> = d.batches.iter().map(|b| b.magic).collect();
+    assert_eq!(magics, [1, 2, 2, 0, 0, 0]);
+    assert!(!d.truncated);
+}
+
+// ---- a hand-verified batch -------------------------------------------------------------
+
+/// One record, key "k", value "v", no headers, at 2023-11-14T22:13:20Z; CRC-32C
+/// computed independently (kafka-python's pure-Python `_crc32c`).
+const HAND_BATCH: &[u8] = &[
+    0, 0, 0, 0, 0, 0, 0, 0, // base offset 0
+    0, 0, 0, 58, // batch length: 49 header bytes after this field + 9 record bytes
+    0xff, 0xff, 0xff, 0xff, // partition leader epoch -1
+    2,    // magic
+    0xe9, 0x9b, 0x8d, 0xd8, // CRC-32C of attributes..end
+    0, 0, // attributes: no compression, CreateTime, not transactional, not control
+    0, 0, 0, 0, // last offset delta
+    0, 0, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, // base timestamp 1_700_000_000_000
+    0, 0, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, // max timestamp
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // producer id -1
+    0xff, 0xff, // producer epoch -1
+    0xff, 0xff, 0xff, 0xff, // base sequence -1
+    0, 0, 0, 1,    // one record
+    0x10, // record length 8 (zigzag)
+    0,    // record attributes
+    0,    // timestamp delta 0
+    0,    // offset delta 0
+    0x02, b'k', // key length 1, key
+    0x02, b'v', // value length 1, value
+    0,    // no headers
+];
+
+#[test]
+fn hand_verified_batch_decodes_and_encodes() {
+    let batch = decode_one(Bytes::from_static(HAND_BATCH));
+    assert_eq!(
+        batch,
+        RecordBatch {
+            base_offset: 0,
+            partition_leader_epoch: -1,
+            magic: 2,
+            compression: Compression::None,
+            timestamp_type: TimestampType::CreateTime,
+            is_transactional: false,
+            is_control: false,
+            last_offset_delta: 0,
+            base_timestamp: 1_700_000_000_000,
+            max_timestamp: 1_700_000_000_000,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            records: vec![Record {
+                offset: 0,
+                timestamp: 1_700_000_000_000,
+                key: Some(Bytes::from_static(b"k")),
+                value: Some(Bytes::from_static(b"v")),
+                headers: vec![],
+            }],
+        }
+    );
+    let mut b = RecordBatchBuilder::new(Compression::None);
+    assert_eq!(
+        b.record_size(1_700_000_000_000, Some(b"k"), Some(b"v"), &[])
+            .unwrap(),
+        9
+    );
+    b.append(1_700_000_000_000, Some(b"k"), Some(b"v"), &[])
+        .unwrap();
+    assert_eq!(b.estimated_size(), HAND_BATCH.len());
+    assert_eq!(&b.build().unwrap()[..], HAND_BATCH);
+}
+
+#[test]
+fn zero_copy_slices_of_the_input() {
+    let data = Bytes::from_static(HAND_BATCH);
+    let range = data.as_ptr() as usize..data.as_ptr() as usize + data.len();
+    let batch = decode_one(data.clone());
+    let key = batch.records[0].key.as_ref().unwrap();
+    assert!(range.contains(&(key.as_ptr() as usize)));
+}
+
+// ---- other encoder features ------------------------------------------------------------
+
+#[test]
+fn control_batches_and_markers() {
+    for marker in [ControlRecord::Commit, ControlRecord::Abort] {
+        let mut b = RecordBatchBuilder::new(Compression::None)
+            .producer(7, 1, -1)
+            .transactional(true)
+            .control(true);
+        b.append(5, Some(&marker.key()), Some(&[0, 0, 0, 0, 0, 3]), &[])
+            .unwrap();
+        let batch = decode_one(b.build().unwrap());
+        assert!(batch.is_control && batch.is_transactional);
+        assert_eq!(batch.control_record().unwrap(), Some(marker));
+    }
+    assert_eq!(
+        ControlRecord::parse(&[0, 0, 0, 2]).unwrap(),
+        ControlRecord::Unknown(2)
+    );
+    assert!(ControlRecord::parse(&[0xff, 0xff, 0, 0]).is_err());
+}
+
+#[test]
+fn log_append_time_overrides_record_timestamps() {
+    let mut b =
+        RecordBatchBuilder::new(Compression::Lz4).timestamp_type(TimestampType::LogAppendTime);
+    b.append(10, None, Some(b"a"), &[]).unwrap();
+    b.append(30, None, Some(b"b"), &[]).unwrap();
+    b.append(20, None, Some(b"c"), &[]).unwrap();
+    let batch = decode_one(b.build().unwrap());
+    assert_eq!(batch.max_timestamp, 30);
+    assert!(batch.records.iter().all(|r| r.timestamp == 30));
+}
+
+#[test]
+fn empty_batch_roundtrips() {
+    let batch = decode_one(RecordBatchBuilder::new(Compression::Gzip).build().unwrap());
+    assert!(batch.records.is_empty());
+    assert_eq!((batch.base_timestamp, batch.max_timestamp), (-1, -1));
+}
+
+// ---- negative cases --------------------------------------------------------------------
+
+#[test]
+fn crc_mismatch_names_the_offsets() {
+    let mut v2 = BytesMut::from(&fixture("v2_none.bin")[..]);
+    let n = v2.len();
+    v2[n - 10] ^= 0x01;
+    let err = decode_batches(v2.freeze(), MB).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol);
+    let msg = err.to_string();
+    assert!(msg.contains("CRC") && msg.contains("1000..=1002"), "{msg}");
+
+    let mut legacy = BytesMut::from(&fixture("legacy_v1_gzip.bin")[..]);
+    let n = legacy.len();
+    legacy[n - 3] ^= 0x40;
+    let err = decode_batches(legacy.freeze(), MB).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("CRC mismatch in legacy message at offset 100"),
+        "{err}"
+    );
+}
+
+#[test]
+fn truncated_last_batch_keeps_the_previous_ones() {
+    let first = fixture("v2_none.bin");
+    let second = fixture("v2_gzip.bin");
+    for cut in [1, 10, second.len() - 12] {
+        let mut all = BytesMut::from(&first[..]);
+        all.extend_from_slice(&second[..second.len() - cut]);
+        let d = decode_batches(all.freeze(), MB).unwrap();
+        assert_eq!(d.batches.len(), 1, "cut {cut}");
+        assert_eq!(d.batches[0].records.len(), 3);
+        assert!(d.truncated);
+        assert_eq!(d.truncated_batch_size, Some(second.len()));
+    }
+    // cut inside the offset/length prefix: size unknown
+    let mut all = BytesMut::from(&first[..]);
+    all.extend_from_slice(&second[..5]);
+    let d = decode_batches(all.freeze(), MB).unwrap();
+    assert_eq!(
+        (d.batches.len(), d.truncated, d.truncated_batch_size),
+        (1, true, None)
+    );
+}
+
+#[test]
+fn first_batch_larger_than_buffer_reports_needed_size() {
+    let v2 = fixture("v2_none.bin");
+    let d = decode_batches(v2.slice(..100), MB).unwrap();
+    assert!(d.batches.is_empty());
+    assert!(d.truncated);
+    assert_eq!(d.truncated_batch_size, Some(v2.len()));
+    // and an empty buffer is simply empty
+    assert_eq!(
+        decode_batches(Bytes::new(), MB).unwrap(),
+        DecodedBatches::default()
+    );
+}
+
+#[test]
+fn oversized_record_count_is_rejected() {
+    let mut v2 = BytesMut::from(HAND_BATCH);
+    v2[57..61].copy_from_slice(&1_000_000i32.to_be_bytes());
+    fix_crc(&mut v2);
+    let err = decode_batches(v2.freeze(), MB).unwrap_err();
+    assert!(err.to_string().contains("record count 1000000"), "{err}");
+
+    let mut v2 = BytesMut::from(HAND_BATCH);
+    v2[57..61].copy_from_slice(&(-5i32).to_be_bytes());
+    fix_crc(&mut v2);
+    assert!(decode_batches(v2.freeze(), MB).is_err());
+
+    // a count that fits the bytes but does not match them
+    let mut v2 = BytesMut::from(&fixture("v2_none.bin")[..]);
+    v2[57..61].copy_from_slice(&4i32.to_be_bytes());
+    fix_crc(&mut v2);
+    assert!(decode_batches(v2.freeze(), MB).is_err());
+}
+
+#[test]
+fn negative_batch_length_and_unknown_magic_are_errors() {
+    let mut v2 = BytesMut::from(HAND_BATCH);
+    v2[8..12].copy_from_slice(&(-1i32).to_be_bytes());
+    assert!(decode_batches(v2.freeze(), MB).is_err());
+    let mut v2 = BytesMut::from(HAND_BATCH);
+    v2[16] = 3;
+    assert!(decode_batches(v2.freeze(), MB).is_err());
+}
+
+#[test]
+fn corrupt_compressed_payload_is_an_error() {
+    for c in Compression::ALL.into_iter().skip(1) {
+        let mut v2 = BytesMut::from(&fixture(&format!("v2_{}.bin", c.name()))[..]);
+        let n = v2.len();
+        for b in &mut v2[n - 20..n - 4] {
+            *b ^= 0x5a;
+        }
+        fix_crc(&mut v2);
+        let err = decode_batches(v2.freeze(), MB).unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::Compression | ErrorKind::Protocol),
+            "{c}: {err}"
+        );
+    }
+}
+
+#[test]
+fn zip_bomb_is_bounded() {
+    let zeros = vec![0u8; 10 * MB];
+    let mut b = RecordBatchBuilder::new(Compression::Gzip);
+    b.append(0, None, Some(&zeros), &[]).unwrap();
+    let bytes = b.build().unwrap();
+    assert!(bytes.len() < 100_000);
+    let err = decode_batches(bytes.clone(), MB).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Compression, "{err}");
+    assert!(err.to_string().contains("offset 0"), "{err}");
+    assert_eq!(
+        decode_one_with(bytes, 11 * MB).records[0]
+            .value
+            .as_ref()
+            .unwrap()
+            .len(),
+        10 * MB
+    );
+}
+
+fn decode_one_with(data: Bytes, max: usize) -> RecordBatch {
+    decode_batches(data, max).unwrap().batches.remove(0)
+}
+
+// ---- properties ------------------------------------------------------------------------
+
+fn header() -> impl Strategy<Value = Header> {
+    (
+        ".{0,8}",
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..16)),
+    )
+        .prop_map(|(key, value)| Header {
+            key,
+            value: value.map(Bytes::from),
+        })
+}
+
+type RecordInput = (i64, Option<Vec<u8>>, Option<Vec<u8>>, Vec<Header>);
+
+fn record_input() -> impl Strategy<Value = RecordInput> {
+    (
+        prop_oneof![any::<i64>(), 1_600_000_000_000i64..1_800_000_000_000],
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..32)),
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+        proptest::collection::vec(header(), 0..4),
+    )
+}
+
+fn compression() -> impl Strategy<Value = Compression> {
+    proptest::sample::select(Compression::ALL.to_vec())
+}
+
+proptest! {
+    #[test]
+    fn roundtrip_every_codec(
+        records in proptest::collection::vec(record_input(), 0..20),
+        compression in compression(),
+        producer in (any::<i64>(), any::<i16>(), any::<i32>()),
+        transactional: bool,
+        control: bool,
+        log_append: bool,
+        epoch: i32,
+    ) {
+        let tt = if log_append { TimestampType::LogAppendTime } else { TimestampType::CreateTime };
+        let mut b = RecordBatchBuilder::new(compression)
+            .producer(producer.0, producer.1, producer.2)
+            .transactional(transactional)
+            .control(control)
+            .timestamp_type(tt)
+            .partition_leader_epoch(epoch);
+        let mut size = b.estimated_size();
+        for (ts, k, v, h) in &records {
+            size += b.record_size(*ts, k.as_deref(), v.as_deref(), h).unwrap();
+            b.append(*ts, k.as_deref(), v.as_deref(), h).unwrap();
+            prop_assert_eq!(b.estimated_size(), size);
+        }
+        prop_assert_eq!(b.len(), records.len());
+        let bytes = b.build().unwrap();
+        let d = decode_batches(bytes, MB).unwrap();
+        prop_assert!(!d.truncated);
+        prop_assert_eq!(d.batches.len(), 1);
+        let batch = &d.batches[0];
+        let max_ts = records.iter().map(|r| r.0).max().unwrap_or(-1);
+        prop_assert_eq!(batch.compression, compression);
+        prop_assert_eq!(batch.timestamp_type, tt);
+        prop_assert_eq!((batch.is_transactional, batch.is_control), (transactional, control));
+        prop_assert_eq!((batch.producer_id, batch.producer_epoch, batch.base_sequence), producer);
+        prop_assert_eq!(batch.partition_leader_epoch, epoch);
+        prop_assert_eq!(batch.max_timestamp, max_ts);
+        prop_assert_eq!(batch.base_timestamp, records.first().map_or(-1, |r| r.0));
+        prop_assert_eq!(batch.next_offset(), records.len().max(1) as i64);
+        let expected: Vec<Record> = records
+            .into_iter()
+            .enumerate()
+            .map(|(i, (ts, k, v, h))| Record {
+                offset: i as i64,
+                timestamp: if log_append { max_ts } else { ts },
+                key: k.map(Bytes::from),
+                value: v.map(Bytes::from),
+                headers: h,
+            })
+            .collect();
+        prop_assert_eq!(&batch.records, &expected);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(data: Vec<u8>, max in 0usize..4096) {
+        let _ = decode_batches(Bytes::from(data), max);
+    }
+
+    #[test]
+    fn mutated_batches_never_panic(
+        name in proptest::sample::select(vec![
+            "v2_none.bin", "v2_gzip.bin", "v2_snappy.bin", "v2_lz4.bin", "v2_zstd.bin",
+            "legacy_v0_gzip.bin", "legacy_v1_snappy.bin", "legacy_v1_none.bin",
+        ]),
+        edits in proptest::collection::vec((any::<proptest::sample::Index>(), any::<u8>()), 1..6),
+        recrc: bool,
+        cut in any::<proptest::sample::Index>(),
+    ) {
+        let mut data = BytesMut::from(&fixture(name)[..]);
+        for (i, v) in edits {
+            let i = i.index(data.len());
+            data[i] = v;
+        }
+        if recrc && data.len() > 61 && data[16] == 2 {
+            fix_crc(&mut data);
+        }
+        let data = data.freeze();
+        let _ = decode_batches(data.clone(), MB);
+        let _ = decode_batches(data.slice(..cut.index(data.len() + 1)), MB);
+    }
+}
