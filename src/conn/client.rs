@@ -794,7 +794,7 @@ pub(crate) fn visible_records(
         next = next.max(batch.next_offset());
         while pending
             .last()
-            .is_some_and(|a| a.first_offset <= batch.last_offset())
+            .is_some_and(|a| a.first_offset < batch.next_offset())
         {
             if let Some(a) = pending.pop() {
                 active.push(a.producer_id);

@@ -12,3 +12,10 @@
 mod connection;
 
 pub use connection::{Connection, ConnectionConfig};
+
+mod client;
+
+pub use client::{
+    Broker, Conn, FetchOptions, Fetched, IsolationLevel, Metadata, NewTopic, PartitionInfo, ProduceOptions,
+    RequiredAcks, TopicInfo,
+};

@@ -76,6 +76,33 @@ pub struct Record {
     pub headers: Vec<Header>,
 }
 
+impl Record {
+    /// A record to produce with this key and value, no headers, and timestamp `-1`
+    /// (the producer stamps the current time).
+    ///
+    /// ```
+    /// use kafkapipe::record::Record;
+    /// let r = Record::new("user-1", "clicked");
+    /// assert_eq!(r.key.as_deref(), Some(&b"user-1"[..]));
+    /// assert_eq!(r.timestamp, -1);
+    /// ```
+    pub fn new(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
+        Record {
+            offset: 0,
+            timestamp: NO_TIMESTAMP,
+            key: Some(key.into()),
+            value: Some(value.into()),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Add a header.
+    pub fn with_header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        self.headers.push(Header::new(key, value));
+        self
+    }
+}
+
 /// What a batch's timestamps mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum TimestampType {
