@@ -13,7 +13,7 @@
 //! Decoding is zero-copy: keys, values and header values are [`Bytes`] slices of the
 //! fetched buffer (or of the decompressed payload). Every count and length is checked
 //! against the bytes actually left before anything is allocated, decompression is
-//! bounded, and malformed input is an [`Error`](crate::Error) of kind `Protocol` (or
+//! bounded, and malformed input is an [`crate::Error`] of kind `Protocol` (or
 //! `Compression`), never a panic.
 
 use bytes::Bytes;
