@@ -19,11 +19,12 @@ use crate::protocol::messages::{
     AbortedTransaction, CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
     DeleteTopicState, DeleteTopicsRequest, FetchPartition, FetchRequest, FetchTopic,
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest,
-    MetadataRequestTopic, MetadataResponse, ProducePartitionData, ProduceRequest,
-    ProduceTopicData,
+    MetadataRequestTopic, MetadataResponse, ProducePartitionData, ProduceRequest, ProduceTopicData,
 };
 use crate::protocol::{ErrorCode, Request};
-use crate::record::{decode_batches, ControlRecord, Header, Record, RecordBatch, RecordBatchBuilder};
+use crate::record::{
+    decode_batches, ControlRecord, Header, Record, RecordBatch, RecordBatchBuilder,
+};
 
 /// How many replicas must acknowledge a produce request (Java: `acks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -310,7 +311,9 @@ impl Conn {
 
     /// Connect to the broker at `addr` with `config`.
     pub async fn connect_with(addr: &str, config: ConnectionConfig) -> Result<Conn> {
-        Ok(Self::from_connection(Connection::connect(addr, config).await?))
+        Ok(Self::from_connection(
+            Connection::connect(addr, config).await?,
+        ))
     }
 
     /// Wrap an established [`Connection`].
@@ -446,7 +449,12 @@ impl Conn {
     }
 
     /// Create one topic; see [`Conn::create_topics`].
-    pub async fn create_topic(&self, name: &str, partitions: i32, replication_factor: i16) -> Result<()> {
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+    ) -> Result<()> {
         let topic = NewTopic::new(name, partitions).replication_factor(replication_factor);
         self.create_topics(&[topic]).await?.remove(0).1
     }
@@ -483,8 +491,10 @@ impl Conn {
             .iter()
             .map(|t| {
                 let result = match resp.topics.iter().find(|r| r.name == t.name) {
-                    None => Err(Error::protocol("CreateTopics response does not mention the topic")
-                        .with_topic(&t.name)),
+                    None => Err(Error::protocol(
+                        "CreateTopics response does not mention the topic",
+                    )
+                    .with_topic(&t.name)),
                     Some(r) => match non_zero(r.error_code) {
                         None => Ok(()),
                         Some(code) => {
@@ -524,9 +534,15 @@ impl Conn {
         Ok(names
             .iter()
             .map(|n| {
-                let result = match resp.responses.iter().find(|r| r.name.as_deref() == Some(*n)) {
-                    None => Err(Error::protocol("DeleteTopics response does not mention the topic")
-                        .with_topic(*n)),
+                let result = match resp
+                    .responses
+                    .iter()
+                    .find(|r| r.name.as_deref() == Some(*n))
+                {
+                    None => Err(Error::protocol(
+                        "DeleteTopics response does not mention the topic",
+                    )
+                    .with_topic(*n)),
                     Some(r) => match non_zero(r.error_code) {
                         None => Ok(()),
                         Some(code) => Err(Error::kafka(code)
@@ -628,7 +644,12 @@ impl Conn {
     }
 
     async fn topic_id(&self, topic: &str) -> Result<[u8; 16]> {
-        if let Some(id) = self.topic_ids.lock().ok().and_then(|ids| ids.get(topic).copied()) {
+        if let Some(id) = self
+            .topic_ids
+            .lock()
+            .ok()
+            .and_then(|ids| ids.get(topic).copied())
+        {
             return Ok(id);
         }
         let md = self.metadata(Some(&[topic])).await?;
@@ -641,7 +662,13 @@ impl Conn {
     /// records are dropped; under [`IsolationLevel::ReadCommitted`] the records of aborted
     /// transactions are removed using the response's aborted-transactions list.
     /// An empty result (nothing new within `max_wait`) is not an error.
-    pub async fn fetch(&self, topic: &str, partition: i32, offset: i64, opts: &FetchOptions) -> Result<Fetched> {
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        opts: &FetchOptions,
+    ) -> Result<Fetched> {
         let mut version = self.connection.version_for::<FetchRequest>()?;
         let mut topic_id = ZERO_UUID;
         if version >= 13 {
@@ -683,16 +710,27 @@ impl Conn {
         if let Some(code) = non_zero(resp.error_code) {
             return Err(self.err(code, topic, partition));
         }
-        let p = resp
+        let Some(p) = resp
             .responses
             .into_iter()
             .find(|t| t.topic == topic || (topic_id != ZERO_UUID && t.topic_id == topic_id))
-            .and_then(|t| t.partitions.into_iter().find(|p| p.partition_index == partition))
-            .ok_or_else(|| {
-                Error::protocol("fetch response does not mention the partition")
-                    .with_topic(topic)
-                    .with_partition(partition)
-            })?;
+            .and_then(|t| {
+                t.partitions
+                    .into_iter()
+                    .find(|p| p.partition_index == partition)
+            })
+        else {
+            // Kafka always lists every partition of a sessionless fetch; tansu 0.6 leaves
+            // them out when nothing arrived within max_wait. Nothing new either way.
+            tracing::debug!(topic, partition, "fetch response without the partition");
+            return Ok(Fetched {
+                records: Vec::new(),
+                next_offset: offset,
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+            });
+        };
         if let Some(code) = non_zero(p.error_code) {
             return Err(self.err(code, topic, partition));
         }
@@ -731,14 +769,24 @@ impl Conn {
 
     /// The first offset whose timestamp is at or after `timestamp_ms`, or `None` if no such
     /// record exists (kafka-go `ReadOffset`).
-    pub async fn offset_for_time(&self, topic: &str, partition: i32, timestamp_ms: i64) -> Result<Option<i64>> {
+    pub async fn offset_for_time(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp_ms: i64,
+    ) -> Result<Option<i64>> {
         if timestamp_ms < 0 {
             return Err(Error::config("timestamp must not be negative"));
         }
         self.list_offset(topic, partition, timestamp_ms).await
     }
 
-    async fn list_offset(&self, topic: &str, partition: i32, timestamp: i64) -> Result<Option<i64>> {
+    async fn list_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<Option<i64>> {
         let req = ListOffsetsRequest {
             replica_id: -1,
             isolation_level: 0,
@@ -835,7 +883,8 @@ fn now_ms() -> i64 {
 /// memory.
 fn decompress_limit(max_bytes: i32) -> usize {
     let base = usize::try_from(max_bytes.max(1)).unwrap_or(1);
-    base.saturating_mul(32).clamp(64 * 1024 * 1024, 1024 * 1024 * 1024)
+    base.saturating_mul(32)
+        .clamp(64 * 1024 * 1024, 1024 * 1024 * 1024)
 }
 
 #[allow(dead_code)]

@@ -223,6 +223,7 @@ impl Connection {
             broker: broker.clone(),
             in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
             pending: Mutex::new(HashMap::new()),
+            unanswered: Mutex::new(std::collections::VecDeque::new()),
             failure: Mutex::new(None),
             shutdown: Notify::new(),
         });
@@ -610,6 +611,10 @@ struct State {
     broker: String,
     in_flight: Arc<Semaphore>,
     pending: Mutex<HashMap<i32, Pending>>,
+    /// Correlation ids of recent requests sent without expecting a response (acks=0
+    /// produce). Some brokers (tansu 0.6) answer them anyway; such a reply is discarded
+    /// rather than treated as garbage. Bounded to [`UNANSWERED_MEMORY`] entries.
+    unanswered: Mutex<std::collections::VecDeque<i32>>,
     failure: Mutex<Option<Failure>>,
     shutdown: Notify,
 }
@@ -666,6 +671,16 @@ impl State {
             ));
         };
         let Some(pending) = lock(&self.pending).remove(&correlation_id) else {
+            let mut unanswered = lock(&self.unanswered);
+            if let Some(i) = unanswered.iter().position(|id| *id == correlation_id) {
+                unanswered.remove(i);
+                debug!(
+                    broker = %self.broker,
+                    correlation_id,
+                    "discarded a response to a request sent without expecting one"
+                );
+                return Ok(());
+            }
             return Err(Failure::new(
                 ErrorKind::Protocol,
                 format!("response with unknown correlation id {correlation_id}"),
@@ -701,6 +716,9 @@ impl State {
         Ok(())
     }
 }
+
+/// How many correlation ids of no-response requests are remembered.
+const UNANSWERED_MEMORY: usize = 1024;
 
 /// A request written and awaiting its response. Holds its in-flight permit until then.
 struct Pending {
@@ -831,6 +849,12 @@ async fn write_one<W: AsyncWrite + Unpin>(
             drop(permit);
             match written {
                 Ok(()) => {
+                    let mut unanswered = lock(&state.unanswered);
+                    if unanswered.len() >= UNANSWERED_MEMORY {
+                        unanswered.pop_front();
+                    }
+                    unanswered.push_back(correlation_id);
+                    drop(unanswered);
                     let _ = tx.send(Ok(()));
                 }
                 Err(e) => {
@@ -1437,6 +1461,21 @@ mod tests {
             peer.answer(&s, 6).await;
         });
         assert_eq!(r.unwrap().throttle_time_ms, 6);
+    }
+
+    #[tokio::test]
+    async fn unexpected_answer_to_no_response_request_is_discarded() {
+        // tansu 0.6 answers acks=0 produce requests; that must not kill the connection.
+        let (conn, mut peer) = raw_pair(config());
+        conn.send_no_response(&tagged(5), 3).await.unwrap();
+        let seen = peer.read_request().await;
+        peer.answer(&seen, 5).await;
+        let (r, ()) = tokio::join!(send_tagged(&conn, 6, 3), async {
+            let s = peer.read_request().await;
+            peer.answer(&s, 6).await;
+        });
+        assert_eq!(r.unwrap().throttle_time_ms, 6);
+        assert!(!conn.is_closed());
     }
 
     #[tokio::test]

@@ -16,6 +16,6 @@ pub use connection::{Connection, ConnectionConfig};
 mod client;
 
 pub use client::{
-    Broker, Conn, FetchOptions, Fetched, IsolationLevel, Metadata, NewTopic, PartitionInfo, ProduceOptions,
-    RequiredAcks, TopicInfo,
+    Broker, Conn, FetchOptions, Fetched, IsolationLevel, Metadata, NewTopic, PartitionInfo,
+    ProduceOptions, RequiredAcks, TopicInfo,
 };
