@@ -12,12 +12,14 @@
 //! | [`compression`] | gzip, snappy, lz4, zstd codecs |
 //! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the
 //! kafka-go style [`Conn`] API |
+//! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
 //!
 //! See `DESIGN.md` for how a request flows from a user call to the socket.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod cluster;
 pub mod compression;
 pub mod conn;
 mod error;
