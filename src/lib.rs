@@ -3,7 +3,7 @@
 //! A pure-Rust, async Apache Kafka client in which the consumer is a
 //! `futures::Stream<Item = Result<Message>>` and the producer is a `futures::Sink`.
 //!
-//! This release provides the foundation layers:
+//! This release provides the foundation layers and the producer:
 //!
 //! | module | owns |
 //! | --- | --- |
@@ -11,8 +11,9 @@
 //! | [`record`] | RecordBatch v2 encode/decode, legacy MessageSet v0/v1 decode |
 //! | [`compression`] | gzip, snappy, lz4, zstd codecs |
 //! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the
-//! kafka-go style [`Conn`] API |
+//! kafka-go style [`Conn`](conn::Conn) API |
 //! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
+//! | [`writer`] | the producer: [`writer::Writer`], a batching, backpressured `Sink<Message>` |
 //!
 //! See `DESIGN.md` for how a request flows from a user call to the socket.
 #![deny(unsafe_code)]
@@ -25,5 +26,6 @@ pub mod conn;
 mod error;
 pub mod protocol;
 pub mod record;
+pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};
