@@ -96,14 +96,13 @@ async fn write_messages_round_trip() {
 }
 
 #[tokio::test]
-async fn forward_200k_keyed_messages_over_8_partitions() {
-    const N: usize = 200_000;
+async fn forward_1m_keyed_messages_over_8_partitions() {
+    const N: usize = 1_000_000;
     const KEYS: usize = 1000;
     let topic = new_topic("writer-bulk", 8).await;
     let mut writer = Writer::new(
         config(&topic)
             .balancer(Hash::default())
-            .batch_size(1000)
             .max_buffered_bytes(4 << 20),
     )
     .unwrap();
@@ -329,4 +328,57 @@ async fn unknown_topic_and_partition_fail_with_clear_errors() {
     assert!(started.elapsed() < Duration::from_secs(5));
     // The writer still works for other messages.
     writer.write_messages([Message::new("ok")]).await.unwrap();
+}
+
+/// Produce keys `key-0..n` with librdkafka (confluent-kafka) using `partitioner`, and return
+/// the partition each key landed in.
+fn librdkafka_partitions(topic: &str, n: usize, partitioner: &str) -> Vec<(String, i32)> {
+    let out =
+        std::process::Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+            .arg(format!(
+                "{}/tests/interop/produce.py",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .args(["--broker", &common::shared().addr, "--topic", topic])
+            .args(["--count", &n.to_string(), "--partitioner", partitioner])
+            .output()
+            .expect("run produce.py");
+    assert!(
+        out.status.success(),
+        "librdkafka producer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json line");
+            (
+                v["key"].as_str().unwrap().to_string(),
+                v["partition"].as_i64().unwrap() as i32,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn crc32_and_murmur2_match_librdkafka_live() {
+    use kafkapipe::writer::{Balancer, Crc32, Murmur2};
+    const PARTITIONS: i32 = 7;
+    let ids: Vec<i32> = (0..PARTITIONS).collect();
+    for (partitioner, balancer) in [
+        ("consistent_random", &Crc32::default() as &dyn Balancer),
+        ("consistent", &Crc32::consistent()),
+        ("murmur2_random", &Murmur2::default()),
+    ] {
+        let topic = new_topic("writer-partitioner", PARTITIONS).await;
+        let placed = librdkafka_partitions(&topic, 200, partitioner);
+        assert_eq!(placed.len(), 200);
+        let mut used = std::collections::HashSet::new();
+        for (key, partition) in placed {
+            let ours = balancer.partition(&Message::keyed(key.clone(), "v"), &ids);
+            assert_eq!(ours, partition, "{partitioner}: key {key:?}");
+            used.insert(partition);
+        }
+        assert!(used.len() > 1, "{partitioner}: keys spread");
+    }
 }

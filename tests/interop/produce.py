@@ -2,7 +2,7 @@
 """Produce N messages to a topic with confluent-kafka (librdkafka), for interop tests.
 
     produce.py --broker 127.0.0.1:PORT --topic T --count N [--compression none|gzip|snappy|lz4|zstd]
-               [--partition P] [--prefix STR]
+               [--partition P] [--prefix STR] [--partitioner NAME]
 
 Message i has key "<prefix>key-i", value "<prefix>value-i" and headers
 [("h-index", b"i"), ("h-bin", bytes([i % 256, 0, 255]))]. Exits non-zero if any delivery fails.
@@ -25,9 +25,13 @@ def main() -> int:
     ap.add_argument("--partition", type=int, default=None)
     ap.add_argument("--prefix", default="")
     ap.add_argument("--timeout", type=float, default=30.0)
+    ap.add_argument("--partitioner", default=None,
+                    help="librdkafka partitioner (consistent, consistent_random, murmur2, ...)")
     args = ap.parse_args()
 
+    extra = {"partitioner": args.partitioner} if args.partitioner else {}
     producer = Producer({
+        **extra,
         "bootstrap.servers": args.broker,
         "compression.type": args.compression,
         "linger.ms": 5,
