@@ -382,3 +382,28 @@ async fn crc32_and_murmur2_match_librdkafka_live() {
         assert!(used.len() > 1, "{partitioner}: keys spread");
     }
 }
+
+#[tokio::test]
+async fn acks_none_delivers_without_waiting_for_responses() {
+    use kafkapipe::conn::RequiredAcks;
+    let topic = new_topic("writer-acks0", 2).await;
+    let mut writer = Writer::new(config(&topic).required_acks(RequiredAcks::None)).unwrap();
+    let msgs = (0..2000).map(|i| Ok(Message::new(format!("v{i}"))));
+    stream::iter(msgs).forward(&mut writer).await.unwrap();
+    writer.close().await.unwrap();
+    assert_eq!(writer.stats().messages, 2000);
+    // Written is not yet stored: poll until the broker has appended everything.
+    let conn = admin().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut total = 0;
+        for p in 0..2 {
+            total += read_partition(&conn, &topic, p).await.len();
+        }
+        if total == 2000 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {total} of 2000 arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

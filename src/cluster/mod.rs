@@ -280,6 +280,13 @@ impl Cluster {
         Ok(conn)
     }
 
+    /// The open connection to broker `id`, if one is established; never dials.
+    pub fn open_connection(&self, id: i32) -> Option<Connection> {
+        let slot = lock(&self.inner.conns).get(&id).cloned()?;
+        let guard = slot.try_lock().ok()?;
+        guard.as_ref().filter(|c| !c.is_closed()).cloned()
+    }
+
     /// Fetch metadata for `topics` now (an empty slice refreshes the broker list only)
     /// and update the cache. Concurrent refreshes are coalesced; a topic refreshed less
     /// than the refresh backoff ago is not asked for again before that backoff elapsed.

@@ -54,7 +54,10 @@ pub struct WriterConfig {
     /// Default 32 MiB (Java `buffer.memory`).
     pub max_buffered_bytes: usize,
     /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java `acks=all`;
-    /// kafka-go's default is none).
+    /// kafka-go's default is none). With [`RequiredAcks::None`] a message counts as
+    /// delivered once its request is written to the socket, so a flush does not prove the
+    /// broker stored it; closing the writer still waits for one answered request per
+    /// broker, which the broker handles after every earlier produce on that connection.
     pub required_acks: RequiredAcks,
     /// How many times a batch is sent before a retriable error is given up on. Default 10
     /// (kafka-go `MaxAttempts`).
@@ -262,5 +265,50 @@ impl WriterConfig {
             .checked_mul(factor)
             .unwrap_or(self.backoff_max)
             .min(self.backoff_max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_max() {
+        let c =
+            WriterConfig::new(["b:1"]).backoff(Duration::from_millis(100), Duration::from_secs(1));
+        let got: Vec<u128> = (1..=6).map(|a| c.backoff_for(a).as_millis()).collect();
+        assert_eq!(got, [100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(c.backoff_for(u32::MAX), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn invalid_configs_are_rejected() {
+        let ok = WriterConfig::new(["b:1"]);
+        assert!(ok.validate().is_ok());
+        for bad in [
+            WriterConfig::new(Vec::<String>::new()),
+            ok.clone().batch_size(0),
+            ok.clone().batch_bytes(10),
+            ok.clone().max_buffered_bytes(0),
+            ok.clone().max_attempts(0),
+            ok.clone().max_in_flight_per_broker(0),
+            ok.clone()
+                .backoff(Duration::from_secs(2), Duration::from_secs(1)),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Config, "{e}");
+        }
+    }
+
+    #[test]
+    fn connection_config_follows_writer_settings() {
+        let c = WriterConfig::new(["b:1"])
+            .client_id("app")
+            .write_timeout(Duration::from_secs(3))
+            .max_in_flight_per_broker(2);
+        let cc = c.connection_config();
+        assert_eq!(cc.client_id, "app");
+        assert_eq!(cc.request_timeout, Duration::from_secs(3));
+        assert_eq!(cc.max_in_flight, 2);
     }
 }

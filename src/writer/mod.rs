@@ -340,8 +340,15 @@ impl Writer {
         }
     }
 
+    /// Wait for the flush in progress (if any), then flush what was accepted since, until
+    /// every accepted message is done. Returns the first error.
     fn poll_flush_inner(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        if self.flushing.is_none() {
+        loop {
+            if let Some(rx) = self.flushing.as_mut() {
+                let result = ready!(Pin::new(rx).poll(cx));
+                self.flushing = None;
+                result.unwrap_or_else(|_| Err(closed_error()))?;
+            }
             let Some(group) = self.sink_group.take() else {
                 return Poll::Ready(Ok(()));
             };
@@ -351,12 +358,6 @@ impl Writer {
             let _ = self.cmds.send(Cmd::Flush);
             self.flushing = Some(rx);
         }
-        let Some(rx) = self.flushing.as_mut() else {
-            return Poll::Ready(Ok(()));
-        };
-        let result = ready!(Pin::new(rx).poll(cx));
-        self.flushing = None;
-        Poll::Ready(result.unwrap_or_else(|_| Err(closed_error())))
     }
 }
 
@@ -408,5 +409,63 @@ impl futures::Sink<Message> for Writer {
             this.closing = None;
         }
         Poll::Ready(this.close_result.take().unwrap_or(Ok(())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_outside_a_runtime_is_a_config_error() {
+        let e = Writer::new(WriterConfig::new(["127.0.0.1:1"])).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Config);
+    }
+
+    #[test]
+    fn group_reports_the_first_error_once_all_are_done() {
+        let g = Group::open();
+        g.add(3);
+        let (tx, mut rx) = oneshot::channel();
+        g.seal(tx);
+        g.done(1, None);
+        g.done(1, Some(&Error::config("first")));
+        assert!(rx.try_recv().is_err(), "one message still pending");
+        g.done(1, Some(&Error::config("second")));
+        let e = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(e.to_string(), "first");
+    }
+
+    #[test]
+    fn sealing_an_empty_group_answers_at_once() {
+        let g = Group::open();
+        let (tx, mut rx) = oneshot::channel();
+        g.seal(tx);
+        assert!(rx.try_recv().unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn unreachable_broker_fails_the_flush_and_frees_the_buffer() {
+        use futures::SinkExt;
+        let mut w = Writer::new(
+            WriterConfig::new(["127.0.0.1:1"])
+                .topic("t")
+                .max_attempts(2)
+                .backoff(
+                    std::time::Duration::from_millis(1),
+                    std::time::Duration::from_millis(5),
+                )
+                .connect_timeout(std::time::Duration::from_millis(200)),
+        )
+        .unwrap();
+        w.feed(Message::new("v")).await.unwrap();
+        let e = w.flush().await.unwrap_err();
+        assert!(e.is_retriable(), "{e}");
+        assert_eq!(e.topic(), Some("t"));
+        let s = w.stats();
+        assert_eq!((s.errors, s.buffered_bytes), (1, 0), "{s:?}");
+        // A failed flush reports once; the writer can still be closed.
+        w.close().await.unwrap();
+        assert!(w.feed(Message::new("late")).await.unwrap_err().is_closed());
     }
 }

@@ -14,7 +14,9 @@ use super::{Group, Message, Shared, WriterConfig};
 use crate::cluster::{Cluster, TopicMetadata};
 use crate::conn::RequiredAcks;
 use crate::error::{Error, Result};
-use crate::protocol::messages::{ProducePartitionData, ProduceRequest, ProduceTopicData};
+use crate::protocol::messages::{
+    ApiVersionsRequest, ProducePartitionData, ProduceRequest, ProduceTopicData,
+};
 use crate::protocol::ErrorCode;
 use crate::record::RecordBatchBuilder;
 
@@ -184,11 +186,36 @@ impl Task {
                 break;
             }
         }
+        if self.cfg.required_acks == RequiredAcks::None {
+            self.barrier().await;
+        }
         self.cluster.close().await;
         for w in self.close_waiters.drain(..) {
             let _ = w.send(());
         }
         debug!("writer task stopped");
+    }
+
+    /// With `acks=0` nothing tells us the broker has read our produce requests, and
+    /// closing a socket the broker still sends to (some brokers answer even acks=0
+    /// requests) resets it, which can discard requests not yet processed. A broker
+    /// handles one connection's requests in order, so one answered request per connection
+    /// proves every earlier produce was handled.
+    async fn barrier(&self) {
+        for broker in self.in_flight.keys() {
+            let Some(conn) = self.cluster.open_connection(*broker) else {
+                continue;
+            };
+            let req = ApiVersionsRequest {
+                client_software_name: "kafkapipe".into(),
+                client_software_version: env!("CARGO_PKG_VERSION").into(),
+                ..ApiVersionsRequest::default()
+            };
+            let done = tokio::time::timeout(self.cfg.write_timeout, conn.send(&req)).await;
+            if !matches!(done, Ok(Ok(_))) {
+                debug!(broker_id = *broker, "no answer to the acks=0 close barrier");
+            }
+        }
     }
 
     fn idle(&self) -> bool {
@@ -429,6 +456,9 @@ impl Task {
             }
         }
         for name in need_meta {
+            // Cached metadata without a leader is useless: ask again (the cluster spaces
+            // refreshes of one topic by its refresh backoff).
+            self.cluster.invalidate(&name);
             self.spawn_metadata(name);
         }
         let max = self.cfg.max_in_flight_per_broker;
@@ -512,9 +542,37 @@ impl Task {
         match result {
             Ok(meta) => {
                 t.ids = meta.partition_ids();
-                t.meta = Some(meta);
                 t.meta_attempts = 0;
+                // Batches whose partition still has no leader count an attempt, so a
+                // partition that never gets one fails instead of waiting forever.
+                let mut failed = Vec::new();
+                for (p, ps) in &mut t.parts {
+                    if ps.busy || meta.leader(*p).is_some() {
+                        continue;
+                    }
+                    let Some(front) = ps.sealed.front_mut() else {
+                        continue;
+                    };
+                    front.attempts += 1;
+                    if front.attempts >= max_attempts {
+                        if let Some(b) = ps.sealed.pop_front() {
+                            failed.push((*p, b));
+                        }
+                        ps.retry_at = None;
+                    } else {
+                        ps.retry_at = Some(now + self.cfg.backoff_for(front.attempts));
+                    }
+                }
+                t.meta = Some(meta);
                 let waiting = std::mem::take(&mut t.waiting);
+                for (p, b) in failed {
+                    let e = Error::kafka(ErrorCode::LeaderNotAvailable)
+                        .with_message(format!("no leader after {max_attempts} attempts"))
+                        .with_topic(&*topic)
+                        .with_partition(p);
+                    warn!(topic = %topic, partition = p, "giving up on a partition without leader");
+                    self.finish(b, Some(&e));
+                }
                 let ts = now_ms();
                 for m in waiting {
                     self.assign(&topic, m, ts);
@@ -529,6 +587,11 @@ impl Task {
                     return;
                 }
                 warn!(topic = %topic, attempts, error = %e, "metadata lookup failed for good");
+                let e = if e.topic().is_none() {
+                    e.with_topic(&*topic)
+                } else {
+                    e
+                };
                 t.meta_attempts = 0;
                 let waiting = std::mem::take(&mut t.waiting);
                 // Batches that cannot find their leader fail too.

@@ -1,0 +1,336 @@
+//! Writer behaviour that tansu cannot be made to show — leader changes, partition errors,
+//! partitions without a leader — against a small scripted fake broker that speaks
+//! ApiVersions, Metadata and Produce over TCP with kafkapipe's own protocol codec.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafkapipe::protocol::messages::{
+    ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, MetadataBroker, MetadataPartition,
+    MetadataRequest, MetadataResponse, MetadataTopic, ProducePartitionResponse, ProduceRequest,
+    ProduceResponse, ProduceTopicResponse,
+};
+use kafkapipe::protocol::{
+    ApiKey, Decode, Encode, ErrorCode, Request, RequestHeader, ResponseHeader, TaggedFields,
+};
+use kafkapipe::record::decode_batches;
+use kafkapipe::writer::{Message, Writer, WriterConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const TOPIC: &str = "t";
+
+#[derive(Default)]
+struct State {
+    /// Partition id → leader id (1 is this broker, -1 none).
+    partitions: Vec<(i32, i32)>,
+    /// Error codes to answer for a partition's next produces, in order.
+    script: HashMap<i32, VecDeque<ErrorCode>>,
+    /// An error code answered for every produce to a partition.
+    always: HashMap<i32, ErrorCode>,
+    /// Partitions carried by each produce request.
+    requests: Vec<Vec<i32>>,
+    /// Values accepted per partition, in order.
+    accepted: HashMap<i32, Vec<Bytes>>,
+    metadata_requests: usize,
+}
+
+struct Fake {
+    addr: String,
+    state: Arc<Mutex<State>>,
+}
+
+impl Fake {
+    async fn start(partitions: Vec<(i32, i32)>) -> Fake {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let state = Arc::new(Mutex::new(State {
+            partitions,
+            ..State::default()
+        }));
+        let (st, port) = (state.clone(), listener.local_addr().unwrap().port());
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                tokio::spawn(serve(sock, st.clone(), port));
+            }
+        });
+        Fake { addr, state }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    fn writer(&self, tune: impl FnOnce(WriterConfig) -> WriterConfig) -> Writer {
+        Writer::new(tune(
+            WriterConfig::new([self.addr.clone()])
+                .topic(TOPIC)
+                .backoff(Duration::from_millis(5), Duration::from_millis(20))
+                .batch_timeout(Duration::from_millis(2)),
+        ))
+        .unwrap()
+    }
+}
+
+fn frame<R: Request>(correlation_id: i32, version: i16, resp: &R::Response) -> BytesMut
+where
+    R::Response: Encode,
+{
+    let mut body = BytesMut::new();
+    ResponseHeader {
+        correlation_id,
+        tagged_fields: TaggedFields::new(),
+    }
+    .encode(&mut body, R::response_header_version(version))
+    .unwrap();
+    resp.encode(&mut body, version).unwrap();
+    let mut out = BytesMut::new();
+    out.put_i32(body.len() as i32);
+    out.extend_from_slice(&body);
+    out
+}
+
+async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, port: u16) {
+    loop {
+        let Ok(size) = sock.read_i32().await else {
+            return;
+        };
+        let mut buf = vec![0u8; size as usize];
+        if sock.read_exact(&mut buf).await.is_err() {
+            return;
+        }
+        let mut buf = Bytes::from(buf);
+        let (key, version, _) = RequestHeader::peek(&buf).unwrap();
+        let out = match key {
+            ApiKey::API_VERSIONS => {
+                let h = RequestHeader::decode(
+                    &mut buf,
+                    ApiVersionsRequest::request_header_version(version),
+                )
+                .unwrap();
+                let range = |api_key, min_version, max_version| ApiVersionRange {
+                    api_key,
+                    min_version,
+                    max_version,
+                    tagged_fields: TaggedFields::new(),
+                };
+                let resp = ApiVersionsResponse {
+                    api_keys: vec![
+                        range(ApiKey::API_VERSIONS, 0, 3),
+                        range(ApiKey::METADATA, 4, 12),
+                        range(ApiKey::PRODUCE, 3, 9),
+                    ],
+                    ..ApiVersionsResponse::default()
+                };
+                frame::<ApiVersionsRequest>(h.correlation_id, version.min(3), &resp)
+            }
+            ApiKey::METADATA => {
+                let h = RequestHeader::decode(
+                    &mut buf,
+                    MetadataRequest::request_header_version(version),
+                )
+                .unwrap();
+                let mut st = state.lock().unwrap();
+                st.metadata_requests += 1;
+                let resp = MetadataResponse {
+                    brokers: vec![MetadataBroker {
+                        node_id: 1,
+                        host: "127.0.0.1".into(),
+                        port: i32::from(port),
+                        ..MetadataBroker::default()
+                    }],
+                    controller_id: 1,
+                    topics: vec![MetadataTopic {
+                        name: Some(TOPIC.into()),
+                        partitions: st
+                            .partitions
+                            .iter()
+                            .map(|(id, leader)| MetadataPartition {
+                                partition_index: *id,
+                                leader_id: *leader,
+                                error_code: if *leader < 0 { 5 } else { 0 },
+                                ..MetadataPartition::default()
+                            })
+                            .collect(),
+                        ..MetadataTopic::default()
+                    }],
+                    ..MetadataResponse::default()
+                };
+                frame::<MetadataRequest>(h.correlation_id, version, &resp)
+            }
+            ApiKey::PRODUCE => {
+                let h = RequestHeader::decode(
+                    &mut buf,
+                    ProduceRequest::request_header_version(version),
+                )
+                .unwrap();
+                let req = ProduceRequest::decode(&mut buf, version).unwrap();
+                let mut st = state.lock().unwrap();
+                let mut carried = Vec::new();
+                let mut responses = Vec::new();
+                for t in req.topic_data {
+                    let mut parts = Vec::new();
+                    for p in t.partition_data {
+                        carried.push(p.index);
+                        let code = match st.script.get_mut(&p.index).and_then(VecDeque::pop_front) {
+                            Some(c) => Some(c),
+                            None => st.always.get(&p.index).copied(),
+                        };
+                        let base = st.accepted.get(&p.index).map_or(0, Vec::len) as i64;
+                        if code.is_none() {
+                            let batches =
+                                decode_batches(p.records.clone().unwrap(), 1 << 24).unwrap();
+                            let values = st.accepted.entry(p.index).or_default();
+                            for b in batches.batches {
+                                values.extend(b.records.into_iter().map(|r| r.value.unwrap()));
+                            }
+                        }
+                        parts.push(ProducePartitionResponse {
+                            index: p.index,
+                            error_code: code.map_or(0, ErrorCode::code),
+                            base_offset: base,
+                            log_append_time_ms: -1,
+                            ..ProducePartitionResponse::default()
+                        });
+                    }
+                    responses.push(ProduceTopicResponse {
+                        name: t.name,
+                        partition_responses: parts,
+                        ..ProduceTopicResponse::default()
+                    });
+                }
+                st.requests.push(carried);
+                let resp = ProduceResponse {
+                    responses,
+                    ..ProduceResponse::default()
+                };
+                frame::<ProduceRequest>(h.correlation_id, version, &resp)
+            }
+            other => panic!("fake broker got unexpected {other}"),
+        };
+        if sock.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn numbered(partition: i32, n: usize) -> Vec<Message> {
+    (0..n)
+        .map(|i| Message::new(format!("{i:06}")).with_partition(partition))
+        .collect()
+}
+
+fn in_order(values: &[Bytes]) -> bool {
+    values.windows(2).all(|w| w[0] < w[1])
+}
+
+#[tokio::test]
+async fn not_leader_is_retried_in_order_after_a_metadata_refresh() {
+    let fake = Fake::start(vec![(0, 1), (1, 1)]).await;
+    fake.state().script.insert(
+        0,
+        VecDeque::from([
+            ErrorCode::NotLeaderOrFollower,
+            ErrorCode::NotLeaderOrFollower,
+        ]),
+    );
+    let writer = fake.writer(|c| c.batch_size(50));
+    let mut msgs = numbered(0, 300);
+    msgs.extend(numbered(1, 300));
+    writer.write_messages(msgs).await.unwrap();
+
+    let stats = writer.stats();
+    assert_eq!(stats.messages, 600, "{stats:?}");
+    assert_eq!(stats.retries, 2, "{stats:?}");
+    let st = fake.state();
+    assert!(
+        st.metadata_requests >= 2,
+        "metadata refreshed after NotLeader"
+    );
+    for p in [0, 1] {
+        let got = &st.accepted[&p];
+        assert_eq!(got.len(), 300, "partition {p}");
+        assert!(in_order(got), "partition {p} out of order");
+    }
+    assert!(
+        st.requests.iter().any(|r| r.len() == 2),
+        "batches of both partitions share a request: {:?}",
+        st.requests
+    );
+    for r in &st.requests {
+        let mut unique = r.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            r.len(),
+            "one batch per partition per request: {r:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn non_retriable_error_fails_only_that_partitions_messages() {
+    let fake = Fake::start(vec![(0, 1), (1, 1)]).await;
+    fake.state().always.insert(1, ErrorCode::MessageTooLarge);
+    let writer = fake.writer(|c| c);
+    let mut msgs = numbered(0, 20);
+    msgs.extend(numbered(1, 20));
+    let err = writer.write_messages(msgs).await.unwrap_err();
+    assert_eq!(err.kafka_code(), Some(ErrorCode::MessageTooLarge), "{err}");
+    assert_eq!(err.topic(), Some(TOPIC));
+    assert_eq!(err.partition(), Some(1));
+    assert!(err.broker().is_some(), "{err}");
+    let stats = writer.stats();
+    assert_eq!(
+        (stats.messages, stats.errors, stats.retries),
+        (20, 20, 0),
+        "{stats:?}"
+    );
+    assert_eq!(fake.state().accepted[&0].len(), 20);
+    // The writer keeps working for the healthy partition.
+    writer.write_messages(numbered(0, 5)).await.unwrap();
+}
+
+#[tokio::test]
+async fn retriable_error_gives_up_after_max_attempts() {
+    let fake = Fake::start(vec![(0, 1)]).await;
+    fake.state()
+        .always
+        .insert(0, ErrorCode::NotLeaderOrFollower);
+    let writer = fake.writer(|c| c.max_attempts(3));
+    let err = writer.write_messages(numbered(0, 3)).await.unwrap_err();
+    assert_eq!(
+        err.kafka_code(),
+        Some(ErrorCode::NotLeaderOrFollower),
+        "{err}"
+    );
+    assert_eq!(err.partition(), Some(0));
+    assert_eq!(fake.state().requests.len(), 3, "exactly max_attempts sends");
+    assert_eq!(writer.stats().retries, 2);
+}
+
+#[tokio::test]
+async fn partition_without_leader_fails_after_max_attempts() {
+    let fake = Fake::start(vec![(0, 1), (1, -1)]).await;
+    let writer = fake.writer(|c| c.max_attempts(3));
+    writer.write_messages(numbered(0, 3)).await.unwrap();
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        writer.write_messages(numbered(1, 3)),
+    )
+    .await
+    .expect("gave up in time")
+    .unwrap_err();
+    assert_eq!(
+        err.kafka_code(),
+        Some(ErrorCode::LeaderNotAvailable),
+        "{err}"
+    );
+    assert_eq!(err.partition(), Some(1));
+    assert!(!fake.state().accepted.contains_key(&1));
+}
