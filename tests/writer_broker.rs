@@ -407,3 +407,21 @@ async fn acks_none_delivers_without_waiting_for_responses() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn auto_topic_creation_when_allowed() {
+    let topic = common::unique_topic("writer-auto");
+    let writer = Writer::new(
+        WriterConfig::new([common::shared().addr.clone()])
+            .topic(&topic)
+            .allow_auto_topic_creation(true)
+            .backoff(Duration::from_millis(20), Duration::from_millis(200)),
+    )
+    .unwrap();
+    writer
+        .write_messages([Message::new("first").with_partition(0)])
+        .await
+        .unwrap();
+    let got = read_partition(&admin().await, &topic, 0).await;
+    assert_eq!(got[0].value.as_deref(), Some(&b"first"[..]));
+}

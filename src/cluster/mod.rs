@@ -75,6 +75,7 @@ struct Inner {
     config: ConnectionConfig,
     refresh_backoff: Duration,
     max_age: Duration,
+    auto_create: bool,
     meta: Mutex<Meta>,
     refresh_lock: tokio::sync::Mutex<Option<Connection>>,
     conns: Mutex<HashMap<i32, Slot>>,
@@ -134,6 +135,7 @@ impl Cluster {
                 config,
                 refresh_backoff: Duration::from_millis(100),
                 max_age: Duration::from_secs(300),
+                auto_create: false,
                 meta: Mutex::new(Meta::default()),
                 refresh_lock: tokio::sync::Mutex::new(None),
                 conns: Mutex::new(HashMap::new()),
@@ -175,6 +177,22 @@ impl Cluster {
     pub fn with_metadata_max_age(mut self, max_age: Duration) -> Self {
         if let Some(inner) = self.inner_mut() {
             inner.max_age = max_age;
+        }
+        self
+    }
+
+    /// Ask brokers to create missing topics when looking them up (Metadata
+    /// `allow_auto_topic_creation`; the broker's `auto.create.topics.enable` decides).
+    /// Default off. Only takes effect before the handle is cloned.
+    ///
+    /// ```
+    /// # use kafkapipe::{cluster::Cluster, conn::ConnectionConfig};
+    /// let c = Cluster::new(["b:9092"], ConnectionConfig::default())?.with_auto_create_topics(true);
+    /// # Ok::<(), kafkapipe::Error>(())
+    /// ```
+    pub fn with_auto_create_topics(mut self, allow: bool) -> Self {
+        if let Some(inner) = self.inner_mut() {
+            inner.auto_create = allow;
         }
         self
     }
@@ -337,7 +355,7 @@ impl Cluster {
         let mut last_err = None;
         if let Some(c) = meta_conn.as_ref().filter(|c| !c.is_closed()) {
             match Conn::from_connection(c.clone())
-                .metadata(Some(topics))
+                .metadata_with(Some(topics), self.inner.auto_create)
                 .await
             {
                 Ok(md) => return Ok(md),
@@ -365,7 +383,7 @@ impl Cluster {
                 }
             };
             match Conn::from_connection(conn.clone())
-                .metadata(Some(topics))
+                .metadata_with(Some(topics), self.inner.auto_create)
                 .await
             {
                 Ok(md) => {

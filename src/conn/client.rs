@@ -381,6 +381,17 @@ impl Conn {
 
     /// List metadata for `topics` (`None`: all topics). Topics are not auto-created.
     pub async fn metadata(&self, topics: Option<&[&str]>) -> Result<Metadata> {
+        self.metadata_with(topics, false).await
+    }
+
+    /// Like [`Conn::metadata`], asking the broker to create missing `topics` with its
+    /// defaults when `allow_auto_topic_creation` is set (and the broker's
+    /// `auto.create.topics.enable` allows it).
+    pub async fn metadata_with(
+        &self,
+        topics: Option<&[&str]>,
+        allow_auto_topic_creation: bool,
+    ) -> Result<Metadata> {
         let req = MetadataRequest {
             topics: topics.map(|ts| {
                 ts.iter()
@@ -390,7 +401,7 @@ impl Conn {
                     })
                     .collect()
             }),
-            allow_auto_topic_creation: false,
+            allow_auto_topic_creation,
             ..Default::default()
         };
         let resp: MetadataResponse = self.connection.send(&req).await?;

@@ -85,6 +85,10 @@ pub struct WriterConfig {
     /// How long establishing a broker connection may take. Default 10 s (Java
     /// `socket.connection.setup.timeout.ms`).
     pub connect_timeout: Duration,
+    /// Ask the broker to create a missing topic (with its default partition count) when
+    /// the writer first looks it up; the broker's `auto.create.topics.enable` decides.
+    /// Default false (kafka-go `AllowAutoTopicCreation`).
+    pub allow_auto_topic_creation: bool,
 }
 
 impl fmt::Debug for WriterConfig {
@@ -105,6 +109,7 @@ impl fmt::Debug for WriterConfig {
             .field("client_id", &self.client_id)
             .field("max_in_flight_per_broker", &self.max_in_flight_per_broker)
             .field("connect_timeout", &self.connect_timeout)
+            .field("allow_auto_topic_creation", &self.allow_auto_topic_creation)
             .finish_non_exhaustive()
     }
 }
@@ -133,6 +138,7 @@ impl WriterConfig {
             client_id: "kafkapipe".to_string(),
             max_in_flight_per_broker: 5,
             connect_timeout: Duration::from_secs(10),
+            allow_auto_topic_creation: false,
         }
     }
 
@@ -218,6 +224,12 @@ impl WriterConfig {
     /// Set [`WriterConfig::connect_timeout`].
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = d;
+        self
+    }
+
+    /// Set [`WriterConfig::allow_auto_topic_creation`].
+    pub fn allow_auto_topic_creation(mut self, allow: bool) -> Self {
+        self.allow_auto_topic_creation = allow;
         self
     }
 

@@ -84,7 +84,8 @@ impl Message {
     }
 
     /// The bytes this message accounts for in the writer's buffer bound: key, value and
-    /// headers plus a fixed per-record overhead (an upper bound of the record framing).
+    /// headers plus a fixed per-record overhead (about the record framing; within 64
+    /// bytes of the encoded record size).
     pub fn size(&self) -> usize {
         const RECORD_OVERHEAD: usize = 21; // length, attributes, deltas, lengths (varints)
         self.key.as_ref().map_or(0, Bytes::len)

@@ -237,7 +237,8 @@ impl Writer {
         config.validate()?;
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::config("Writer::new must be called within a Tokio runtime"))?;
-        let cluster = Cluster::new(config.brokers.clone(), config.connection_config())?;
+        let cluster = Cluster::new(config.brokers.clone(), config.connection_config())?
+            .with_auto_create_topics(config.allow_auto_topic_creation);
         let shared = Arc::new(Shared {
             buffered: AtomicUsize::new(0),
             max_buffered: config.max_buffered_bytes,

@@ -331,10 +331,15 @@ impl Task {
         let ps = t.parts.entry(partition).or_default();
         let ts = m.msg.timestamp.unwrap_or(ts);
         let (key, value, headers) = (m.msg.key.as_deref(), m.msg.value.as_deref(), &m.msg.headers);
-        let fresh = RecordBatchBuilder::new(cfg.compression);
-        let alone = fresh
-            .record_size(ts, key, value, headers)
-            .map(|n| n + BATCH_OVERHEAD);
+        // `Message::size` plus slack bounds the record's encoded size; only messages near
+        // the limit pay for the exact computation.
+        let alone = if m.size.saturating_add(64 + BATCH_OVERHEAD) <= cfg.batch_bytes {
+            Ok(0)
+        } else {
+            RecordBatchBuilder::new(cfg.compression)
+                .record_size(ts, key, value, headers)
+                .map(|n| n + BATCH_OVERHEAD)
+        };
         match alone {
             Ok(n) if n > cfg.batch_bytes => {
                 let e = Error::kafka(ErrorCode::MessageTooLarge)
