@@ -123,7 +123,14 @@ async fn forward_1m_keyed_messages_over_8_partitions() {
     );
     assert_eq!(stats.messages, N as u64);
     assert_eq!(stats.errors, 0);
-    assert_eq!(stats.buffered_bytes, 0);
+    assert_eq!((stats.buffered_bytes, stats.queued_messages), (0, 0));
+    assert_eq!(stats.batch_messages_max, 100, "default batch_size");
+    assert!(stats.batch_bytes_max > 0 && stats.batch_bytes_total >= stats.batch_bytes_max);
+    assert!(stats.write_time_avg > Duration::ZERO && stats.write_time_max >= stats.write_time_avg);
+    assert!(
+        stats.writes < stats.batches,
+        "batches of several partitions share produce requests: {stats:?}"
+    );
 
     let conn = admin().await;
     let mut total = 0;

@@ -79,6 +79,18 @@ pub struct WriterStats {
     pub retries: u64,
     /// Bytes accepted and not yet acknowledged or failed (the backpressure gauge).
     pub buffered_bytes: u64,
+    /// Messages accepted and not yet acknowledged or failed (kafka-go `QueueLength`).
+    pub queued_messages: u64,
+    /// Largest acknowledged batch, in messages.
+    pub batch_messages_max: u64,
+    /// Largest acknowledged batch, in encoded (possibly compressed) bytes.
+    pub batch_bytes_max: u64,
+    /// Encoded bytes of all acknowledged batches (divide by `batches` for the mean).
+    pub batch_bytes_total: u64,
+    /// Mean time from sending a produce request to its answer.
+    pub write_time_avg: std::time::Duration,
+    /// Longest time from sending a produce request to its answer.
+    pub write_time_max: std::time::Duration,
 }
 
 #[derive(Default)]
@@ -89,6 +101,14 @@ struct Counters {
     bytes: AtomicU64,
     errors: AtomicU64,
     retries: AtomicU64,
+    queued: AtomicU64,
+    batch_messages_max: AtomicU64,
+    batch_bytes_max: AtomicU64,
+    batch_bytes_total: AtomicU64,
+    /// Answered produce requests and their total and largest latency, in microseconds.
+    answered: AtomicU64,
+    write_micros: AtomicU64,
+    write_micros_max: AtomicU64,
 }
 
 /// State shared by the writer handle and its task.
@@ -102,6 +122,15 @@ struct Shared {
 impl Shared {
     fn reserve(&self, bytes: usize) {
         self.buffered.fetch_add(bytes, Ordering::AcqRel);
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `messages` messages of `bytes` bytes are done (delivered or failed).
+    fn release_messages(&self, messages: usize, bytes: usize) {
+        self.stats
+            .queued
+            .fetch_sub(messages as u64, Ordering::Relaxed);
+        self.release(bytes);
     }
 
     fn release(&self, bytes: usize) {
@@ -307,7 +336,8 @@ impl Writer {
             .collect();
         drop(group);
         if let Err(mpsc::error::SendError(Cmd::Batch(batch))) = self.cmds.send(Cmd::Batch(batch)) {
-            self.shared.release(batch.iter().map(|m| m.size).sum());
+            self.shared
+                .release_messages(batch.len(), batch.iter().map(|m| m.size).sum());
             return Err(closed_error());
         }
         rx.await.unwrap_or_else(|_| Err(closed_error()))
@@ -324,6 +354,16 @@ impl Writer {
             errors: c.errors.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
             buffered_bytes: self.shared.buffered.load(Ordering::Relaxed) as u64,
+            queued_messages: c.queued.load(Ordering::Relaxed),
+            batch_messages_max: c.batch_messages_max.load(Ordering::Relaxed),
+            batch_bytes_max: c.batch_bytes_max.load(Ordering::Relaxed),
+            batch_bytes_total: c.batch_bytes_total.load(Ordering::Relaxed),
+            write_time_avg: std::time::Duration::from_micros(
+                c.write_micros.load(Ordering::Relaxed) / c.answered.load(Ordering::Relaxed).max(1),
+            ),
+            write_time_max: std::time::Duration::from_micros(
+                c.write_micros_max.load(Ordering::Relaxed),
+            ),
         }
     }
 

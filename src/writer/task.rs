@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, trace, warn};
+use tracing::{debug, trace, warn, Instrument};
 
 use super::{Group, Message, Shared, WriterConfig};
 use crate::cluster::{Cluster, TopicMetadata};
@@ -277,7 +277,7 @@ impl Task {
         debug!(error = %err, "message rejected");
         self.shared.stats.errors.fetch_add(1, Ordering::Relaxed);
         m.group.done(1, Some(&err));
-        self.shared.release(m.size);
+        self.shared.release_messages(1, m.size);
     }
 
     fn accept(&mut self, m: Msg, ts: i64) {
@@ -497,8 +497,23 @@ impl Task {
             let tx = self.events_tx.clone();
             let acks = self.cfg.required_acks;
             let timeout = self.cfg.write_timeout;
+            let shared = self.shared.clone();
             tokio::spawn(async move {
-                let result = produce(&cluster, broker, &batches, acks, timeout).await;
+                let started = Instant::now();
+                let result = produce(&cluster, broker, &batches, acks, timeout)
+                    .instrument(tracing::debug_span!(
+                        "produce",
+                        broker_id = broker,
+                        partitions = batches.len()
+                    ))
+                    .await;
+                if result.is_ok() {
+                    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    let c = &shared.stats;
+                    c.answered.fetch_add(1, Ordering::Relaxed);
+                    c.write_micros.fetch_add(micros, Ordering::Relaxed);
+                    c.write_micros_max.fetch_max(micros, Ordering::Relaxed);
+                }
                 let _ = tx.send(Event::Produced {
                     broker,
                     parts,
@@ -667,6 +682,14 @@ impl Task {
                 stats.batches.fetch_add(1, Ordering::Relaxed);
                 stats.messages.fetch_add(b.count as u64, Ordering::Relaxed);
                 stats.bytes.fetch_add(b.bytes as u64, Ordering::Relaxed);
+                let encoded = b.data.len() as u64;
+                stats
+                    .batch_bytes_total
+                    .fetch_add(encoded, Ordering::Relaxed);
+                stats.batch_bytes_max.fetch_max(encoded, Ordering::Relaxed);
+                stats
+                    .batch_messages_max
+                    .fetch_max(b.count as u64, Ordering::Relaxed);
             }
             Some(_) => {
                 stats.errors.fetch_add(b.count as u64, Ordering::Relaxed);
@@ -675,7 +698,7 @@ impl Task {
         for (g, n) in &b.runs {
             g.done(*n, error);
         }
-        self.shared.release(b.bytes);
+        self.shared.release_messages(b.count, b.bytes);
     }
 }
 
@@ -702,7 +725,7 @@ fn seal(ps: &mut PartState, shared: &Shared, topic: &str, partition: i32) {
             for (g, n) in &open.runs {
                 g.done(*n, Some(&e));
             }
-            shared.release(open.bytes);
+            shared.release_messages(open.count, open.bytes);
         }
     }
 }
