@@ -154,7 +154,7 @@ impl Task {
     pub(crate) async fn run(mut self) {
         let mut buf = Vec::with_capacity(512);
         loop {
-            let deadline = self.next_deadline();
+            let deadline = self.next_deadline(Instant::now());
             let timer = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -233,23 +233,26 @@ impl Task {
         self.seal_all();
     }
 
-    fn next_deadline(&self) -> Option<Instant> {
+    /// When the loop must wake up on its own: the earliest linger deadline or retry time
+    /// still ahead. Retry times already due were acted on by the last `dispatch`; if
+    /// they could not be (no leader yet, broker at its in-flight limit), an event — a
+    /// metadata answer or a produce response — wakes the loop, so they must not make the
+    /// timer fire again at once.
+    fn next_deadline(&self, now: Instant) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut consider = |t: Instant| {
             next = Some(next.map_or(t, |n| n.min(t)));
         };
         for t in self.topics.values() {
-            if let Some(at) = t.meta_retry_at {
+            if let Some(at) = t.meta_retry_at.filter(|at| *at > now) {
                 consider(at);
             }
             for p in t.parts.values() {
                 if let Some(o) = &p.open {
                     consider(o.deadline);
                 }
-                if let Some(at) = p.retry_at {
-                    if !p.busy {
-                        consider(at);
-                    }
+                if let Some(at) = p.retry_at.filter(|at| *at > now && !p.busy) {
+                    consider(at);
                 }
             }
         }
