@@ -22,6 +22,17 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::ErrorCode;
 
 /// One partition of a topic and the broker leading it.
+///
+/// ```
+/// use kafkapipe::cluster::{PartitionLeader, TopicMetadata};
+/// let t = TopicMetadata {
+///     name: "events".into(),
+///     partitions: vec![PartitionLeader { id: 0, leader: 1 }, PartitionLeader { id: 1, leader: -1 }],
+/// };
+/// assert_eq!(t.partition_ids(), [0, 1]);
+/// assert_eq!(t.leader(0), Some(1));
+/// assert_eq!(t.leader(1), None); // no leader right now
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionLeader {
     /// Partition index.
@@ -30,7 +41,7 @@ pub struct PartitionLeader {
     pub leader: i32,
 }
 
-/// The cached metadata of one topic.
+/// The cached metadata of one topic (see [`PartitionLeader`] for an example).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMetadata {
     /// Topic name.

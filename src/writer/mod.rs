@@ -62,7 +62,15 @@ use crate::error::{Error, Result};
 use task::{Cmd, Msg, Task};
 
 /// A snapshot of a writer's counters (cumulative since the writer was created), like
-/// kafka-go's `WriterStats`.
+/// kafka-go's `WriterStats`; see [`Writer::stats`].
+///
+/// ```no_run
+/// # fn demo(writer: &kafkapipe::writer::Writer) {
+/// let s = writer.stats();
+/// let mean_batch = s.messages as f64 / s.batches.max(1) as f64;
+/// println!("{} messages in {} requests, {mean_batch:.1} per batch", s.messages, s.writes);
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriterStats {
     /// Produce requests sent.
@@ -231,6 +239,20 @@ type SpaceFuture = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
 ///
 /// Dropping a writer without closing it lets the background task deliver what was
 /// accepted and then end; nobody learns about failures. Close it to be sure.
+///
+/// ```no_run
+/// use futures::SinkExt;
+/// use kafkapipe::writer::{Message, Writer, WriterConfig};
+///
+/// # async fn demo() -> kafkapipe::Result<()> {
+/// let mut writer = Writer::new(WriterConfig::new(["127.0.0.1:9092"]).topic("events"))?;
+/// writer.send(Message::keyed("k", "v")).await?; // send = feed + flush: waits for the ack
+/// writer.feed(Message::new("batched")).await?; // feed: only waits for buffer space
+/// writer.flush().await?;
+/// writer.close().await?;
+/// assert_eq!(writer.stats().messages, 2);
+/// # Ok(()) }
+/// ```
 pub struct Writer {
     cmds: mpsc::UnboundedSender<Cmd>,
     shared: Arc<Shared>,
@@ -290,7 +312,9 @@ impl Writer {
     }
 
     /// Write `msgs` and wait until all are acknowledged (kafka-go `WriteMessages`).
-    /// Waits first while the buffer bound is exceeded. Messages are batched with
+    /// Waits first while the buffer bound is exceeded; the call's messages are then
+    /// accepted together (so one very large call can overshoot the bound). Messages are
+    /// batched with
     /// everything else the writer is sending; the call returns after at most about
     /// [`WriterConfig::batch_timeout`] plus a round trip when nothing fails.
     ///
