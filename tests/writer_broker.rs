@@ -432,3 +432,80 @@ async fn auto_topic_creation_when_allowed() {
     let got = read_partition(&admin().await, &topic, 0).await;
     assert_eq!(got[0].value.as_deref(), Some(&b"first"[..]));
 }
+
+#[tokio::test]
+async fn delivery_reports_give_offsets_and_errors() {
+    let topic = new_topic("writer-deliveries", 2).await;
+    let mut writer = Writer::new(config(&topic).batch_bytes(4096).batch_size(16)).unwrap();
+    let mut deliveries = writer.deliveries();
+    for i in 0..100 {
+        writer
+            .feed(Message::keyed(format!("k{}", i % 7), format!("v{i}")))
+            .await
+            .unwrap();
+    }
+    writer.feed(Message::new(vec![b'x'; 10_000])).await.unwrap();
+    let err = writer.flush().await.unwrap_err();
+    assert_eq!(err.kafka_code(), Some(ErrorCode::MessageTooLarge));
+    writer.close().await.unwrap();
+
+    let reports: Vec<_> = deliveries.by_ref().collect().await;
+    assert_eq!(reports.len(), 101);
+    let failed: Vec<_> = reports.iter().filter(|d| d.result.is_err()).collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(
+        failed[0].message.value.as_ref().map(Bytes::len),
+        Some(10_000)
+    );
+
+    let conn = admin().await;
+    let mut stored: HashMap<(i32, i64), Bytes> = HashMap::new();
+    for p in 0..2 {
+        for r in read_partition(&conn, &topic, p).await {
+            stored.insert((p, r.offset), r.value.unwrap());
+        }
+    }
+    assert_eq!(stored.len(), 100);
+    for d in reports.iter().filter(|d| d.result.is_ok()) {
+        let p = d.message.partition.unwrap();
+        let offset = *d.result.as_ref().unwrap();
+        assert_eq!(d.message.topic.as_deref(), Some(topic.as_str()));
+        assert_eq!(
+            stored.get(&(p, offset)),
+            d.message.value.as_ref(),
+            "report says partition {p} offset {offset}"
+        );
+    }
+    assert_eq!(
+        writer.stats().buffered_bytes,
+        0,
+        "reports consumed, bytes freed"
+    );
+}
+
+#[tokio::test]
+async fn unconsumed_reports_hold_buffer_until_dropped() {
+    let topic = new_topic("writer-reports-drop", 1).await;
+    let writer = Writer::new(config(&topic)).unwrap();
+    let deliveries = writer.deliveries();
+    writer
+        .write_messages((0..10).map(|i| Message::new(format!("v{i}"))))
+        .await
+        .unwrap();
+    assert!(
+        writer.stats().buffered_bytes > 0,
+        "reports still hold their bytes"
+    );
+    assert_eq!(writer.stats().queued_messages, 0);
+    drop(deliveries);
+    assert_eq!(writer.stats().buffered_bytes, 0);
+    writer
+        .write_messages([Message::new("after")])
+        .await
+        .unwrap();
+    assert_eq!(
+        writer.stats().buffered_bytes,
+        0,
+        "no reports without a stream"
+    );
+}

@@ -61,6 +61,58 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use task::{Cmd, Msg, Task};
 
+/// The outcome of one message, from [`Writer::deliveries`].
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The message, with `topic`, `partition` and `timestamp` filled in as written.
+    pub message: Message,
+    /// The offset the broker gave it (`-1` with [`RequiredAcks::None`](crate::conn::RequiredAcks::None)),
+    /// or why it failed.
+    pub result: Result<i64>,
+}
+
+/// The stream of delivery reports returned by [`Writer::deliveries`].
+///
+/// A report's message stays counted against [`WriterConfig::max_buffered_bytes`] until the
+/// report is taken from this stream, so a writer whose reports are not consumed stops
+/// accepting messages (backpressure instead of an unbounded queue). Dropping the stream
+/// ends reporting and frees what it held. It ends after the writer is closed (or dropped)
+/// and every report was taken.
+pub struct Deliveries {
+    rx: mpsc::UnboundedReceiver<(Delivery, usize)>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Deliveries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deliveries").finish_non_exhaustive()
+    }
+}
+
+impl futures::Stream for Deliveries {
+    type Item = Delivery;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+        let this = self.get_mut();
+        match ready!(this.rx.poll_recv(cx)) {
+            Some((delivery, size)) => {
+                this.shared.release(size);
+                Poll::Ready(Some(delivery))
+            }
+            None => Poll::Ready(None),
+        }
+    }
+}
+
+impl Drop for Deliveries {
+    fn drop(&mut self) {
+        self.rx.close();
+        while let Ok((_, size)) = self.rx.try_recv() {
+            self.shared.release(size);
+        }
+    }
+}
+
 /// A snapshot of a writer's counters (cumulative since the writer was created), like
 /// kafka-go's `WriterStats`; see [`Writer::stats`].
 ///
@@ -365,6 +417,32 @@ impl Writer {
             return Err(closed_error());
         }
         rx.await.unwrap_or_else(|_| Err(closed_error()))
+    }
+
+    /// Report the outcome — offset or error — of every message accepted from now on, as a
+    /// stream of [`Delivery`] (in acknowledgement order: per partition in write order,
+    /// partitions interleaved). Calling it again replaces the previous stream, which then
+    /// ends.
+    ///
+    /// ```no_run
+    /// use futures::{SinkExt, StreamExt};
+    /// use kafkapipe::writer::{Message, Writer, WriterConfig};
+    ///
+    /// # async fn demo() -> kafkapipe::Result<()> {
+    /// let mut writer = Writer::new(WriterConfig::new(["127.0.0.1:9092"]).topic("events"))?;
+    /// let mut deliveries = writer.deliveries();
+    /// writer.send(Message::keyed("k", "v")).await?;
+    /// let d = deliveries.next().await.expect("one report");
+    /// println!("partition {:?} offset {}", d.message.partition, d.result?);
+    /// # Ok(()) }
+    /// ```
+    pub fn deliveries(&self) -> Deliveries {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = self.cmds.send(Cmd::Reports(tx));
+        Deliveries {
+            rx,
+            shared: self.shared.clone(),
+        }
     }
 
     /// The writer's counters.

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, trace, warn, Instrument};
 
-use super::{Group, Message, Shared, WriterConfig};
+use super::{Delivery, Group, Message, Shared, WriterConfig};
 use crate::cluster::{Cluster, TopicMetadata};
 use crate::conn::RequiredAcks;
 use crate::error::{Error, Result};
@@ -40,13 +40,18 @@ pub(crate) enum Cmd {
     Flush,
     /// Deliver what is pending, then stop; answer when stopped.
     Close(oneshot::Sender<()>),
+    /// Report every message accepted from now on here.
+    Reports(ReportSender),
 }
+
+/// Where delivery reports go, each with the bytes it keeps accounted until consumed.
+pub(crate) type ReportSender = mpsc::UnboundedSender<(Delivery, usize)>;
 
 enum Event {
     Produced {
         broker: i32,
         parts: Vec<(Arc<str>, i32)>,
-        result: Result<Vec<Result<()>>>,
+        result: Result<Vec<Result<i64>>>,
     },
     Meta {
         topic: Arc<str>,
@@ -64,9 +69,13 @@ fn add_run(runs: &mut Runs, group: &Arc<Group>) {
     }
 }
 
+/// Messages kept for delivery reports: index in the batch, message, accounted size.
+type Kept = Vec<(u32, Message, usize)>;
+
 struct OpenBatch {
     builder: RecordBatchBuilder,
     runs: Runs,
+    kept: Kept,
     count: usize,
     bytes: usize,
     deadline: Instant,
@@ -75,6 +84,7 @@ struct OpenBatch {
 struct Sealed {
     data: Bytes,
     runs: Runs,
+    kept: Kept,
     count: usize,
     bytes: usize,
     attempts: u32,
@@ -114,6 +124,9 @@ pub(crate) struct Task {
     requests: usize,
     closing: bool,
     close_waiters: Vec<oneshot::Sender<()>>,
+    reports: Option<ReportSender>,
+    /// Reports of messages whose batch could not be built, to send from the loop.
+    unreported: Vec<(Kept, Error)>,
 }
 
 fn now_ms() -> i64 {
@@ -148,6 +161,8 @@ impl Task {
             requests: 0,
             closing: false,
             close_waiters: Vec::new(),
+            reports: None,
+            unreported: Vec::new(),
         }
     }
 
@@ -182,6 +197,12 @@ impl Task {
             self.seal_expired(now);
             self.request_metadata(now);
             self.dispatch(now);
+            for (kept, e) in std::mem::take(&mut self.unreported) {
+                for (_, message, size) in kept {
+                    let result = Err(e.clone());
+                    self.report(Delivery { message, result }, size);
+                }
+            }
             if self.closing && self.idle() {
                 break;
             }
@@ -272,15 +293,33 @@ impl Task {
                 self.close_waiters.push(tx);
                 self.start_closing();
             }
+            Cmd::Reports(tx) => self.reports = Some(tx),
         }
     }
 
     /// Fail one message that never made it into a batch.
-    fn reject(&self, m: Msg, err: Error) {
+    fn reject(&mut self, m: Msg, err: Error) {
         debug!(error = %err, "message rejected");
         self.shared.stats.errors.fetch_add(1, Ordering::Relaxed);
         m.group.done(1, Some(&err));
-        self.shared.release_messages(1, m.size);
+        self.shared.release_messages(1, 0);
+        let delivery = Delivery {
+            message: m.msg,
+            result: Err(err),
+        };
+        self.report(delivery, m.size);
+    }
+
+    /// Hand a report to the application; its bytes stay accounted until it is consumed.
+    /// Without a (live) report stream the bytes are released at once.
+    fn report(&mut self, delivery: Delivery, size: usize) {
+        if let Some(tx) = &self.reports {
+            if tx.send((delivery, size)).is_ok() {
+                return;
+            }
+            self.reports = None;
+        }
+        self.shared.release(size);
     }
 
     fn accept(&mut self, m: Msg, ts: i64) {
@@ -363,7 +402,8 @@ impl Task {
                 .record_size(ts, key, value, headers)
                 .unwrap_or(usize::MAX);
             if open.builder.estimated_size().saturating_add(more) > cfg.batch_bytes {
-                seal(ps, &self.shared, topic, partition);
+                self.unreported
+                    .extend(seal(ps, &self.shared, topic, partition));
             }
         }
         let open = ps.open.get_or_insert_with(|| OpenBatch {
@@ -372,6 +412,7 @@ impl Task {
                 (cfg.batch_size * 64).min(cfg.batch_bytes),
             ),
             runs: Vec::new(),
+            kept: Vec::new(),
             count: 0,
             bytes: 0,
             deadline: Instant::now() + cfg.batch_timeout,
@@ -380,10 +421,19 @@ impl Task {
             return self.reject(m, e.with_topic(&**topic).with_partition(partition));
         }
         add_run(&mut open.runs, &m.group);
+        if self.reports.as_ref().is_some_and(|r| !r.is_closed()) {
+            let mut msg = m.msg;
+            msg.topic = Some(topic.to_string());
+            msg.partition = Some(partition);
+            msg.timestamp = Some(ts);
+            open.kept
+                .push((u32::try_from(open.count).unwrap_or(u32::MAX), msg, m.size));
+        }
         open.count += 1;
         open.bytes += m.size;
         if open.count >= cfg.batch_size {
-            seal(ps, &self.shared, topic, partition);
+            self.unreported
+                .extend(seal(ps, &self.shared, topic, partition));
         }
     }
 
@@ -391,7 +441,7 @@ impl Task {
         for (name, t) in &mut self.topics {
             for (p, ps) in &mut t.parts {
                 if ps.open.is_some() {
-                    seal(ps, &self.shared, name, *p);
+                    self.unreported.extend(seal(ps, &self.shared, name, *p));
                 }
             }
         }
@@ -401,7 +451,7 @@ impl Task {
         for (name, t) in &mut self.topics {
             for (p, ps) in &mut t.parts {
                 if ps.open.as_ref().is_some_and(|o| o.deadline <= now) {
-                    seal(ps, &self.shared, name, *p);
+                    self.unreported.extend(seal(ps, &self.shared, name, *p));
                 }
             }
         }
@@ -594,7 +644,7 @@ impl Task {
                         .with_topic(&*topic)
                         .with_partition(p);
                     warn!(topic = %topic, partition = p, "giving up on a partition without leader");
-                    self.finish(b, Some(&e));
+                    self.finish(b, Err(&e));
                 }
                 let ts = now_ms();
                 for m in waiting {
@@ -631,14 +681,14 @@ impl Task {
                     self.reject(m, e.clone());
                 }
                 for (p, b) in stuck {
-                    self.finish(b, Some(&e.clone().with_partition(p)));
+                    self.finish(b, Err(&e.clone().with_partition(p)));
                 }
             }
         }
     }
 
     /// A request for `name`/`p`'s front batch came back with `outcome`.
-    fn complete(&mut self, name: &Arc<str>, p: i32, outcome: Result<()>) {
+    fn complete(&mut self, name: &Arc<str>, p: i32, outcome: Result<i64>) {
         let max_attempts = self.cfg.max_attempts;
         let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(&p)) else {
             return;
@@ -646,9 +696,9 @@ impl Task {
         ps.busy = false;
         let attempts = ps.sealed.front().map_or(0, |b| b.attempts);
         match outcome {
-            Ok(()) => {
+            Ok(base_offset) => {
                 if let Some(b) = ps.sealed.pop_front() {
-                    self.finish(b, None);
+                    self.finish(b, Ok(base_offset));
                 }
             }
             Err(e) if e.is_retriable() && attempts < max_attempts => {
@@ -671,17 +721,18 @@ impl Task {
                     self.cluster.invalidate(name);
                 }
                 if let Some(b) = ps.sealed.pop_front() {
-                    self.finish(b, Some(&e));
+                    self.finish(b, Err(&e));
                 }
             }
         }
     }
 
-    /// A batch is done: tell its callers, free its bytes, count it.
-    fn finish(&self, b: Sealed, error: Option<&Error>) {
+    /// A batch is done: tell its callers, count it, report its messages if asked, free
+    /// its bytes. `result` is the base offset the broker assigned (-1 with acks=0).
+    fn finish(&mut self, b: Sealed, result: std::result::Result<i64, &Error>) {
         let stats = &self.shared.stats;
-        match error {
-            None => {
+        match result {
+            Ok(_) => {
                 stats.batches.fetch_add(1, Ordering::Relaxed);
                 stats.messages.fetch_add(b.count as u64, Ordering::Relaxed);
                 stats.bytes.fetch_add(b.bytes as u64, Ordering::Relaxed);
@@ -694,30 +745,44 @@ impl Task {
                     .batch_messages_max
                     .fetch_max(b.count as u64, Ordering::Relaxed);
             }
-            Some(_) => {
+            Err(_) => {
                 stats.errors.fetch_add(b.count as u64, Ordering::Relaxed);
             }
         }
+        let error = result.err();
         for (g, n) in &b.runs {
             g.done(*n, error);
         }
-        self.shared.release_messages(b.count, b.bytes);
+        let kept_bytes: usize = b.kept.iter().map(|(_, _, size)| size).sum();
+        self.shared
+            .release_messages(b.count, b.bytes.saturating_sub(kept_bytes));
+        for (index, message, size) in b.kept {
+            let result = match result {
+                Ok(base) if base >= 0 => Ok(base + i64::from(index)),
+                Ok(_) => Ok(-1),
+                Err(e) => Err(e.clone()),
+            };
+            self.report(Delivery { message, result }, size);
+        }
     }
 }
 
-/// Close `ps`'s open batch and queue it for sending.
-fn seal(ps: &mut PartState, shared: &Shared, topic: &str, partition: i32) {
-    let Some(open) = ps.open.take() else {
-        return;
-    };
+/// Close `ps`'s open batch and queue it for sending. If the batch cannot be built its
+/// messages fail; those kept for delivery reports are returned with the error.
+fn seal(ps: &mut PartState, shared: &Shared, topic: &str, partition: i32) -> Option<(Kept, Error)> {
+    let open = ps.open.take()?;
     match open.builder.build() {
-        Ok(data) => ps.sealed.push_back(Sealed {
-            data,
-            runs: open.runs,
-            count: open.count,
-            bytes: open.bytes,
-            attempts: 0,
-        }),
+        Ok(data) => {
+            ps.sealed.push_back(Sealed {
+                data,
+                runs: open.runs,
+                kept: open.kept,
+                count: open.count,
+                bytes: open.bytes,
+                attempts: 0,
+            });
+            None
+        }
         Err(e) => {
             let e = e.with_topic(topic).with_partition(partition);
             warn!(topic, partition, error = %e, "building a record batch failed");
@@ -728,7 +793,9 @@ fn seal(ps: &mut PartState, shared: &Shared, topic: &str, partition: i32) {
             for (g, n) in &open.runs {
                 g.done(*n, Some(&e));
             }
-            shared.release_messages(open.count, open.bytes);
+            let kept_bytes: usize = open.kept.iter().map(|(_, _, size)| size).sum();
+            shared.release_messages(open.count, open.bytes.saturating_sub(kept_bytes));
+            Some((open.kept, e))
         }
     }
 }
@@ -741,7 +808,7 @@ async fn produce(
     batches: &[(Arc<str>, i32, Bytes)],
     acks: RequiredAcks,
     timeout: Duration,
-) -> Result<Vec<Result<()>>> {
+) -> Result<Vec<Result<i64>>> {
     let work = async {
         let conn = cluster.connection(broker).await?;
         let version = conn
@@ -772,7 +839,7 @@ async fn produce(
         };
         if acks == RequiredAcks::None {
             conn.send_no_response(&req, version).await?;
-            return Ok(vec![Ok(()); batches.len()]);
+            return Ok(vec![Ok(-1); batches.len()]);
         }
         let resp = conn.send_version(&req, version).await?;
         Ok(batches
@@ -791,7 +858,7 @@ async fn produce(
                             .with_partition(*p)
                             .with_broker(conn.broker()),
                     ),
-                    Some(r) if r.error_code == 0 => Ok(()),
+                    Some(r) if r.error_code == 0 => Ok(r.base_offset),
                     Some(r) => {
                         let mut e = Error::kafka(ErrorCode::from(r.error_code))
                             .with_topic(&**name)
