@@ -24,6 +24,8 @@
 //!   (`MessageTooLarge`, authorization, invalid records, …) fail exactly the messages of
 //!   the affected batch. A message larger than `batch_bytes` is rejected on its own with
 //!   `MessageTooLarge` before anything is sent.
+//! * [`Writer::deliveries`] optionally reports each message's offset or error as a
+//!   `Stream`; [`Writer::stats`] gives counters like kafka-go's `WriterStats`.
 //!
 //! Without idempotence (not implemented yet) a retry after a lost response can write a
 //! batch twice, as with kafka-go and the Java client with `enable.idempotence=false`.
