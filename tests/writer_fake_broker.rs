@@ -37,6 +37,8 @@ struct State {
     /// Values accepted per partition, in order.
     accepted: HashMap<i32, Vec<Bytes>>,
     metadata_requests: usize,
+    /// Answer MessageTooLarge for batches with more records than this.
+    max_records: Option<usize>,
 }
 
 struct Fake {
@@ -181,13 +183,21 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, port: u16) {
                             None => st.always.get(&p.index).copied(),
                         };
                         let base = st.accepted.get(&p.index).map_or(0, Vec::len) as i64;
-                        if code.is_none() {
-                            let batches =
-                                decode_batches(p.records.clone().unwrap(), 1 << 24).unwrap();
-                            let values = st.accepted.entry(p.index).or_default();
-                            for b in batches.batches {
-                                values.extend(b.records.into_iter().map(|r| r.value.unwrap()));
+                        let batches = decode_batches(p.records.clone().unwrap(), 1 << 24).unwrap();
+                        let records: Vec<_> = batches
+                            .batches
+                            .into_iter()
+                            .flat_map(|b| b.records)
+                            .collect();
+                        let code = match (code, st.max_records) {
+                            (None, Some(max)) if records.len() > max => {
+                                Some(ErrorCode::MessageTooLarge)
                             }
+                            (code, _) => code,
+                        };
+                        if code.is_none() {
+                            let values = st.accepted.entry(p.index).or_default();
+                            values.extend(records.into_iter().map(|r| r.value.unwrap()));
                         }
                         parts.push(ProducePartitionResponse {
                             index: p.index,
@@ -333,4 +343,26 @@ async fn partition_without_leader_fails_after_max_attempts() {
     );
     assert_eq!(err.partition(), Some(1));
     assert!(!fake.state().accepted.contains_key(&1));
+}
+
+#[tokio::test]
+async fn batch_too_large_for_the_broker_is_split_until_it_fits() {
+    use futures::StreamExt;
+    let fake = Fake::start(vec![(0, 1)]).await;
+    fake.state().max_records = Some(4);
+    let writer = fake.writer(|c| c.batch_size(37));
+    let mut deliveries = writer.deliveries();
+    writer.write_messages(numbered(0, 37)).await.unwrap();
+    let stats = writer.stats();
+    assert_eq!((stats.messages, stats.errors), (37, 0), "{stats:?}");
+    assert_eq!(stats.batch_messages_max, 4, "{stats:?}");
+    let got = fake.state().accepted[&0].clone();
+    assert_eq!(got.len(), 37);
+    assert!(in_order(&got));
+    // Reports carry the right offsets after splitting.
+    for i in 0..37 {
+        let d = deliveries.next().await.unwrap();
+        assert_eq!(d.result.unwrap(), i as i64);
+        assert_eq!(d.message.value.unwrap(), format!("{i:06}").as_bytes());
+    }
 }

@@ -23,7 +23,9 @@
 //!   exponential backoff, up to [`WriterConfig::max_attempts`] sends. Other errors
 //!   (`MessageTooLarge`, authorization, invalid records, …) fail exactly the messages of
 //!   the affected batch. A message larger than `batch_bytes` is rejected on its own with
-//!   `MessageTooLarge` before anything is sent.
+//!   `MessageTooLarge` before anything is sent; a batch the broker rejects as too large
+//!   (its limit below `batch_bytes`) is split in halves and resent, down to single
+//!   messages, as the Java client does.
 //! * [`Writer::deliveries`] optionally reports each message's offset or error as a
 //!   `Stream`; [`Writer::stats`] gives counters like kafka-go's `WriterStats`.
 //!

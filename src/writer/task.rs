@@ -12,13 +12,14 @@ use tracing::{debug, trace, warn, Instrument};
 
 use super::{Delivery, Group, Message, Shared, WriterConfig};
 use crate::cluster::{Cluster, TopicMetadata};
+use crate::compression::Compression;
 use crate::conn::RequiredAcks;
 use crate::error::{Error, Result};
 use crate::protocol::messages::{
     ApiVersionsRequest, ProducePartitionData, ProduceRequest, ProduceTopicData,
 };
 use crate::protocol::ErrorCode;
-use crate::record::RecordBatchBuilder;
+use crate::record::{decode_batches, RecordBatchBuilder};
 
 /// Size of a RecordBatch v2 header (everything before the records).
 const BATCH_OVERHEAD: usize = 61;
@@ -701,6 +702,29 @@ impl Task {
                     self.finish(b, Ok(base_offset));
                 }
             }
+            Err(e)
+                if e.kafka_code() == Some(ErrorCode::MessageTooLarge)
+                    && ps.sealed.front().is_some_and(|b| b.count > 1) =>
+            {
+                // The broker's limit is below ours: split the batch in two and send the
+                // halves in order (as the Java client does), so only a message that is
+                // too large on its own fails.
+                let Some(b) = ps.sealed.pop_front() else {
+                    return;
+                };
+                let count = b.count;
+                match split(b, self.cfg.compression) {
+                    Ok((first, second)) => {
+                        debug!(topic = %name, partition = p, messages = count, "batch too large for the broker, split");
+                        ps.sealed.push_front(second);
+                        ps.sealed.push_front(first);
+                    }
+                    Err((b, split_err)) => {
+                        warn!(topic = %name, partition = p, error = %split_err, "cannot split a batch the broker rejected");
+                        self.finish(b, Err(&e));
+                    }
+                }
+            }
             Err(e) if e.is_retriable() && attempts < max_attempts => {
                 let backoff = self.cfg.backoff_for(attempts);
                 ps.retry_at = Some(Instant::now() + backoff);
@@ -765,6 +789,82 @@ impl Task {
             self.report(Delivery { message, result }, size);
         }
     }
+}
+
+/// Split a sealed batch into two halves (re-encoded from its bytes), keeping the order,
+/// the callers' groups, the reported messages and the byte accounting. Gives the batch back
+/// with the reason if it cannot be split.
+fn split(
+    b: Sealed,
+    compression: Compression,
+) -> std::result::Result<(Sealed, Sealed), (Sealed, Error)> {
+    let halves = (|| {
+        let decoded = decode_batches(b.data.clone(), usize::MAX >> 1)?;
+        let records: Vec<_> = decoded
+            .batches
+            .into_iter()
+            .flat_map(|x| x.records)
+            .collect();
+        if records.len() != b.count || b.count < 2 {
+            return Err(Error::encode("batch does not hold the expected records"));
+        }
+        let mid = b.count / 2;
+        let build = |rs: &[crate::record::Record]| -> Result<Bytes> {
+            let mut builder = RecordBatchBuilder::new(compression);
+            for r in rs {
+                builder.append(
+                    r.timestamp,
+                    r.key.as_deref(),
+                    r.value.as_deref(),
+                    &r.headers,
+                )?;
+            }
+            builder.build()
+        };
+        Ok((build(&records[..mid])?, build(&records[mid..])?, mid))
+    })();
+    let (first, second, mid) = match halves {
+        Ok(h) => h,
+        Err(e) => return Err((b, e)),
+    };
+    let mut runs1 = Vec::new();
+    let mut runs2 = Vec::new();
+    let mut seen = 0;
+    for (g, n) in b.runs {
+        let take = n.min(mid.saturating_sub(seen));
+        if take > 0 {
+            runs1.push((g.clone(), take));
+        }
+        if n > take {
+            runs2.push((g, n - take));
+        }
+        seen += n;
+    }
+    let limit = u32::try_from(mid).unwrap_or(u32::MAX);
+    let (kept1, kept2): (Kept, Kept) = b.kept.into_iter().partition(|(i, _, _)| *i < limit);
+    let kept2 = kept2
+        .into_iter()
+        .map(|(i, m, size)| (i - limit, m, size))
+        .collect();
+    let bytes1 = b.bytes / b.count * mid;
+    Ok((
+        Sealed {
+            data: first,
+            runs: runs1,
+            kept: kept1,
+            count: mid,
+            bytes: bytes1,
+            attempts: 0,
+        },
+        Sealed {
+            data: second,
+            runs: runs2,
+            kept: kept2,
+            count: b.count - mid,
+            bytes: b.bytes - bytes1,
+            attempts: 0,
+        },
+    ))
 }
 
 /// Close `ps`'s open batch and queue it for sending. If the batch cannot be built its
