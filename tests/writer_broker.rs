@@ -509,3 +509,27 @@ async fn unconsumed_reports_hold_buffer_until_dropped() {
         "no reports without a stream"
     );
 }
+
+#[tokio::test]
+async fn forward_stops_soon_after_a_message_fails() {
+    let topic = new_topic("writer-failfast", 1).await;
+    let mut writer = Writer::new(config(&topic).batch_bytes(1024)).unwrap();
+    let consumed = std::sync::atomic::AtomicUsize::new(0);
+    let msgs = (0..1_000_000).map(|i| {
+        consumed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let size = if i == 10 { 4096 } else { 10 };
+        Ok(Message::new(vec![b'x'; size]))
+    });
+    let err = stream::iter(msgs).forward(&mut writer).await.unwrap_err();
+    assert_eq!(err.kafka_code(), Some(ErrorCode::MessageTooLarge), "{err}");
+    let n = consumed.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n < 1_000_000, "forward ran to the end ({n})");
+    // The failure is also what the final flush reports; the rest was delivered.
+    let again = writer.close().await.unwrap_err();
+    assert_eq!(again.kafka_code(), Some(ErrorCode::MessageTooLarge));
+    let s = writer.stats();
+    assert_eq!(s.errors, 1, "{s:?}");
+    // `forward` holds the item it pulled when `poll_ready` failed; it was never sent.
+    let handled = (s.messages + s.errors) as usize;
+    assert!(handled == n || handled == n - 1, "{n} pulled, {s:?}");
+}

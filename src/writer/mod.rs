@@ -13,6 +13,9 @@
 //!   at most one batch in flight per partition, so per-partition order survives retries.
 //! * [`poll_ready`](futures::Sink::poll_ready) is pending while the bytes accepted but not
 //!   yet acknowledged exceed [`WriterConfig::max_buffered_bytes`]; acknowledgements wake it.
+//! * [`poll_ready`](futures::Sink::poll_ready) also returns, once, the first delivery
+//!   failure among the messages accepted since the last flush, so a `forward` stops soon
+//!   after a message fails for good rather than at the final flush (which reports it too).
 //! * [`poll_flush`](futures::Sink::poll_flush) seals every open batch and resolves when
 //!   every message accepted since the previous flush is acknowledged (per
 //!   [`WriterConfig::required_acks`]), or with the first delivery error, which names the
@@ -231,6 +234,8 @@ struct GroupState {
     pending: usize,
     sealed: bool,
     error: Option<Error>,
+    /// The error was already returned early by `poll_ready`.
+    surfaced: bool,
     waiter: Option<oneshot::Sender<Result<()>>>,
 }
 
@@ -241,6 +246,7 @@ impl Group {
                 pending: 0,
                 sealed: false,
                 error: None,
+                surfaced: false,
                 waiter: None,
             }),
         })
@@ -262,6 +268,17 @@ impl Group {
         s.sealed = true;
         s.waiter = Some(waiter);
         s.finish_if_done();
+    }
+
+    /// The group's first error, the first time it is asked for.
+    fn surface_error(&self) -> Option<Error> {
+        let mut s = self.lock();
+        if s.surfaced {
+            return None;
+        }
+        let e = s.error.clone()?;
+        s.surfaced = true;
+        Some(e)
     }
 
     /// `n` messages finished, successfully or with `error`.
@@ -516,7 +533,17 @@ impl futures::Sink<Message> for Writer {
         if this.closed {
             return Poll::Ready(Err(closed_error()));
         }
+        // Fail fast: a delivery failure among the messages accepted since the last flush
+        // stops a `forward` at once instead of at the final flush.
+        if let Some(e) = this.sink_group.as_ref().and_then(|g| g.surface_error()) {
+            return Poll::Ready(Err(e));
+        }
+        // Take part in Tokio's cooperative budget: a producer whose stream is always ready
+        // yields now and then, so the writer's task (and everything else on a
+        // current-thread runtime) gets to run before the buffer bound is reached.
+        let coop = ready!(tokio::task::coop::poll_proceed(cx));
         ready!(this.poll_space(cx));
+        coop.made_progress();
         Poll::Ready(Ok(()))
     }
 
