@@ -533,3 +533,39 @@ async fn forward_stops_soon_after_a_message_fails() {
     let handled = (s.messages + s.errors) as usize;
     assert!(handled == n || handled == n - 1, "{n} pulled, {s:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_messages_from_many_tasks_at_once() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Writer>();
+
+    let topic = new_topic("writer-concurrent", 4).await;
+    let writer = std::sync::Arc::new(Writer::new(config(&topic)).unwrap());
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let w = writer.clone();
+            tokio::spawn(async move {
+                for chunk in 0..20 {
+                    let msgs =
+                        (0..50).map(|i| Message::keyed(format!("t{t}"), format!("{chunk}-{i}")));
+                    w.write_messages(msgs).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let s = writer.stats();
+    assert_eq!(
+        (s.messages, s.errors, s.queued_messages),
+        (8000, 0, 0),
+        "{s:?}"
+    );
+    let conn = admin().await;
+    let mut total = 0;
+    for p in 0..4 {
+        total += read_partition(&conn, &topic, p).await.len();
+    }
+    assert_eq!(total, 8000);
+}
