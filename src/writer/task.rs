@@ -981,3 +981,94 @@ async fn produce(
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sealed(groups: &[(Arc<Group>, usize)], compression: Compression) -> Sealed {
+        let mut builder = RecordBatchBuilder::new(compression);
+        let mut kept = Vec::new();
+        let mut index = 0u32;
+        for (_, n) in groups {
+            for _ in 0..*n {
+                let value = format!("v{index}");
+                builder
+                    .append(
+                        1_700_000_000_000 + i64::from(index),
+                        None,
+                        Some(value.as_bytes()),
+                        &[],
+                    )
+                    .unwrap();
+                kept.push((index, Message::new(value), 10));
+                index += 1;
+            }
+        }
+        let count = index as usize;
+        Sealed {
+            data: builder.build().unwrap(),
+            runs: groups.to_vec(),
+            kept,
+            count,
+            bytes: count * 10,
+            attempts: 3,
+        }
+    }
+
+    fn values(data: &Bytes) -> Vec<String> {
+        decode_batches(data.clone(), 1 << 20)
+            .unwrap()
+            .batches
+            .into_iter()
+            .flat_map(|b| b.records)
+            .map(|r| String::from_utf8(r.value.unwrap().to_vec()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn split_keeps_order_groups_reports_and_bytes() {
+        let (a, b) = (Group::open(), Group::open());
+        let original = sealed(&[(a.clone(), 3), (b.clone(), 4)], Compression::Gzip);
+        let Ok((first, second)) = split(original, Compression::Gzip) else {
+            panic!("split failed");
+        };
+        assert_eq!(values(&first.data), ["v0", "v1", "v2"]);
+        assert_eq!(values(&second.data), ["v3", "v4", "v5", "v6"]);
+        assert_eq!((first.count, second.count), (3, 4));
+        assert_eq!(first.bytes + second.bytes, 70);
+        assert_eq!((first.attempts, second.attempts), (0, 0));
+        assert_eq!(first.runs.len(), 1);
+        assert!(Arc::ptr_eq(&first.runs[0].0, &a) && first.runs[0].1 == 3);
+        assert_eq!(second.runs.len(), 1);
+        assert!(Arc::ptr_eq(&second.runs[0].0, &b) && second.runs[0].1 == 4);
+        let idx: Vec<u32> = second.kept.iter().map(|(i, _, _)| *i).collect();
+        assert_eq!(
+            idx,
+            [0, 1, 2, 3],
+            "report indexes restart in the second half"
+        );
+    }
+
+    #[test]
+    fn split_cuts_a_run_in_the_middle() {
+        let g = Group::open();
+        let Ok((first, second)) = split(sealed(&[(g, 5)], Compression::None), Compression::None)
+        else {
+            panic!("split failed");
+        };
+        assert_eq!((first.runs[0].1, second.runs[0].1), (2, 3));
+        assert_eq!(values(&first.data), ["v0", "v1"]);
+    }
+
+    #[test]
+    fn runs_are_run_length_encoded() {
+        let (a, b) = (Group::open(), Group::open());
+        let mut runs = Vec::new();
+        for g in [&a, &a, &b, &a] {
+            add_run(&mut runs, g);
+        }
+        let counts: Vec<usize> = runs.iter().map(|(_, n)| *n).collect();
+        assert_eq!(counts, [2, 1, 1]);
+    }
+}
