@@ -34,6 +34,10 @@ struct State {
     always: HashMap<i32, ErrorCode>,
     /// Partitions carried by each produce request.
     requests: Vec<Vec<i32>>,
+    /// Broker id → partitions carried, per produce request it received.
+    requests_by_broker: HashMap<i32, Vec<Vec<i32>>>,
+    /// Broker id → port, for every broker of the fake cluster.
+    ports: Vec<(i32, u16)>,
     /// Values accepted per partition, in order.
     accepted: HashMap<i32, Vec<Bytes>>,
     metadata_requests: usize,
@@ -47,19 +51,33 @@ struct Fake {
 }
 
 impl Fake {
+    /// One fake broker (id 1) hosting `partitions` (id, leader).
     async fn start(partitions: Vec<(i32, i32)>) -> Fake {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
+        Self::start_cluster(1, partitions).await
+    }
+
+    /// `brokers` fake brokers (ids 1..=brokers) sharing one state; bootstrap is broker 1.
+    /// A broker answers NotLeaderOrFollower for partitions it does not lead.
+    async fn start_cluster(brokers: i32, partitions: Vec<(i32, i32)>) -> Fake {
         let state = Arc::new(Mutex::new(State {
             partitions,
             ..State::default()
         }));
-        let (st, port) = (state.clone(), listener.local_addr().unwrap().port());
-        tokio::spawn(async move {
-            while let Ok((sock, _)) = listener.accept().await {
-                tokio::spawn(serve(sock, st.clone(), port));
+        let mut addr = String::new();
+        for id in 1..=brokers {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            if id == 1 {
+                addr = listener.local_addr().unwrap().to_string();
             }
-        });
+            state.lock().unwrap().ports.push((id, port));
+            let st = state.clone();
+            tokio::spawn(async move {
+                while let Ok((sock, _)) = listener.accept().await {
+                    tokio::spawn(serve(sock, st.clone(), id));
+                }
+            });
+        }
         Fake { addr, state }
     }
 
@@ -96,7 +114,7 @@ where
     out
 }
 
-async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, port: u16) {
+async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, me: i32) {
     loop {
         let Ok(size) = sock.read_i32().await else {
             return;
@@ -139,12 +157,16 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, port: u16) {
                 let mut st = state.lock().unwrap();
                 st.metadata_requests += 1;
                 let resp = MetadataResponse {
-                    brokers: vec![MetadataBroker {
-                        node_id: 1,
-                        host: "127.0.0.1".into(),
-                        port: i32::from(port),
-                        ..MetadataBroker::default()
-                    }],
+                    brokers: st
+                        .ports
+                        .iter()
+                        .map(|(id, port)| MetadataBroker {
+                            node_id: *id,
+                            host: "127.0.0.1".into(),
+                            port: i32::from(*port),
+                            ..MetadataBroker::default()
+                        })
+                        .collect(),
                     controller_id: 1,
                     topics: vec![MetadataTopic {
                         name: Some(TOPIC.into()),
@@ -178,7 +200,12 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, port: u16) {
                     let mut parts = Vec::new();
                     for p in t.partition_data {
                         carried.push(p.index);
+                        let leads = st
+                            .partitions
+                            .iter()
+                            .any(|(id, l)| *id == p.index && *l == me);
                         let code = match st.script.get_mut(&p.index).and_then(VecDeque::pop_front) {
+                            _ if !leads => Some(ErrorCode::NotLeaderOrFollower),
                             Some(c) => Some(c),
                             None => st.always.get(&p.index).copied(),
                         };
@@ -213,6 +240,10 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, port: u16) {
                         ..ProduceTopicResponse::default()
                     });
                 }
+                st.requests_by_broker
+                    .entry(me)
+                    .or_default()
+                    .push(carried.clone());
                 st.requests.push(carried);
                 let resp = ProduceResponse {
                     responses,
@@ -365,4 +396,53 @@ async fn batch_too_large_for_the_broker_is_split_until_it_fits() {
         assert_eq!(d.result.unwrap(), i as i64);
         assert_eq!(d.message.value.unwrap(), format!("{i:06}").as_bytes());
     }
+}
+
+#[tokio::test]
+async fn one_request_per_broker_and_leader_moves_are_followed() {
+    let fake = Fake::start_cluster(2, vec![(0, 1), (1, 2), (2, 1), (3, 2)]).await;
+    let writer = fake.writer(|c| c.batch_size(20));
+    let all = |n| (0..4).flat_map(move |p| numbered(p, n)).collect::<Vec<_>>();
+    writer.write_messages(all(100)).await.unwrap();
+    {
+        let st = fake.state();
+        for (broker, reqs) in &st.requests_by_broker {
+            let led: Vec<i32> = if *broker == 1 { vec![0, 2] } else { vec![1, 3] };
+            assert!(
+                reqs.iter().flatten().all(|p| led.contains(p)),
+                "broker {broker} got partitions it does not lead: {reqs:?}"
+            );
+        }
+        assert!(
+            st.requests_by_broker
+                .values()
+                .flatten()
+                .any(|r| r.len() == 2),
+            "a broker's partitions share requests"
+        );
+    }
+
+    // Partition 0 moves to broker 2: broker 1 answers NotLeaderOrFollower, the writer
+    // refreshes metadata and follows the leader.
+    fake.state().partitions[0].1 = 2;
+    let before = writer.stats().retries;
+    let mut second: Vec<Message> = (100..200)
+        .map(|i| Message::new(format!("{i:06}")).with_partition(0))
+        .collect();
+    second.extend((100..200).map(|i| Message::new(format!("{i:06}")).with_partition(1)));
+    writer.write_messages(second).await.unwrap();
+    assert!(writer.stats().retries > before, "NotLeader was retried");
+    let st = fake.state();
+    for p in 0..4 {
+        let got = &st.accepted[&p];
+        assert!(in_order(got), "partition {p} out of order");
+    }
+    assert_eq!(st.accepted[&0].len(), 200);
+    assert_eq!(st.accepted[&1].len(), 200);
+    let moved = st.requests_by_broker[&2]
+        .iter()
+        .flatten()
+        .filter(|p| **p == 0)
+        .count();
+    assert!(moved > 0, "partition 0 now goes to broker 2");
 }
