@@ -640,3 +640,43 @@ fn delete_topics() {
         }
     }
 }
+
+#[test]
+fn init_producer_id() {
+    for v in 0..=5 {
+        let flexible = v >= 2;
+        let req = InitProducerIdRequest {
+            transactional_id: if v % 2 == 0 {
+                None
+            } else {
+                Some("tx-1".into())
+            },
+            transaction_timeout_ms: 60_000,
+            producer_id: if v >= 3 { 77 } else { -1 },
+            producer_epoch: if v >= 3 { 3 } else { -1 },
+            tagged_fields: unknown(flexible),
+        };
+        let t: kp::InitProducerIdRequest = check(&req, v);
+        assert_eq!(t.transaction_timeout_ms, 60_000);
+        assert_eq!(
+            t.transactional_id.as_ref().map(|x| s(&x.0)),
+            req.transactional_id.as_deref()
+        );
+        if v >= 3 {
+            assert_eq!(t.producer_id.0, 77);
+            assert_eq!(t.producer_epoch, 3);
+        }
+
+        let resp = InitProducerIdResponse {
+            throttle_time_ms: 5,
+            error_code: 0,
+            producer_id: 4242,
+            producer_epoch: 1,
+            tagged_fields: unknown(flexible),
+        };
+        let t: kp::InitProducerIdResponse = check(&resp, v);
+        assert_eq!(t.producer_id.0, 4242);
+        assert_eq!(t.producer_epoch, 1);
+        assert_eq!(t.throttle_time_ms, 5);
+    }
+}

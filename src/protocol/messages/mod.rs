@@ -10,11 +10,13 @@
 //! | ApiVersions (18) | 0–4 | 3 |
 //! | CreateTopics (19) | 2–7 | 5 |
 //! | DeleteTopics (20) | 1–6 | 4 |
+//! | InitProducerId (22) | 0–5 | 2 |
 
 pub mod api_versions;
 pub mod create_topics;
 pub mod delete_topics;
 pub mod fetch;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -31,6 +33,7 @@ pub use fetch::{
     AbortedTransaction, EpochEndOffset, FetchPartition, FetchPartitionData, FetchRequest,
     FetchResponse, FetchTopic, FetchableTopicResponse, ForgottenTopic, ReplicaState, SnapshotId,
 };
+pub use init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
 pub use list_offsets::{
     ListOffsetsPartition, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse,
     ListOffsetsTopic, ListOffsetsTopicResponse,
