@@ -569,3 +569,23 @@ async fn write_messages_from_many_tasks_at_once() {
     }
     assert_eq!(total, 8000);
 }
+
+#[tokio::test]
+async fn idempotent_writer_round_trip() {
+    let topic = new_topic("writer-idempotent", 3).await;
+    let mut writer = Writer::new(config(&topic).idempotent(true).batch_size(50)).unwrap();
+    let msgs = (0..3000).map(|i| Ok(Message::keyed(format!("k{}", i % 30), format!("{i}"))));
+    stream::iter(msgs).forward(&mut writer).await.unwrap();
+    writer.close().await.unwrap();
+    assert_eq!(writer.stats().messages, 3000);
+    let conn = admin().await;
+    let mut total = 0;
+    for p in 0..3 {
+        let records = read_partition(&conn, &topic, p).await;
+        total += records.len();
+    }
+    assert_eq!(total, 3000);
+    // The batches carry a producer id and increasing sequences.
+    let f = conn.fetch(&topic, 0, 0, &fetch_opts()).await.unwrap();
+    assert!(!f.records.is_empty());
+}

@@ -205,8 +205,9 @@ async fn stalled_broker_applies_backpressure_then_resumes() {
     assert_eq!(got.len(), 1 + accepted + 100);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_cut_mid_stream_lose_nothing() {
+/// Write 40k keyed messages while cutting every proxied connection four times; return
+/// the number of duplicates read back (retried batches written twice).
+async fn cut_connections_mid_stream(idempotent: bool) -> usize {
     let (proxy, broker) = proxied_broker().await;
     let direct = Conn::connect(&broker.addr).await.unwrap();
     let topic = common::unique_topic("faults-cut");
@@ -220,7 +221,8 @@ async fn connections_cut_mid_stream_lose_nothing() {
             .balancer(Hash::default())
             .max_buffered_bytes(256 * 1024)
             .backoff(Duration::from_millis(10), Duration::from_millis(100))
-            .write_timeout(Duration::from_secs(5)),
+            .write_timeout(Duration::from_secs(5))
+            .idempotent(idempotent),
     )
     .unwrap();
     for i in 0..N {
@@ -241,8 +243,8 @@ async fn connections_cut_mid_stream_lose_nothing() {
     assert_eq!(stats.messages as usize, N);
     assert_eq!(stats.errors, 0);
 
-    // Every message present; per key, first occurrences in order. A batch whose response
-    // was lost in a cut may have been written twice (no idempotence yet): duplicates are
+    // Every message present; per key, first occurrences in order. Without idempotence a
+    // batch whose response was lost in a cut may have been written twice: duplicates are
     // counted, not failed.
     let mut dups = 0;
     let mut total = 0;
@@ -267,6 +269,23 @@ async fn connections_cut_mid_stream_lose_nothing() {
             assert_eq!(n as usize, N / KEYS, "key {key:?} incomplete");
         }
     }
-    eprintln!("{total} records read, {dups} duplicates from retried batches");
+    eprintln!(
+        "idempotent={idempotent}: {total} records read, {dups} duplicates from retried batches"
+    );
     assert_eq!(total - dups, N);
+    dups
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_cut_mid_stream_lose_nothing() {
+    cut_connections_mid_stream(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_writer_writes_retried_batches_once() {
+    let dups = cut_connections_mid_stream(true).await;
+    assert_eq!(
+        dups, 0,
+        "idempotence must drop the duplicates of retried batches"
+    );
 }

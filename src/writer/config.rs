@@ -89,6 +89,11 @@ pub struct WriterConfig {
     /// the writer first looks it up; the broker's `auto.create.topics.enable` decides.
     /// Default false (kafka-go `AllowAutoTopicCreation`).
     pub allow_auto_topic_creation: bool,
+    /// Idempotent delivery: the writer gets a producer id (InitProducerId) and numbers
+    /// each partition's batches, so a batch resent after a lost response is written once
+    /// (Java `enable.idempotence`). Requires [`RequiredAcks::All`]. Default false (the
+    /// Java client defaults to true; kafka-go has no idempotence).
+    pub idempotent: bool,
 }
 
 impl fmt::Debug for WriterConfig {
@@ -110,6 +115,7 @@ impl fmt::Debug for WriterConfig {
             .field("max_in_flight_per_broker", &self.max_in_flight_per_broker)
             .field("connect_timeout", &self.connect_timeout)
             .field("allow_auto_topic_creation", &self.allow_auto_topic_creation)
+            .field("idempotent", &self.idempotent)
             .finish_non_exhaustive()
     }
 }
@@ -139,6 +145,7 @@ impl WriterConfig {
             max_in_flight_per_broker: 5,
             connect_timeout: Duration::from_secs(10),
             allow_auto_topic_creation: false,
+            idempotent: false,
         }
     }
 
@@ -233,6 +240,12 @@ impl WriterConfig {
         self
     }
 
+    /// Set [`WriterConfig::idempotent`].
+    pub fn idempotent(mut self, on: bool) -> Self {
+        self.idempotent = on;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let fail = |m: &str| Err(Error::config(m.to_string()));
         if self.brokers.is_empty() {
@@ -252,6 +265,9 @@ impl WriterConfig {
         }
         if self.max_in_flight_per_broker == 0 {
             return fail("WriterConfig::max_in_flight_per_broker must be at least 1");
+        }
+        if self.idempotent && self.required_acks != RequiredAcks::All {
+            return fail("WriterConfig::idempotent requires required_acks = All");
         }
         if self.backoff_min > self.backoff_max {
             return fail("WriterConfig::backoff_min must not exceed backoff_max");
@@ -306,6 +322,9 @@ mod tests {
             ok.clone().max_in_flight_per_broker(0),
             ok.clone()
                 .backoff(Duration::from_secs(2), Duration::from_secs(1)),
+            ok.clone()
+                .idempotent(true)
+                .required_acks(RequiredAcks::Leader),
         ] {
             let e = bad.validate().unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::Config, "{e}");

@@ -32,8 +32,14 @@
 //! * [`Writer::deliveries`] optionally reports each message's offset or error as a
 //!   `Stream`; [`Writer::stats`] gives counters like kafka-go's `WriterStats`.
 //!
-//! Without idempotence (not implemented yet) a retry after a lost response can write a
-//! batch twice, as with kafka-go and the Java client with `enable.idempotence=false`.
+//! Without idempotence a retry after a lost response can write a batch twice, as with
+//! kafka-go and the Java client with `enable.idempotence=false`. With
+//! [`WriterConfig::idempotent`] the writer obtains a producer id and stamps each batch
+//! with its partition's next sequence number when it is first sent (a retry resends the
+//! same bytes), so the broker drops the duplicates. A batch that fails for good with an
+//! ambiguous error (it may have been written) makes the writer take a new producer id,
+//! which restarts every partition's sequence; a batch rejected outright gives its
+//! sequence numbers back.
 //!
 //! ```no_run
 //! use futures::{stream, SinkExt, StreamExt};

@@ -16,7 +16,8 @@ use crate::compression::Compression;
 use crate::conn::RequiredAcks;
 use crate::error::{Error, Result};
 use crate::protocol::messages::{
-    ApiVersionsRequest, ProducePartitionData, ProduceRequest, ProduceTopicData,
+    ApiVersionsRequest, InitProducerIdRequest, ProducePartitionData, ProduceRequest,
+    ProduceTopicData,
 };
 use crate::protocol::ErrorCode;
 use crate::record::{decode_batches, RecordBatchBuilder};
@@ -58,6 +59,8 @@ enum Event {
         topic: Arc<str>,
         result: Result<Arc<TopicMetadata>>,
     },
+    /// The answer to InitProducerId: producer id and epoch.
+    Producer(Result<(i64, i16)>),
 }
 
 /// Which waiting callers a batch's messages belong to: `(group, count)` runs.
@@ -86,6 +89,8 @@ struct Sealed {
     data: Bytes,
     runs: Runs,
     kept: Kept,
+    /// Producer id, epoch and base sequence written into `data` (idempotent writers).
+    stamp: Option<(i64, i16, i32)>,
     count: usize,
     bytes: usize,
     attempts: u32,
@@ -99,6 +104,8 @@ struct PartState {
     busy: bool,
     /// The front sealed batch waits for its retry backoff.
     retry_at: Option<Instant>,
+    /// The sequence number of the next batch stamped (idempotent writers).
+    next_seq: i32,
 }
 
 #[derive(Default)]
@@ -128,6 +135,11 @@ pub(crate) struct Task {
     reports: Option<ReportSender>,
     /// Reports of messages whose batch could not be built, to send from the loop.
     unreported: Vec<(Kept, Error)>,
+    /// Idempotence: the producer id and epoch, once known.
+    producer: Option<(i64, i16)>,
+    producer_pending: bool,
+    producer_attempts: u32,
+    producer_retry_at: Option<Instant>,
 }
 
 fn now_ms() -> i64 {
@@ -164,6 +176,10 @@ impl Task {
             close_waiters: Vec::new(),
             reports: None,
             unreported: Vec::new(),
+            producer: None,
+            producer_pending: false,
+            producer_attempts: 0,
+            producer_retry_at: None,
         }
     }
 
@@ -265,6 +281,9 @@ impl Task {
         let mut consider = |t: Instant| {
             next = Some(next.map_or(t, |n| n.min(t)));
         };
+        if let Some(at) = self.producer_retry_at.filter(|at| *at > now) {
+            consider(at);
+        }
         for t in self.topics.values() {
             if let Some(at) = t.meta_retry_at.filter(|at| *at > now) {
                 consider(at);
@@ -520,6 +539,13 @@ impl Task {
             self.cluster.invalidate(&name);
             self.spawn_metadata(name);
         }
+        if self.cfg.idempotent && self.producer.is_none() {
+            // Nothing goes out before the producer id is known.
+            if let Some(broker) = by_broker.keys().next() {
+                self.spawn_init_producer(*broker, now);
+            }
+            return;
+        }
         let max = self.cfg.max_in_flight_per_broker;
         for (broker, parts) in by_broker {
             let n = self.in_flight.entry(broker).or_default();
@@ -535,6 +561,19 @@ impl Task {
                 let Some(front) = ps.sealed.front_mut() else {
                     continue;
                 };
+                if let Some((id, epoch)) = self.producer {
+                    if front.stamp.map(|(i, e, _)| (i, e)) != Some((id, epoch)) {
+                        let seq = ps.next_seq;
+                        match stamp(&front.data, id, epoch, seq) {
+                            Some(data) => {
+                                front.data = data;
+                                front.stamp = Some((id, epoch, seq));
+                                ps.next_seq = next_sequence(seq, front.count);
+                            }
+                            None => continue,
+                        }
+                    }
+                }
                 ps.busy = true;
                 ps.retry_at = None;
                 front.attempts += 1;
@@ -577,8 +616,68 @@ impl Task {
         }
     }
 
+    fn spawn_init_producer(&mut self, broker: i32, now: Instant) {
+        if self.producer_pending || self.producer_retry_at.is_some_and(|at| at > now) {
+            return;
+        }
+        self.producer_pending = true;
+        self.producer_retry_at = None;
+        let cluster = self.cluster.clone();
+        let tx = self.events_tx.clone();
+        let timeout = self.cfg.write_timeout;
+        tokio::spawn(async move {
+            let result = init_producer_id(&cluster, broker, timeout).await;
+            let _ = tx.send(Event::Producer(result));
+        });
+    }
+
+    fn on_producer(&mut self, result: Result<(i64, i16)>) {
+        self.producer_pending = false;
+        match result {
+            Ok((id, epoch)) => {
+                debug!(
+                    producer_id = id,
+                    producer_epoch = epoch,
+                    "idempotent producer ready"
+                );
+                self.producer = Some((id, epoch));
+                self.producer_attempts = 0;
+                // A new producer id or epoch numbers every partition from zero.
+                for t in self.topics.values_mut() {
+                    for ps in t.parts.values_mut() {
+                        ps.next_seq = 0;
+                    }
+                }
+            }
+            Err(e) => {
+                self.producer_attempts += 1;
+                let attempts = self.producer_attempts;
+                if e.is_retriable() && attempts < self.cfg.max_attempts {
+                    debug!(attempt = attempts, error = %e, "InitProducerId failed, retrying");
+                    self.producer_retry_at = Some(Instant::now() + self.cfg.backoff_for(attempts));
+                    return;
+                }
+                warn!(attempts, error = %e, "InitProducerId failed for good");
+                self.producer_attempts = 0;
+                let mut failed = Vec::new();
+                for t in self.topics.values_mut() {
+                    for ps in t.parts.values_mut() {
+                        if !ps.busy {
+                            failed.extend(ps.sealed.drain(..));
+                            ps.retry_at = None;
+                        }
+                    }
+                }
+                for b in failed {
+                    self.finish(b, Err(&e));
+                }
+            }
+        }
+    }
+
     fn on_event(&mut self, ev: Event) {
         match ev {
+            Event::Producer(result) => self.on_producer(result),
             Event::Meta { topic, result } => self.on_metadata(topic, result),
             Event::Produced {
                 broker,
@@ -696,6 +795,11 @@ impl Task {
         };
         ps.busy = false;
         let attempts = ps.sealed.front().map_or(0, |b| b.attempts);
+        // The broker already has this batch (an earlier attempt got through).
+        let outcome = match outcome {
+            Err(e) if e.kafka_code() == Some(ErrorCode::DuplicateSequenceNumber) => Ok(-1),
+            other => other,
+        };
         match outcome {
             Ok(base_offset) => {
                 if let Some(b) = ps.sealed.pop_front() {
@@ -712,6 +816,12 @@ impl Task {
                 let Some(b) = ps.sealed.pop_front() else {
                     return;
                 };
+                // The rejected batch was not written: its halves take its sequence numbers.
+                if let Some((id, epoch, seq)) = b.stamp {
+                    if self.producer == Some((id, epoch)) {
+                        ps.next_seq = seq;
+                    }
+                }
                 let count = b.count;
                 match split(b, self.cfg.compression) {
                     Ok((first, second)) => {
@@ -719,7 +829,8 @@ impl Task {
                         ps.sealed.push_front(second);
                         ps.sealed.push_front(first);
                     }
-                    Err((b, split_err)) => {
+                    Err(failed) => {
+                        let (b, split_err) = *failed;
                         warn!(topic = %name, partition = p, error = %split_err, "cannot split a batch the broker rejected");
                         self.finish(b, Err(&e));
                     }
@@ -745,6 +856,27 @@ impl Task {
                     self.cluster.invalidate(name);
                 }
                 if let Some(b) = ps.sealed.pop_front() {
+                    if let Some((id, epoch, seq)) = b.stamp {
+                        if self.producer == Some((id, epoch)) {
+                            if e.is_retriable()
+                                || matches!(
+                                    e.kafka_code(),
+                                    Some(
+                                        ErrorCode::OutOfOrderSequenceNumber
+                                            | ErrorCode::UnknownProducerId
+                                            | ErrorCode::InvalidProducerEpoch
+                                    )
+                                )
+                            {
+                                // Unknown whether the broker wrote it, or the broker lost
+                                // track of us: start over with a new producer id.
+                                self.producer = None;
+                            } else {
+                                // Rejected, so not written: reuse its sequence numbers.
+                                ps.next_seq = seq;
+                            }
+                        }
+                    }
                     self.finish(b, Err(&e));
                 }
             }
@@ -791,13 +923,57 @@ impl Task {
     }
 }
 
+/// The sequence number after a batch of `count` records starting at `seq` (sequences wrap
+/// from `i32::MAX` to 0).
+fn next_sequence(seq: i32, count: usize) -> i32 {
+    let next = (i64::from(seq) + count as i64) % (i64::from(i32::MAX) + 1);
+    i32::try_from(next).unwrap_or(0)
+}
+
+/// `data` (one RecordBatch v2) with producer id, epoch and base sequence set and the
+/// CRC-32C recomputed; `None` if it is too short to be a batch.
+fn stamp(data: &Bytes, producer_id: i64, epoch: i16, base_sequence: i32) -> Option<Bytes> {
+    if data.len() < BATCH_OVERHEAD {
+        return None;
+    }
+    let mut b = bytes::BytesMut::from(&data[..]);
+    b.get_mut(43..51)?
+        .copy_from_slice(&producer_id.to_be_bytes());
+    b.get_mut(51..53)?.copy_from_slice(&epoch.to_be_bytes());
+    b.get_mut(53..57)?
+        .copy_from_slice(&base_sequence.to_be_bytes());
+    let crc = crc32c::crc32c(b.get(21..)?);
+    b.get_mut(17..21)?.copy_from_slice(&crc.to_be_bytes());
+    Some(b.freeze())
+}
+
+/// Ask broker `broker` for a producer id (idempotent, not transactional).
+async fn init_producer_id(cluster: &Cluster, broker: i32, timeout: Duration) -> Result<(i64, i16)> {
+    let work = async {
+        let conn = cluster.connection(broker).await?;
+        let req = InitProducerIdRequest {
+            transaction_timeout_ms: 60_000,
+            ..InitProducerIdRequest::default()
+        };
+        let resp = conn.send(&req).await?;
+        if resp.error_code != 0 {
+            return Err(Error::kafka(ErrorCode::from(resp.error_code)).with_broker(conn.broker()));
+        }
+        Ok((resp.producer_id, resp.producer_epoch))
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::timeout("InitProducerId timed out")),
+    }
+}
+
 /// Split a sealed batch into two halves (re-encoded from its bytes), keeping the order,
 /// the callers' groups, the reported messages and the byte accounting. Gives the batch back
 /// with the reason if it cannot be split.
 fn split(
     b: Sealed,
     compression: Compression,
-) -> std::result::Result<(Sealed, Sealed), (Sealed, Error)> {
+) -> std::result::Result<(Sealed, Sealed), Box<(Sealed, Error)>> {
     let halves = (|| {
         let decoded = decode_batches(b.data.clone(), usize::MAX >> 1)?;
         let records: Vec<_> = decoded
@@ -825,7 +1001,7 @@ fn split(
     })();
     let (first, second, mid) = match halves {
         Ok(h) => h,
-        Err(e) => return Err((b, e)),
+        Err(e) => return Err(Box::new((b, e))),
     };
     let mut runs1 = Vec::new();
     let mut runs2 = Vec::new();
@@ -852,6 +1028,7 @@ fn split(
             data: first,
             runs: runs1,
             kept: kept1,
+            stamp: None,
             count: mid,
             bytes: bytes1,
             attempts: 0,
@@ -860,6 +1037,7 @@ fn split(
             data: second,
             runs: runs2,
             kept: kept2,
+            stamp: None,
             count: b.count - mid,
             bytes: b.bytes - bytes1,
             attempts: 0,
@@ -877,6 +1055,7 @@ fn seal(ps: &mut PartState, shared: &Shared, topic: &str, partition: i32) -> Opt
                 data,
                 runs: open.runs,
                 kept: open.kept,
+                stamp: None,
                 count: open.count,
                 bytes: open.bytes,
                 attempts: 0,
@@ -1010,6 +1189,7 @@ mod tests {
             data: builder.build().unwrap(),
             runs: groups.to_vec(),
             kept,
+            stamp: None,
             count,
             bytes: count * 10,
             attempts: 3,
@@ -1070,5 +1250,35 @@ mod tests {
         }
         let counts: Vec<usize> = runs.iter().map(|(_, n)| *n).collect();
         assert_eq!(counts, [2, 1, 1]);
+    }
+}
+
+#[cfg(test)]
+mod idempotence_tests {
+    use super::*;
+
+    #[test]
+    fn stamp_sets_producer_fields_and_a_valid_crc() {
+        let mut b = RecordBatchBuilder::new(Compression::Lz4);
+        b.append(1, Some(b"k"), Some(b"v"), &[]).unwrap();
+        b.append(2, None, Some(b"w"), &[]).unwrap();
+        let data = b.build().unwrap();
+        let stamped = stamp(&data, 4242, 3, 17).unwrap();
+        let decoded = decode_batches(stamped, 1 << 20).unwrap();
+        let batch = &decoded.batches[0];
+        assert_eq!(
+            (batch.producer_id, batch.producer_epoch, batch.base_sequence),
+            (4242, 3, 17)
+        );
+        assert_eq!(batch.records.len(), 2);
+        assert!(stamp(&Bytes::from_static(b"short"), 1, 1, 1).is_none());
+    }
+
+    #[test]
+    fn sequences_wrap_after_i32_max() {
+        assert_eq!(next_sequence(0, 100), 100);
+        assert_eq!(next_sequence(i32::MAX - 1, 1), i32::MAX);
+        assert_eq!(next_sequence(i32::MAX, 1), 0);
+        assert_eq!(next_sequence(i32::MAX - 2, 5), 2);
     }
 }
