@@ -207,7 +207,7 @@ async fn stalled_broker_applies_backpressure_then_resumes() {
 
 /// Write 40k keyed messages while cutting every proxied connection four times; return
 /// the number of duplicates read back (retried batches written twice).
-async fn cut_connections_mid_stream(idempotent: bool) -> usize {
+async fn cut_connections_mid_stream(idempotent: bool) -> (usize, u64) {
     let (proxy, broker) = proxied_broker().await;
     let direct = Conn::connect(&broker.addr).await.unwrap();
     let topic = common::unique_topic("faults-cut");
@@ -273,7 +273,7 @@ async fn cut_connections_mid_stream(idempotent: bool) -> usize {
         "idempotent={idempotent}: {total} records read, {dups} duplicates from retried batches"
     );
     assert_eq!(total - dups, N);
-    dups
+    (dups, stats.retries)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,7 +283,8 @@ async fn connections_cut_mid_stream_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_writer_writes_retried_batches_once() {
-    let dups = cut_connections_mid_stream(true).await;
+    let (dups, retries) = cut_connections_mid_stream(true).await;
+    assert!(retries > 0, "the cuts caused retries");
     assert_eq!(
         dups, 0,
         "idempotence must drop the duplicates of retried batches"
