@@ -12,7 +12,8 @@
 //! Knobs (environment): `KAFKAPIPE_BENCH_MSGS` (default 1000000), `KAFKAPIPE_BENCH_SIZE`
 //! (value bytes, default 100), `KAFKAPIPE_BENCH_PARTITIONS` (default 8),
 //! `KAFKAPIPE_BENCH_BATCH` (batch_size, default 1000), `KAFKAPIPE_BENCH_COMPRESSION`
-//! (none|gzip|snappy|lz4|zstd, default none), `KAFKAPIPE_BENCH_ACKS` (0|1|all, default all).
+//! (none|gzip|snappy|lz4|zstd, default none), `KAFKAPIPE_BENCH_ACKS` (0|1|all, default all),
+//! `KAFKAPIPE_BENCH_IDEMPOTENT` (1 to enable, default off).
 //! Without `KAFKAPIPE_BENCH_BROKER` it prints a note and exits successfully, so
 //! `cargo test --all-targets` can build and run it harmlessly.
 
@@ -63,6 +64,7 @@ async fn run(broker: String) -> kafkapipe::Result<()> {
     let partitions: i32 = env_or("KAFKAPIPE_BENCH_PARTITIONS", 8);
     let batch: usize = env_or("KAFKAPIPE_BENCH_BATCH", 1000);
     let compression: Compression = env_or("KAFKAPIPE_BENCH_COMPRESSION", Compression::None);
+    let idempotent = std::env::var("KAFKAPIPE_BENCH_IDEMPOTENT").is_ok_and(|v| v == "1");
     let acks = match std::env::var("KAFKAPIPE_BENCH_ACKS").as_deref() {
         Ok("0") => RequiredAcks::None,
         Ok("1") => RequiredAcks::Leader,
@@ -79,7 +81,8 @@ async fn run(broker: String) -> kafkapipe::Result<()> {
             .topic(&topic)
             .batch_size(batch)
             .compression(compression)
-            .required_acks(acks),
+            .required_acks(acks)
+            .idempotent(idempotent),
     )?;
     let value = Bytes::from(vec![b'x'; size]);
     let cpu0 = cpu_secs();
@@ -96,7 +99,8 @@ async fn run(broker: String) -> kafkapipe::Result<()> {
     println!(
         "{{\"client\":\"kafkapipe\",\"msgs\":{msgs},\"size\":{size},\"bytes\":{bytes},\"secs\":{secs:.3},\
          \"msgs_per_sec\":{:.0},\"mb_per_sec\":{:.2},\"cpu_secs\":{},\"partitions\":{partitions},\
-         \"batch_size\":{batch},\"compression\":\"{}\",\"acks\":{},\"requests\":{},\"batches\":{}}}",
+         \"batch_size\":{batch},\"compression\":\"{}\",\"acks\":{},\"idempotent\":{idempotent},\
+         \"requests\":{},\"batches\":{}}}",
         msgs as f64 / secs,
         bytes as f64 / secs / 1e6,
         cpu.map_or("null".to_string(), |c| format!("{c:.3}")),
