@@ -446,3 +446,26 @@ async fn one_request_per_broker_and_leader_moves_are_followed() {
         .count();
     assert!(moved > 0, "partition 0 now goes to broker 2");
 }
+
+#[tokio::test]
+async fn extreme_settings_do_not_overflow() {
+    use futures::SinkExt;
+    let fake = Fake::start(vec![(0, 1)]).await;
+    let mut writer = fake.writer(|c| {
+        c.batch_size(usize::MAX)
+            .batch_timeout(Duration::MAX)
+            .write_timeout(Duration::MAX)
+            .connect_timeout(Duration::MAX)
+            .backoff(Duration::MAX, Duration::MAX)
+            .max_buffered_bytes(usize::MAX)
+    });
+    for m in numbered(0, 3) {
+        writer.feed(m).await.unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(5), writer.flush())
+        .await
+        .expect("flush seals the open batch despite an endless linger")
+        .unwrap();
+    writer.close().await.unwrap();
+    assert_eq!(fake.state().accepted[&0].len(), 3);
+}

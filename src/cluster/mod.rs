@@ -345,7 +345,11 @@ impl Cluster {
             topics
                 .iter()
                 .filter_map(|t| meta.topics.get(*t))
-                .map(|e| e.fetched + self.inner.refresh_backoff)
+                .map(|e| {
+                    e.fetched
+                        .checked_add(self.inner.refresh_backoff)
+                        .unwrap_or(e.fetched)
+                })
                 .max()
         };
         if let Some(at) = wait {

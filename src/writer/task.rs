@@ -115,6 +115,8 @@ struct TopicState {
     parts: HashMap<i32, PartState>,
     /// Messages waiting for the topic's first metadata.
     waiting: Vec<Msg>,
+    /// A flush came while messages were waiting: seal their batches once assigned.
+    seal_when_assigned: bool,
     meta_pending: bool,
     meta_attempts: u32,
     meta_retry_at: Option<Instant>,
@@ -429,13 +431,13 @@ impl Task {
         let open = ps.open.get_or_insert_with(|| OpenBatch {
             builder: RecordBatchBuilder::with_capacity(
                 cfg.compression,
-                (cfg.batch_size * 64).min(cfg.batch_bytes),
+                cfg.batch_size.saturating_mul(64).min(cfg.batch_bytes),
             ),
             runs: Vec::new(),
             kept: Vec::new(),
             count: 0,
             bytes: 0,
-            deadline: Instant::now() + cfg.batch_timeout,
+            deadline: after(Instant::now(), cfg.batch_timeout),
         });
         if let Err(e) = open.builder.append(ts, key, value, headers) {
             return self.reject(m, e.with_topic(&**topic).with_partition(partition));
@@ -459,6 +461,9 @@ impl Task {
 
     fn seal_all(&mut self) {
         for (name, t) in &mut self.topics {
+            if !t.waiting.is_empty() {
+                t.seal_when_assigned = true;
+            }
             for (p, ps) in &mut t.parts {
                 if ps.open.is_some() {
                     self.unreported.extend(seal(ps, &self.shared, name, *p));
@@ -654,7 +659,8 @@ impl Task {
                 let attempts = self.producer_attempts;
                 if e.is_retriable() && attempts < self.cfg.max_attempts {
                     debug!(attempt = attempts, error = %e, "InitProducerId failed, retrying");
-                    self.producer_retry_at = Some(Instant::now() + self.cfg.backoff_for(attempts));
+                    self.producer_retry_at =
+                        Some(after(Instant::now(), self.cfg.backoff_for(attempts)));
                     return;
                 }
                 warn!(attempts, error = %e, "InitProducerId failed for good");
@@ -733,7 +739,7 @@ impl Task {
                         }
                         ps.retry_at = None;
                     } else {
-                        ps.retry_at = Some(now + self.cfg.backoff_for(front.attempts));
+                        ps.retry_at = Some(after(now, self.cfg.backoff_for(front.attempts)));
                     }
                 }
                 t.meta = Some(meta);
@@ -750,13 +756,22 @@ impl Task {
                 for m in waiting {
                     self.assign(&topic, m, ts);
                 }
+                if let Some(t) = self.topics.get_mut(&topic) {
+                    if std::mem::take(&mut t.seal_when_assigned) {
+                        for (p, ps) in &mut t.parts {
+                            if ps.open.is_some() {
+                                self.unreported.extend(seal(ps, &self.shared, &topic, *p));
+                            }
+                        }
+                    }
+                }
             }
             Err(e) => {
                 t.meta_attempts += 1;
                 let attempts = t.meta_attempts;
                 if e.is_retriable() && attempts < max_attempts {
                     debug!(topic = %topic, attempt = attempts, error = %e, "metadata lookup failed, retrying");
-                    t.meta_retry_at = Some(now + self.cfg.backoff_for(attempts));
+                    t.meta_retry_at = Some(after(now, self.cfg.backoff_for(attempts)));
                     return;
                 }
                 warn!(topic = %topic, attempts, error = %e, "metadata lookup failed for good");
@@ -838,7 +853,7 @@ impl Task {
             }
             Err(e) if e.is_retriable() && attempts < max_attempts => {
                 let backoff = self.cfg.backoff_for(attempts);
-                ps.retry_at = Some(Instant::now() + backoff);
+                ps.retry_at = Some(after(Instant::now(), backoff));
                 self.shared.stats.retries.fetch_add(1, Ordering::Relaxed);
                 debug!(
                     topic = %name,
@@ -914,13 +929,20 @@ impl Task {
             .release_messages(b.count, b.bytes.saturating_sub(kept_bytes));
         for (index, message, size) in b.kept {
             let result = match result {
-                Ok(base) if base >= 0 => Ok(base + i64::from(index)),
+                Ok(base) if base >= 0 => Ok(base.saturating_add(i64::from(index))),
                 Ok(_) => Ok(-1),
                 Err(e) => Err(e.clone()),
             };
             self.report(Delivery { message, result }, size);
         }
     }
+}
+
+/// `now + d`, saturating at a year from now (user durations may be huge).
+pub(crate) fn after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
+        .unwrap_or(now)
 }
 
 /// The sequence number after a batch of `count` records starting at `seq` (sequences wrap
