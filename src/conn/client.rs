@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::{Connection, ConnectionConfig};
 use crate::compression::Compression;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::protocol::messages::{
     AbortedTransaction, CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
     DeleteTopicState, DeleteTopicsRequest, FetchPartition, FetchRequest, FetchTopic,
@@ -22,9 +22,7 @@ use crate::protocol::messages::{
     MetadataRequestTopic, MetadataResponse, ProducePartitionData, ProduceRequest, ProduceTopicData,
 };
 use crate::protocol::{ErrorCode, Request};
-use crate::record::{
-    decode_batches, ControlRecord, Header, Record, RecordBatch, RecordBatchBuilder,
-};
+use crate::record::{decode_batches, ControlRecord, Record, RecordBatch, RecordBatchBuilder};
 
 /// How many replicas must acknowledge a produce request (Java: `acks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -592,14 +590,9 @@ impl Conn {
         batch: Bytes,
         opts: &ProduceOptions,
     ) -> Result<i64> {
-        let mut version = self.connection.version_for::<ProduceRequest>()?;
-        let mut topic_id = ZERO_UUID;
-        if version >= 13 {
-            topic_id = self.topic_id(topic).await?;
-            if topic_id == ZERO_UUID {
-                version = 12;
-            }
-        }
+        let (version, topic_id) = self
+            .version_and_topic_id::<ProduceRequest>(topic, 13)
+            .await?;
         let req = ProduceRequest {
             transactional_id: None,
             acks: opts.acks.code(),
@@ -656,6 +649,40 @@ impl Conn {
         Ok(md.topic(topic).map_or(ZERO_UUID, |t| t.id))
     }
 
+    /// The version to use for `R`, which identifies topics by id from version `ids_from`
+    /// on, and the topic id (zeros below that version). When the broker reports no id for
+    /// the topic, fall back to the last name-based version if the broker still accepts it.
+    async fn version_and_topic_id<R: Request>(
+        &self,
+        topic: &str,
+        ids_from: i16,
+    ) -> Result<(i16, [u8; 16])> {
+        let version = self.connection.version_for::<R>()?;
+        if version < ids_from {
+            return Ok((version, ZERO_UUID));
+        }
+        let id = self.topic_id(topic).await?;
+        if id != ZERO_UUID {
+            return Ok((version, id));
+        }
+        let broker_min = self
+            .connection
+            .api_versions()
+            .and_then(|v| v.range(R::API_KEY))
+            .map_or(0, |(min, _)| min);
+        if broker_min < ids_from {
+            Ok((ids_from - 1, ZERO_UUID))
+        } else {
+            Err(Error::kafka(ErrorCode::UnknownTopicId)
+                .with_topic(topic)
+                .with_broker(self.connection.broker())
+                .with_message(format!(
+                    "{} needs a topic id and the broker reported none",
+                    R::API_KEY
+                )))
+        }
+    }
+
     /// Fetch records of `topic`/`partition` starting at `offset`.
     ///
     /// Batches that start before `offset` have their leading records skipped; control
@@ -669,19 +696,7 @@ impl Conn {
         offset: i64,
         opts: &FetchOptions,
     ) -> Result<Fetched> {
-        let mut version = self.connection.version_for::<FetchRequest>()?;
-        let mut topic_id = ZERO_UUID;
-        if version >= 13 {
-            topic_id = self.topic_id(topic).await?;
-            if topic_id == ZERO_UUID {
-                version = 12;
-                if self.connection.version_for::<FetchRequest>().is_ok()
-                    && version < FetchRequest::MIN_VERSION
-                {
-                    return Err(Error::kafka(ErrorCode::UnknownTopicOrPartition).with_topic(topic));
-                }
-            }
-        }
+        let (version, topic_id) = self.version_and_topic_id::<FetchRequest>(topic, 13).await?;
         let req = FetchRequest {
             replica_id: -1,
             max_wait_ms: duration_ms(opts.max_wait),
@@ -886,6 +901,3 @@ fn decompress_limit(max_bytes: i32) -> usize {
     base.saturating_mul(32)
         .clamp(64 * 1024 * 1024, 1024 * 1024 * 1024)
 }
-
-#[allow(dead_code)]
-fn _assert_types(_: &Header, _: ErrorKind) {}
