@@ -6,6 +6,7 @@
 //! broker — where the failing operation knew them, and keeps its cause in `source()`.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::protocol::ErrorCode;
 
@@ -40,6 +41,9 @@ pub enum ErrorKind {
 
 /// The error type of every fallible kafkapipe operation.
 ///
+/// Errors are `Clone` (the cause is shared), so one delivery failure can be reported to
+/// every caller waiting on the affected messages.
+///
 /// ```
 /// use kafkapipe::{Error, ErrorKind, protocol::ErrorCode};
 /// let err = Error::kafka(ErrorCode::NotLeaderOrFollower).with_topic("events").with_partition(3);
@@ -47,17 +51,19 @@ pub enum ErrorKind {
 /// assert_eq!(err.kafka_code(), Some(ErrorCode::NotLeaderOrFollower));
 /// assert!(err.to_string().contains("events"));
 /// ```
+#[derive(Clone)]
 pub struct Error {
     inner: Box<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     kind: ErrorKind,
     message: Option<String>,
     topic: Option<String>,
     partition: Option<i32>,
     broker: Option<String>,
-    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl Error {
@@ -135,7 +141,7 @@ impl Error {
 
     /// Attach a cause, returned by `source()`.
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.inner.source = Some(Box::new(source));
+        self.inner.source = Some(Arc::new(source));
         self
     }
 

@@ -3,7 +3,7 @@
 //! A pure-Rust, async Apache Kafka client in which the consumer is a
 //! `futures::Stream<Item = Result<Message>>` and the producer is a `futures::Sink`.
 //!
-//! This release provides the foundation layers:
+//! This release provides the foundation layers and the producer:
 //!
 //! | module | owns |
 //! | --- | --- |
@@ -11,9 +11,11 @@
 //! | [`record`] | RecordBatch v2 encode/decode, legacy MessageSet v0/v1 decode |
 //! | [`compression`] | gzip, snappy, lz4, zstd codecs |
 //! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the kafka-go style [`Conn`](conn::Conn) API |
+//! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
+//! | [`writer`] | the producer: [`writer::Writer`], a batching, backpressured `Sink<Message>` |
 //!
-//! The `Writer` sink, the `Reader` stream, consumer groups, TLS/SASL and the admin client
-//! build on these layers.
+//! The `Reader` stream, consumer groups, TLS/SASL and the admin client build on these
+//! layers.
 //!
 //! ```no_run
 //! use kafkapipe::conn::{Conn, FetchOptions, ProduceOptions};
@@ -35,10 +37,12 @@
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod cluster;
 pub mod compression;
 pub mod conn;
 mod error;
 pub mod protocol;
 pub mod record;
+pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};

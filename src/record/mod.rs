@@ -21,7 +21,7 @@ use bytes::Bytes;
 use crate::compression::Compression;
 use crate::error::{Error, Result};
 
-mod crc32;
+pub(crate) mod crc32;
 mod decode;
 mod encode;
 mod legacy;

@@ -131,10 +131,30 @@ impl TestBroker {
         panic!("tansu did not start; last log:\n{last_log}");
     }
 
+    /// Like [`TestBroker::start`], but the broker advertises `advertised` (`host:port`) in
+    /// Metadata responses instead of its own address — for putting a TCP proxy in front
+    /// of it. `addr` stays the address the broker really listens on.
+    pub fn start_advertised(advertised: &str) -> TestBroker {
+        let tansu = tansu_bin();
+        let mut last_log = String::new();
+        for _ in 0..3 {
+            match Self::try_start_with(&tansu, Some(advertised)) {
+                Ok(b) => return b,
+                Err(log) => last_log = log,
+            }
+        }
+        panic!("tansu did not start; last log:\n{last_log}");
+    }
+
     fn try_start(tansu: &PathBuf) -> Result<TestBroker, String> {
+        Self::try_start_with(tansu, None)
+    }
+
+    fn try_start_with(tansu: &PathBuf, advertised: Option<&str>) -> Result<TestBroker, String> {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let url = format!("tcp://{addr}");
+        let advertised_url = advertised.map_or_else(|| url.clone(), |a| format!("tcp://{a}"));
         let log =
             std::env::temp_dir().join(format!("kafkapipe-tansu-{}-{port}.log", std::process::id()));
         std::fs::write(&log, b"").expect("create tansu log file");
@@ -150,7 +170,7 @@ impl TestBroker {
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
-                &url,
+                &advertised_url,
             ])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

@@ -1,0 +1,266 @@
+//! [`WriterConfig`]: every knob of the [`Writer`](super::Writer), with its default and the
+//! matching kafka-go / Java producer setting.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Balancer, RoundRobin};
+use crate::compression::Compression;
+use crate::conn::{ConnectionConfig, RequiredAcks};
+use crate::error::{Error, Result};
+
+/// Configuration of a [`Writer`](super::Writer), built with chained setters.
+///
+/// ```
+/// use std::time::Duration;
+/// use kafkapipe::compression::Compression;
+/// use kafkapipe::conn::RequiredAcks;
+/// use kafkapipe::writer::{Murmur2, WriterConfig};
+///
+/// let config = WriterConfig::new(["127.0.0.1:9092"])
+///     .topic("events")
+///     .balancer(Murmur2::default())
+///     .batch_size(500)
+///     .batch_timeout(Duration::from_millis(20))
+///     .compression(Compression::Zstd)
+///     .required_acks(RequiredAcks::Leader);
+/// assert_eq!(config.batch_bytes, 1024 * 1024);
+/// ```
+#[derive(Clone)]
+pub struct WriterConfig {
+    /// Bootstrap broker addresses (`host:port`). Required (kafka-go `Addr`, Java
+    /// `bootstrap.servers`).
+    pub brokers: Vec<String>,
+    /// Topic for messages whose [`Message::topic`](super::Message::topic) is `None`.
+    /// Default none: then every message must name its topic (kafka-go `Topic`).
+    pub topic: Option<String>,
+    /// Chooses the partition of messages without one. Default [`RoundRobin`]
+    /// (kafka-go `Balancer`, Java `partitioner.class`).
+    pub balancer: Arc<dyn Balancer>,
+    /// Most messages per partition batch. Default 100 (kafka-go `BatchSize`).
+    pub batch_size: usize,
+    /// Most bytes per partition batch (uncompressed, including the 61-byte batch header).
+    /// A single message larger than this is rejected with `MessageTooLarge`. Default
+    /// 1 MiB (kafka-go `BatchBytes`, Java `batch.size`/`max.request.size`).
+    pub batch_bytes: usize,
+    /// How long a partition batch may wait for more messages after its first one before
+    /// it is sent anyway (a full batch is sent at once). Default 5 ms — librdkafka's and
+    /// Java 4.0's `linger.ms`; kafka-go's `BatchTimeout` is the same knob with a 1 s
+    /// default, which makes lone writes slow.
+    pub batch_timeout: Duration,
+    /// Bound on bytes (see [`Message::size`](super::Message::size)) accepted but not yet
+    /// acknowledged; while it is exceeded `poll_ready` is pending (backpressure).
+    /// Default 32 MiB (Java `buffer.memory`).
+    pub max_buffered_bytes: usize,
+    /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java `acks=all`;
+    /// kafka-go's default is none).
+    pub required_acks: RequiredAcks,
+    /// How many times a batch is sent before a retriable error is given up on. Default 10
+    /// (kafka-go `MaxAttempts`).
+    pub max_attempts: u32,
+    /// Backoff before the first retry; doubles per attempt. Default 100 ms (kafka-go
+    /// `WriteBackoffMin`, Java `retry.backoff.ms`).
+    pub backoff_min: Duration,
+    /// Largest backoff between retries. Default 1 s (kafka-go `WriteBackoffMax`, Java
+    /// `retry.backoff.max.ms`).
+    pub backoff_max: Duration,
+    /// How long one produce request may take, including connecting; also sent to the
+    /// broker as the request's replication timeout. Default 10 s (kafka-go
+    /// `WriteTimeout`, Java `request.timeout.ms`).
+    pub write_timeout: Duration,
+    /// Codec for record batches. Default none (kafka-go `Compression`, Java
+    /// `compression.type`).
+    pub compression: Compression,
+    /// Client id sent to brokers. Default `"kafkapipe"` (Java `client.id`).
+    pub client_id: String,
+    /// Most produce requests in flight per broker. Each request carries at most one batch
+    /// per partition and a partition has at most one batch in flight, which keeps
+    /// per-partition order through retries. Default 5 (Java
+    /// `max.in.flight.requests.per.connection`).
+    pub max_in_flight_per_broker: usize,
+    /// How long establishing a broker connection may take. Default 10 s (Java
+    /// `socket.connection.setup.timeout.ms`).
+    pub connect_timeout: Duration,
+}
+
+impl fmt::Debug for WriterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriterConfig")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .field("batch_size", &self.batch_size)
+            .field("batch_bytes", &self.batch_bytes)
+            .field("batch_timeout", &self.batch_timeout)
+            .field("max_buffered_bytes", &self.max_buffered_bytes)
+            .field("required_acks", &self.required_acks)
+            .field("max_attempts", &self.max_attempts)
+            .field("backoff_min", &self.backoff_min)
+            .field("backoff_max", &self.backoff_max)
+            .field("write_timeout", &self.write_timeout)
+            .field("compression", &self.compression)
+            .field("client_id", &self.client_id)
+            .field("max_in_flight_per_broker", &self.max_in_flight_per_broker)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WriterConfig {
+    /// The defaults, with `brokers` as bootstrap addresses.
+    pub fn new<I, S>(brokers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        WriterConfig {
+            brokers: brokers.into_iter().map(Into::into).collect(),
+            topic: None,
+            balancer: Arc::new(RoundRobin::default()),
+            batch_size: 100,
+            batch_bytes: 1024 * 1024,
+            batch_timeout: Duration::from_millis(5),
+            max_buffered_bytes: 32 * 1024 * 1024,
+            required_acks: RequiredAcks::All,
+            max_attempts: 10,
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(1),
+            write_timeout: Duration::from_secs(10),
+            compression: Compression::None,
+            client_id: "kafkapipe".to_string(),
+            max_in_flight_per_broker: 5,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Set [`WriterConfig::topic`].
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = Some(topic.into());
+        self
+    }
+
+    /// Set [`WriterConfig::balancer`].
+    pub fn balancer(mut self, balancer: impl Balancer) -> Self {
+        self.balancer = Arc::new(balancer);
+        self
+    }
+
+    /// Set [`WriterConfig::batch_size`].
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = n;
+        self
+    }
+
+    /// Set [`WriterConfig::batch_bytes`].
+    pub fn batch_bytes(mut self, n: usize) -> Self {
+        self.batch_bytes = n;
+        self
+    }
+
+    /// Set [`WriterConfig::batch_timeout`] (linger).
+    pub fn batch_timeout(mut self, d: Duration) -> Self {
+        self.batch_timeout = d;
+        self
+    }
+
+    /// Set [`WriterConfig::max_buffered_bytes`].
+    pub fn max_buffered_bytes(mut self, n: usize) -> Self {
+        self.max_buffered_bytes = n;
+        self
+    }
+
+    /// Set [`WriterConfig::required_acks`].
+    pub fn required_acks(mut self, acks: RequiredAcks) -> Self {
+        self.required_acks = acks;
+        self
+    }
+
+    /// Set [`WriterConfig::max_attempts`].
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// Set [`WriterConfig::backoff_min`] and [`WriterConfig::backoff_max`].
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff_min = min;
+        self.backoff_max = max;
+        self
+    }
+
+    /// Set [`WriterConfig::write_timeout`].
+    pub fn write_timeout(mut self, d: Duration) -> Self {
+        self.write_timeout = d;
+        self
+    }
+
+    /// Set [`WriterConfig::compression`].
+    pub fn compression(mut self, c: Compression) -> Self {
+        self.compression = c;
+        self
+    }
+
+    /// Set [`WriterConfig::client_id`].
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.client_id = id.into();
+        self
+    }
+
+    /// Set [`WriterConfig::max_in_flight_per_broker`].
+    pub fn max_in_flight_per_broker(mut self, n: usize) -> Self {
+        self.max_in_flight_per_broker = n;
+        self
+    }
+
+    /// Set [`WriterConfig::connect_timeout`].
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let fail = |m: &str| Err(Error::config(m.to_string()));
+        if self.brokers.is_empty() {
+            return fail("WriterConfig::brokers must name at least one broker");
+        }
+        if self.batch_size == 0 {
+            return fail("WriterConfig::batch_size must be at least 1");
+        }
+        if self.batch_bytes < 128 || self.batch_bytes > i32::MAX as usize {
+            return fail("WriterConfig::batch_bytes must be between 128 and 2^31-1");
+        }
+        if self.max_buffered_bytes == 0 {
+            return fail("WriterConfig::max_buffered_bytes must be at least 1");
+        }
+        if self.max_attempts == 0 {
+            return fail("WriterConfig::max_attempts must be at least 1");
+        }
+        if self.max_in_flight_per_broker == 0 {
+            return fail("WriterConfig::max_in_flight_per_broker must be at least 1");
+        }
+        if self.backoff_min > self.backoff_max {
+            return fail("WriterConfig::backoff_min must not exceed backoff_max");
+        }
+        Ok(())
+    }
+
+    pub(crate) fn connection_config(&self) -> ConnectionConfig {
+        ConnectionConfig {
+            client_id: self.client_id.clone(),
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.write_timeout,
+            max_in_flight: self.max_in_flight_per_broker,
+            ..ConnectionConfig::default()
+        }
+    }
+
+    /// The backoff before attempt `attempt + 1` (after `attempt` failures): `backoff_min`
+    /// doubled per earlier failure, at most `backoff_max`.
+    pub(crate) fn backoff_for(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(20);
+        self.backoff_min
+            .checked_mul(factor)
+            .unwrap_or(self.backoff_max)
+            .min(self.backoff_max)
+    }
+}
