@@ -461,3 +461,75 @@ async fn broker_with_only_fetch_v0_to_v3_is_unsupported_version() {
     assert_eq!(broker.seen().len(), 1, "only the ApiVersions handshake");
     assert!(!conn.connection().is_closed());
 }
+
+#[tokio::test]
+async fn unknown_topic_id_falls_back_to_fetch_v12_by_name() {
+    let broker = FakeBroker::start(client_ranges(), |inc: &Incoming| match &inc.req {
+        // A broker that reports no topic ids (all zeros).
+        Req::Metadata(_) => metadata_reply(inc, TOPIC, [0; 16], 3),
+        Req::Fetch(_) => fetch_reply(
+            inc,
+            FetchPartitionData {
+                partition_index: PARTITION,
+                high_watermark: 0,
+                ..FetchPartitionData::default()
+            },
+        ),
+        other => panic!("unexpected request {other:?}"),
+    })
+    .await;
+    let conn = connect(&broker).await;
+    let f = fetch(&conn, 0, IsolationLevel::ReadUncommitted)
+        .await
+        .unwrap();
+    assert!(f.records.is_empty());
+    let fetches = broker.fetches();
+    assert_eq!(fetches[0].0.api_version, 12);
+    assert_eq!(fetches[0].1.topics[0].topic, TOPIC);
+}
+
+#[tokio::test]
+async fn unknown_topic_id_with_broker_requiring_ids_is_unknown_topic() {
+    let ranges = ranges_with(ApiKey::FETCH, 13, FetchRequest::MAX_VERSION);
+    let ranges: Vec<_> = ranges
+        .into_iter()
+        .map(|r| {
+            if r.api_key == ApiKey::PRODUCE {
+                fake_broker::range(ApiKey::PRODUCE, 13, ProduceRequest::MAX_VERSION)
+            } else {
+                r
+            }
+        })
+        .collect();
+    let broker = FakeBroker::start(ranges, |inc: &Incoming| match &inc.req {
+        Req::Metadata(_) => metadata_reply(inc, TOPIC, [0; 16], 3),
+        other => panic!("unexpected request {other:?}"),
+    })
+    .await;
+    let conn = connect(&broker).await;
+    let e = fetch(&conn, 0, IsolationLevel::ReadUncommitted)
+        .await
+        .expect_err("no usable fetch version");
+    assert_eq!(
+        e.kafka_code(),
+        Some(ErrorCode::UnknownTopicOrPartition),
+        "{e}"
+    );
+    assert_context(&e, &broker);
+    let e = conn
+        .produce(
+            TOPIC,
+            PARTITION,
+            &[Record::new("k", "v")],
+            &ProduceOptions::default(),
+        )
+        .await
+        .expect_err("no usable produce version");
+    assert_eq!(
+        e.kafka_code(),
+        Some(ErrorCode::UnknownTopicOrPartition),
+        "{e}"
+    );
+    assert_context(&e, &broker);
+    assert!(broker.fetches().is_empty());
+}

@@ -597,7 +597,7 @@ impl Conn {
         if version >= 13 {
             topic_id = self.topic_id(topic).await?;
             if topic_id == ZERO_UUID {
-                version = 12;
+                version = self.by_name_version::<ProduceRequest>(topic, partition)?;
             }
         }
         let req = ProduceRequest {
@@ -643,6 +643,26 @@ impl Conn {
         }
     }
 
+    /// The version of `R` (Produce or Fetch) to use when `topic`'s id is unknown, so the
+    /// request must name the topic: 12, the last version with names, if the broker still
+    /// accepts it. Otherwise the broker cannot know the topic: `UnknownTopicOrPartition`.
+    fn by_name_version<R: Request>(&self, topic: &str, partition: i32) -> Result<i16> {
+        const LAST_WITH_NAMES: i16 = 12;
+        match self
+            .connection
+            .api_versions()
+            .and_then(|v| v.range(R::API_KEY))
+        {
+            Some((broker_min, _)) if broker_min <= LAST_WITH_NAMES => Ok(LAST_WITH_NAMES),
+            _ => Err(self
+                .err(ErrorCode::UnknownTopicOrPartition, topic, partition)
+                .with_message(format!(
+                    "no topic id known for the topic and the broker requires {} v13+",
+                    R::API_KEY
+                ))),
+        }
+    }
+
     async fn topic_id(&self, topic: &str) -> Result<[u8; 16]> {
         if let Some(id) = self
             .topic_ids
@@ -674,12 +694,7 @@ impl Conn {
         if version >= 13 {
             topic_id = self.topic_id(topic).await?;
             if topic_id == ZERO_UUID {
-                version = 12;
-                if self.connection.version_for::<FetchRequest>().is_ok()
-                    && version < FetchRequest::MIN_VERSION
-                {
-                    return Err(Error::kafka(ErrorCode::UnknownTopicOrPartition).with_topic(topic));
-                }
+                version = self.by_name_version::<FetchRequest>(topic, partition)?;
             }
         }
         let req = FetchRequest {
