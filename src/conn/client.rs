@@ -456,7 +456,10 @@ impl Conn {
         replication_factor: i16,
     ) -> Result<()> {
         let topic = NewTopic::new(name, partitions).replication_factor(replication_factor);
-        self.create_topics(&[topic]).await?.remove(0).1
+        match self.create_topics(&[topic]).await?.into_iter().next() {
+            Some((_, result)) => result,
+            None => Err(Error::protocol("CreateTopics gave no result").with_topic(name)),
+        }
     }
 
     /// Create topics. Returns one result per topic, in request order; a topic that
@@ -900,8 +903,9 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// How large a decompressed batch may grow: generous relative to the fetch size (real
-/// compression ratios rarely exceed 10–20×), but bounded so a zip bomb cannot exhaust
+/// How much the compressed batches of one fetch response may decompress to, together
+/// (see [`decode_batches`]): generous relative to the fetch size (real compression ratios
+/// rarely exceed 10–20×), but bounded so a zip bomb — or many small ones — cannot exhaust
 /// memory.
 fn decompress_limit(max_bytes: i32) -> usize {
     let base = usize::try_from(max_bytes.max(1)).unwrap_or(1);
