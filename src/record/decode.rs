@@ -7,7 +7,7 @@ use super::{legacy, Header, Record, RecordBatch, TimestampType, BATCH_HEADER_LEN
 use crate::compression::Compression;
 use crate::error::{Error, Result};
 use crate::protocol::primitives::{
-    get_i16, get_i32, get_i64, get_i8, get_u32, get_varint, get_varlong,
+    capacity_for, get_i16, get_i32, get_i64, get_i8, get_u32, get_varint, get_varlong,
 };
 
 /// Offset (i64) and length (i32): the prefix shared by every batch and legacy message.
@@ -140,7 +140,7 @@ fn decode_v2(batch: Bytes, budget: &mut usize) -> Result<RecordBatch> {
         base_timestamp,
         log_append_time: (timestamp_type == TimestampType::LogAppendTime).then_some(max_timestamp),
     };
-    let mut records = Vec::with_capacity(count);
+    let mut records = Vec::with_capacity(capacity_for::<Record>(count));
     for _ in 0..count {
         records.push(decode_record(&mut payload, &ctx).map_err(at)?);
     }
@@ -202,7 +202,7 @@ fn decode_record(buf: &mut Bytes, ctx: &RecordCtx) -> Result<Record> {
                 r.remaining()
             ))
         })?;
-    let mut headers = Vec::with_capacity(n_headers);
+    let mut headers = Vec::with_capacity(capacity_for::<Header>(n_headers));
     for _ in 0..n_headers {
         let key = get_varbytes(&mut r, "header key")?
             .ok_or_else(|| Error::protocol("null header key"))?;
