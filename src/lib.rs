@@ -10,10 +10,27 @@
 //! | [`protocol`] | the wire codec: primitives, headers, one module per API, error codes |
 //! | [`record`] | RecordBatch v2 encode/decode, legacy MessageSet v0/v1 decode |
 //! | [`compression`] | gzip, snappy, lz4, zstd codecs |
-//! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the
-//! kafka-go style [`Conn`](conn::Conn) API |
+//! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the kafka-go style [`Conn`](conn::Conn) API |
 //! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
 //! | [`writer`] | the producer: [`writer::Writer`], a batching, backpressured `Sink<Message>` |
+//!
+//! The `Reader` stream, consumer groups, TLS/SASL and the admin client build on these
+//! layers.
+//!
+//! ```no_run
+//! use kafkapipe::conn::{Conn, FetchOptions, ProduceOptions};
+//! use kafkapipe::record::Record;
+//!
+//! # async fn demo() -> kafkapipe::Result<()> {
+//! let conn = Conn::connect("127.0.0.1:9092").await?;
+//! conn.create_topic("events", 3, 1).await?;
+//! let base = conn
+//!     .produce("events", 0, &[Record::new("key", "hello")], &ProduceOptions::default())
+//!     .await?;
+//! let fetched = conn.fetch("events", 0, base, &FetchOptions::default()).await?;
+//! assert_eq!(fetched.records[0].value.as_deref(), Some(&b"hello"[..]));
+//! # Ok(()) }
+//! ```
 //!
 //! See `DESIGN.md` for how a request flows from a user call to the socket.
 #![deny(unsafe_code)]

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::{Connection, ConnectionConfig};
 use crate::compression::Compression;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::protocol::messages::{
     AbortedTransaction, CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
     DeleteTopicState, DeleteTopicsRequest, FetchPartition, FetchRequest, FetchTopic,
@@ -22,9 +22,7 @@ use crate::protocol::messages::{
     MetadataRequestTopic, MetadataResponse, ProducePartitionData, ProduceRequest, ProduceTopicData,
 };
 use crate::protocol::{ErrorCode, Request};
-use crate::record::{
-    decode_batches, ControlRecord, Header, Record, RecordBatch, RecordBatchBuilder,
-};
+use crate::record::{decode_batches, ControlRecord, Record, RecordBatch, RecordBatchBuilder};
 
 /// How many replicas must acknowledge a produce request (Java: `acks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -467,7 +465,10 @@ impl Conn {
         replication_factor: i16,
     ) -> Result<()> {
         let topic = NewTopic::new(name, partitions).replication_factor(replication_factor);
-        self.create_topics(&[topic]).await?.remove(0).1
+        match self.create_topics(&[topic]).await?.into_iter().next() {
+            Some((_, result)) => result,
+            None => Err(Error::protocol("CreateTopics gave no result").with_topic(name)),
+        }
     }
 
     /// Create topics. Returns one result per topic, in request order; a topic that
@@ -608,7 +609,7 @@ impl Conn {
         if version >= 13 {
             topic_id = self.topic_id(topic).await?;
             if topic_id == ZERO_UUID {
-                version = 12;
+                version = self.by_name_version::<ProduceRequest>(topic, partition)?;
             }
         }
         let req = ProduceRequest {
@@ -654,6 +655,26 @@ impl Conn {
         }
     }
 
+    /// The version of `R` (Produce or Fetch) to use when `topic`'s id is unknown, so the
+    /// request must name the topic: 12, the last version with names, if the broker still
+    /// accepts it. Otherwise the broker cannot know the topic: `UnknownTopicOrPartition`.
+    fn by_name_version<R: Request>(&self, topic: &str, partition: i32) -> Result<i16> {
+        const LAST_WITH_NAMES: i16 = 12;
+        match self
+            .connection
+            .api_versions()
+            .and_then(|v| v.range(R::API_KEY))
+        {
+            Some((broker_min, _)) if broker_min <= LAST_WITH_NAMES => Ok(LAST_WITH_NAMES),
+            _ => Err(self
+                .err(ErrorCode::UnknownTopicOrPartition, topic, partition)
+                .with_message(format!(
+                    "no topic id known for the topic and the broker requires {} v13+",
+                    R::API_KEY
+                ))),
+        }
+    }
+
     async fn topic_id(&self, topic: &str) -> Result<[u8; 16]> {
         if let Some(id) = self
             .topic_ids
@@ -685,12 +706,7 @@ impl Conn {
         if version >= 13 {
             topic_id = self.topic_id(topic).await?;
             if topic_id == ZERO_UUID {
-                version = 12;
-                if self.connection.version_for::<FetchRequest>().is_ok()
-                    && version < FetchRequest::MIN_VERSION
-                {
-                    return Err(Error::kafka(ErrorCode::UnknownTopicOrPartition).with_topic(topic));
-                }
+                version = self.by_name_version::<FetchRequest>(topic, partition)?;
             }
         }
         let req = FetchRequest {
@@ -836,38 +852,45 @@ impl Conn {
 /// control records dropped and records of `aborted` transactions removed, plus the offset
 /// to fetch next.
 ///
-/// The aborted-transaction rule is the Java consumer's: an aborted transaction of producer
-/// P becomes active at the first batch whose base offset is at or after its first offset;
-/// while active, P's transactional batches are skipped; P's ABORT control marker ends it.
+/// The aborted-transaction rule is the Java consumer's (`CompletedFetch`): the aborted
+/// transactions are taken in order of first offset; for each batch with a producer id, every
+/// aborted transaction whose first offset is at or before the batch's *last* offset
+/// activates its producer P; while P is active its transactional data batches are skipped;
+/// P's ABORT control marker deactivates it. Non-transactional batches (idempotent
+/// producers) and other producers' batches are never skipped. With `aborted` empty (read
+/// uncommitted) only control records are dropped.
 pub(crate) fn visible_records(
     batches: Vec<RecordBatch>,
     from: i64,
     aborted: &[AbortedTransaction],
 ) -> (Vec<Record>, i64) {
     let mut pending: Vec<&AbortedTransaction> = aborted.iter().collect();
+    // Popped from the end: smallest first offset first.
     pending.sort_by_key(|a| std::cmp::Reverse(a.first_offset));
     let mut active: Vec<i64> = Vec::new();
     let mut out = Vec::new();
     let mut next = from;
     for batch in batches {
         next = next.max(batch.next_offset());
-        while pending
-            .last()
-            .is_some_and(|a| a.first_offset < batch.next_offset())
-        {
-            if let Some(a) = pending.pop() {
-                active.push(a.producer_id);
+        if batch.producer_id >= 0 {
+            let last_offset = batch.next_offset().saturating_sub(1);
+            while pending
+                .last()
+                .is_some_and(|a| a.first_offset <= last_offset)
+            {
+                if let Some(a) = pending.pop() {
+                    active.push(a.producer_id);
+                }
             }
-        }
-        if batch.is_control {
-            if batch.is_transactional {
+            if batch.is_control {
                 if let Ok(Some(ControlRecord::Abort)) = batch.control_record() {
                     active.retain(|p| *p != batch.producer_id);
                 }
+            } else if batch.is_transactional && active.contains(&batch.producer_id) {
+                continue;
             }
-            continue;
         }
-        if batch.is_transactional && active.contains(&batch.producer_id) {
+        if batch.is_control {
             continue;
         }
         out.extend(batch.records.into_iter().filter(|r| r.offset >= from));
@@ -889,8 +912,9 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// How large a decompressed batch may grow: generous relative to the fetch size (real
-/// compression ratios rarely exceed 10–20×), but bounded so a zip bomb cannot exhaust
+/// How much the compressed batches of one fetch response may decompress to, together
+/// (see [`decode_batches`]): generous relative to the fetch size (real compression ratios
+/// rarely exceed 10–20×), but bounded so a zip bomb — or many small ones — cannot exhaust
 /// memory.
 fn decompress_limit(max_bytes: i32) -> usize {
     let base = usize::try_from(max_bytes.max(1)).unwrap_or(1);
@@ -898,5 +922,210 @@ fn decompress_limit(max_bytes: i32) -> usize {
         .clamp(64 * 1024 * 1024, 1024 * 1024 * 1024)
 }
 
-#[allow(dead_code)]
-fn _assert_types(_: &Header, _: ErrorKind) {}
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::protocol::TaggedFields;
+
+    const P: i64 = 7;
+    const Q: i64 = 9;
+
+    /// A RecordBatch v2 on the wire at `base` with `n` records (values `"{tag}{i}"`),
+    /// built by the producer-side builder and decoded back, as a fetch would see it.
+    fn batch(base: i64, n: usize, producer: i64, transactional: bool) -> RecordBatch {
+        let mut b = RecordBatchBuilder::new(Compression::None)
+            .producer(producer, 0, 0)
+            .transactional(transactional);
+        for i in 0..n {
+            b.append(
+                1_000 + i as i64,
+                None,
+                Some(format!("v{}", base + i as i64).as_bytes()),
+                &[],
+            )
+            .unwrap();
+        }
+        decode_one(b.build().unwrap(), base)
+    }
+
+    /// A transaction marker (control batch with one control record) at `offset`.
+    fn marker(offset: i64, producer: i64, kind: ControlRecord) -> RecordBatch {
+        let mut b = RecordBatchBuilder::new(Compression::None)
+            .producer(producer, 0, -1)
+            .transactional(true)
+            .control(true);
+        b.append(1_000, Some(&kind.key()), Some(&[0, 0, 0, 0, 0, 0]), &[])
+            .unwrap();
+        decode_one(b.build().unwrap(), offset)
+    }
+
+    /// Decode one encoded batch after moving it to base offset `base` (the base offset is
+    /// not covered by the CRC, so the broker rewrites it in place like this).
+    fn decode_one(bytes: Bytes, base: i64) -> RecordBatch {
+        let mut raw = bytes.to_vec();
+        raw[..8].copy_from_slice(&base.to_be_bytes());
+        let mut d = decode_batches(Bytes::from(raw), 1 << 20).unwrap();
+        assert_eq!(d.batches.len(), 1);
+        d.batches.remove(0)
+    }
+
+    fn aborted(producer_id: i64, first_offset: i64) -> AbortedTransaction {
+        AbortedTransaction {
+            producer_id,
+            first_offset,
+            tagged_fields: TaggedFields::new(),
+        }
+    }
+
+    fn offsets(records: &[Record]) -> Vec<i64> {
+        records.iter().map(|r| r.offset).collect()
+    }
+
+    #[test]
+    fn control_batches_are_hidden() {
+        let batches = vec![
+            batch(0, 2, P, true),
+            marker(2, P, ControlRecord::Commit),
+            batch(3, 1, -1, false),
+            marker(4, P, ControlRecord::Abort),
+        ];
+        let (records, next) = visible_records(batches, 0, &[]);
+        assert_eq!(offsets(&records), [0, 1, 3]);
+        assert_eq!(records[2].value.as_deref(), Some(&b"v3"[..]));
+        assert_eq!(next, 5);
+    }
+
+    #[test]
+    fn records_before_from_are_skipped() {
+        // The broker returns whole batches: one starting before the requested offset.
+        let batches = vec![batch(10, 5, -1, false), batch(15, 2, -1, false)];
+        let (records, next) = visible_records(batches, 12, &[]);
+        assert_eq!(offsets(&records), [12, 13, 14, 15, 16]);
+        assert_eq!(next, 17);
+    }
+
+    #[test]
+    fn batch_entirely_before_from_contributes_nothing() {
+        let batches = vec![batch(0, 3, -1, false), batch(3, 2, -1, false)];
+        let (records, next) = visible_records(batches, 4, &[]);
+        assert_eq!(offsets(&records), [4]);
+        assert_eq!(next, 5);
+    }
+
+    #[test]
+    fn next_offset_advances_past_control_only_batch() {
+        let (records, next) = visible_records(vec![marker(41, P, ControlRecord::Commit)], 41, &[]);
+        assert!(records.is_empty());
+        assert_eq!(next, 42);
+    }
+
+    #[test]
+    fn nothing_fetched_keeps_requested_offset() {
+        let (records, next) = visible_records(Vec::new(), 99, &[aborted(P, 3)]);
+        assert!(records.is_empty());
+        assert_eq!(next, 99);
+    }
+
+    /// Offsets: 0-1 P (aborted txn), 2-3 Q (committed txn), 4 P, 5 P ABORT, 6 Q COMMIT,
+    /// 7-8 P (new txn, not aborted), 9 P COMMIT.
+    fn interleaved() -> Vec<RecordBatch> {
+        vec![
+            batch(0, 2, P, true),
+            batch(2, 2, Q, true),
+            batch(4, 1, P, true),
+            marker(5, P, ControlRecord::Abort),
+            marker(6, Q, ControlRecord::Commit),
+            batch(7, 2, P, true),
+            marker(9, P, ControlRecord::Commit),
+        ]
+    }
+
+    #[test]
+    fn read_committed_hides_aborted_txn_keeps_interleaved_committed_txn() {
+        let (records, next) = visible_records(interleaved(), 0, &[aborted(P, 0)]);
+        assert_eq!(offsets(&records), [2, 3, 7, 8]);
+        assert_eq!(next, 10);
+    }
+
+    #[test]
+    fn read_uncommitted_shows_aborted_records() {
+        let (records, next) = visible_records(interleaved(), 0, &[]);
+        assert_eq!(offsets(&records), [0, 1, 2, 3, 4, 7, 8]);
+        assert_eq!(next, 10);
+    }
+
+    #[test]
+    fn aborted_txn_beyond_fetched_batches_hides_nothing() {
+        let (records, _) = visible_records(interleaved(), 0, &[aborted(P, 10)]);
+        assert_eq!(offsets(&records), [0, 1, 2, 3, 4, 7, 8]);
+        let (records, _) = visible_records(interleaved(), 0, &[aborted(P, 1_000)]);
+        assert_eq!(offsets(&records), [0, 1, 2, 3, 4, 7, 8]);
+    }
+
+    #[test]
+    fn two_aborted_txns_of_same_producer_in_sequence() {
+        // 0-1 P, 2 P ABORT, 3 Q (plain), 4-5 P, 6 P ABORT, 7 P (txn 3, committed), 8 COMMIT
+        let batches = vec![
+            batch(0, 2, P, true),
+            marker(2, P, ControlRecord::Abort),
+            batch(3, 1, Q, false),
+            batch(4, 2, P, true),
+            marker(6, P, ControlRecord::Abort),
+            batch(7, 1, P, true),
+            marker(8, P, ControlRecord::Commit),
+        ];
+        // Listed out of order on purpose: the consumer sorts by first offset.
+        let list = [aborted(P, 4), aborted(P, 0)];
+        let (records, next) = visible_records(batches, 0, &list);
+        assert_eq!(offsets(&records), [3, 7]);
+        assert_eq!(next, 9);
+    }
+
+    #[test]
+    fn aborted_txn_activates_when_batch_last_offset_reaches_first_offset() {
+        // Java: a producer is aborted once firstOffset <= batch.lastOffset(), so a batch
+        // that merely *ends* at the first offset is already hidden.
+        let batches = || vec![batch(10, 3, P, true), marker(13, P, ControlRecord::Abort)];
+        let (records, _) = visible_records(batches(), 10, &[aborted(P, 12)]);
+        assert!(records.is_empty(), "{records:?}");
+        let (records, _) = visible_records(batches(), 10, &[aborted(P, 13)]);
+        assert_eq!(offsets(&records), [10, 11, 12]);
+    }
+
+    #[test]
+    fn idempotent_batches_of_aborted_producer_stay_visible() {
+        // Only transactional batches are removed; a non-transactional batch with the same
+        // producer id is not part of the aborted transaction.
+        let batches = vec![
+            batch(0, 1, P, true),
+            batch(1, 1, P, false),
+            marker(2, P, ControlRecord::Abort),
+        ];
+        let (records, _) = visible_records(batches, 0, &[aborted(P, 0)]);
+        assert_eq!(offsets(&records), [1]);
+    }
+
+    #[test]
+    fn aborted_txn_started_before_fetch_offset() {
+        // The txn began before the fetch window: its list entry has a first offset lower
+        // than every fetched batch and still hides P until its marker.
+        let batches = vec![
+            batch(20, 2, P, true),
+            batch(22, 1, Q, true),
+            marker(23, P, ControlRecord::Abort),
+            marker(24, Q, ControlRecord::Commit),
+            batch(25, 1, P, true),
+        ];
+        let (records, next) = visible_records(batches, 21, &[aborted(P, 5)]);
+        assert_eq!(offsets(&records), [22, 25]);
+        assert_eq!(next, 26);
+    }
+
+    #[test]
+    fn decompress_limit_is_bounded() {
+        assert_eq!(decompress_limit(-5), 64 * 1024 * 1024);
+        assert_eq!(decompress_limit(1024 * 1024), 64 * 1024 * 1024);
+        assert_eq!(decompress_limit(i32::MAX), 1024 * 1024 * 1024);
+    }
+}

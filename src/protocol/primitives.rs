@@ -191,6 +191,20 @@ pub fn get_array_len(buf: &mut Bytes, compact: bool, min_elem: usize) -> Result<
     get_len(buf, compact, true, min_elem.max(1), "array")
 }
 
+/// At most this many bytes are reserved up front for a collection whose element count
+/// came off the wire; beyond that it grows as elements actually decode.
+const MAX_PREALLOC_BYTES: usize = 64 * 1024;
+
+/// The capacity to reserve for `n` elements of `T` whose count was read from the wire.
+///
+/// The count is already checked against the bytes left, but one wire byte can decode
+/// into a much larger `T` (a struct with strings, vectors and options), so reserving `n`
+/// outright would let a hostile frame reserve gigabytes; this caps the up-front
+/// reservation at [`MAX_PREALLOC_BYTES`].
+pub(crate) fn capacity_for<T>(n: usize) -> usize {
+    n.min(MAX_PREALLOC_BYTES / std::mem::size_of::<T>().max(1))
+}
+
 /// Read a nullable array, decoding each element with `f`.
 pub fn get_nullable_array<T>(
     buf: &mut Bytes,
@@ -201,7 +215,7 @@ pub fn get_nullable_array<T>(
     match get_array_len(buf, compact, min_elem)? {
         None => Ok(None),
         Some(n) => {
-            let mut out = Vec::with_capacity(n);
+            let mut out = Vec::with_capacity(capacity_for::<T>(n));
             for _ in 0..n {
                 out.push(f(buf)?);
             }
@@ -464,6 +478,22 @@ pub fn put_empty_tagged_fields(buf: &mut BytesMut) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn wire_counts_reserve_bounded_capacity() {
+        assert_eq!(capacity_for::<u8>(10), 10);
+        assert_eq!(capacity_for::<[u8; 1024]>(1_000_000), 64);
+        assert_eq!(capacity_for::<()>(5), 5);
+        // A count that fits the bytes left still decodes fully past the reservation.
+        let mut b = BytesMut::new();
+        put_array_len(&mut b, Some(100_000), false).unwrap();
+        for i in 0..100_000 {
+            b.put_i32(i);
+        }
+        let got = get_array(&mut b.freeze(), false, 4, get_i32).unwrap();
+        assert_eq!(got.len(), 100_000);
+        assert_eq!(got[99_999], 99_999);
+    }
 
     fn roundtrip<T: PartialEq + std::fmt::Debug>(
         v: T,

@@ -7,7 +7,7 @@ use super::{legacy, Header, Record, RecordBatch, TimestampType, BATCH_HEADER_LEN
 use crate::compression::Compression;
 use crate::error::{Error, Result};
 use crate::protocol::primitives::{
-    get_i16, get_i32, get_i64, get_i8, get_u32, get_varint, get_varlong,
+    capacity_for, get_i16, get_i32, get_i64, get_i8, get_u32, get_varint, get_varlong,
 };
 
 /// Offset (i64) and length (i32): the prefix shared by every batch and legacy message.
@@ -34,9 +34,15 @@ pub struct DecodedBatches {
 /// Batches with magic 2 are RecordBatch v2, checked against their CRC-32C; magic 0 and
 /// 1 are legacy messages (CRC-32), including compressed wrappers. An incomplete last
 /// batch is not an error: it is dropped and reported in [`DecodedBatches::truncated`].
-/// Each compressed payload may decompress to at most `max_decompressed` bytes.
+///
+/// `max_decompressed` bounds the memory decompression may take for the whole call: all
+/// compressed payloads *together* may decompress to at most that many bytes (a per-batch
+/// limit would let a response of many small compressed batches, each just under it,
+/// allocate without bound, as the decoded records keep every payload alive).
+/// Uncompressed batches are slices of `data` and do not count.
 pub fn decode_batches(mut data: Bytes, max_decompressed: usize) -> Result<DecodedBatches> {
     let mut out = DecodedBatches::default();
+    let mut budget = max_decompressed;
     while !data.is_empty() {
         // offset (8 bytes), then the length of what follows (4 bytes)
         let length = match data.get(8..LOG_OVERHEAD).map(<[u8; 4]>::try_from) {
@@ -57,10 +63,10 @@ pub fn decode_batches(mut data: Bytes, max_decompressed: usize) -> Result<Decode
         let batch = data.split_to(size);
         let magic = batch.get(16).map(|m| *m as i8);
         match magic {
-            Some(MAGIC_V2) => out.batches.push(decode_v2(batch, max_decompressed)?),
+            Some(MAGIC_V2) => out.batches.push(decode_v2(batch, &mut budget)?),
             Some(0 | 1) => out
                 .batches
-                .push(legacy::decode_message(batch, max_decompressed)?),
+                .push(legacy::decode_message(batch, &mut budget)?),
             Some(m) => return Err(Error::protocol(format!("unknown record batch magic {m}"))),
             None => {
                 return Err(Error::protocol(format!(
@@ -72,8 +78,9 @@ pub fn decode_batches(mut data: Bytes, max_decompressed: usize) -> Result<Decode
     Ok(out)
 }
 
-/// Decode one complete RecordBatch v2 (`batch` is exactly its bytes).
-fn decode_v2(batch: Bytes, max_decompressed: usize) -> Result<RecordBatch> {
+/// Decode one complete RecordBatch v2 (`batch` is exactly its bytes). Decompression may
+/// produce at most `budget` bytes, which are then taken from it.
+fn decode_v2(batch: Bytes, budget: &mut usize) -> Result<RecordBatch> {
     if batch.len() < BATCH_HEADER_LEN {
         return Err(Error::protocol(format!(
             "record batch of {} bytes is shorter than its {BATCH_HEADER_LEN}-byte header",
@@ -116,7 +123,9 @@ fn decode_v2(batch: Bytes, max_decompressed: usize) -> Result<RecordBatch> {
     let mut payload = if compression == Compression::None {
         b
     } else {
-        compression.decompress(&b, max_decompressed).map_err(at)?
+        let payload = compression.decompress(&b, *budget).map_err(at)?;
+        *budget = budget.saturating_sub(payload.len());
+        payload
     };
     let count = usize::try_from(count)
         .map_err(|_| at(Error::protocol(format!("negative record count {count}"))))?;
@@ -131,7 +140,7 @@ fn decode_v2(batch: Bytes, max_decompressed: usize) -> Result<RecordBatch> {
         base_timestamp,
         log_append_time: (timestamp_type == TimestampType::LogAppendTime).then_some(max_timestamp),
     };
-    let mut records = Vec::with_capacity(count);
+    let mut records = Vec::with_capacity(capacity_for::<Record>(count));
     for _ in 0..count {
         records.push(decode_record(&mut payload, &ctx).map_err(at)?);
     }
@@ -193,7 +202,7 @@ fn decode_record(buf: &mut Bytes, ctx: &RecordCtx) -> Result<Record> {
                 r.remaining()
             ))
         })?;
-    let mut headers = Vec::with_capacity(n_headers);
+    let mut headers = Vec::with_capacity(capacity_for::<Header>(n_headers));
     for _ in 0..n_headers {
         let key = get_varbytes(&mut r, "header key")?
             .ok_or_else(|| Error::protocol("null header key"))?;

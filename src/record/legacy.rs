@@ -77,8 +77,9 @@ fn parse_message(mut msg: Bytes) -> Result<Message> {
     })
 }
 
-/// Decode one complete shallow legacy message into a batch.
-pub(super) fn decode_message(msg: Bytes, max_decompressed: usize) -> Result<RecordBatch> {
+/// Decode one complete shallow legacy message into a batch. Decompression may produce at
+/// most `budget` bytes, which are then taken from it.
+pub(super) fn decode_message(msg: Bytes, budget: &mut usize) -> Result<RecordBatch> {
     let wrapper = parse_message(msg)?;
     let records = if wrapper.compression == Compression::None {
         vec![Record {
@@ -89,7 +90,7 @@ pub(super) fn decode_message(msg: Bytes, max_decompressed: usize) -> Result<Reco
             headers: Vec::new(),
         }]
     } else {
-        inner_records(&wrapper, max_decompressed)?
+        inner_records(&wrapper, budget)?
     };
     let (first, last) = match (records.first(), records.last()) {
         (Some(f), Some(l)) => (f, l),
@@ -132,7 +133,7 @@ pub(super) fn decode_message(msg: Bytes, max_decompressed: usize) -> Result<Reco
 }
 
 /// Decompress a wrapper's value and decode the inner message set.
-fn inner_records(wrapper: &Message, max_decompressed: usize) -> Result<Vec<Record>> {
+fn inner_records(wrapper: &Message, budget: &mut usize) -> Result<Vec<Record>> {
     let at = |e: Error| {
         let msg = format!(
             "compressed legacy message at offset {}: {e}",
@@ -144,10 +145,8 @@ fn inner_records(wrapper: &Message, max_decompressed: usize) -> Result<Vec<Recor
         .value
         .as_ref()
         .ok_or_else(|| at(Error::protocol("null value")))?;
-    let mut inner = wrapper
-        .compression
-        .decompress(value, max_decompressed)
-        .map_err(at)?;
+    let mut inner = wrapper.compression.decompress(value, *budget).map_err(at)?;
+    *budget = budget.saturating_sub(inner.len());
     let mut messages = Vec::new();
     while inner.has_remaining() {
         let size = inner

@@ -429,6 +429,55 @@ fn zip_bomb_is_bounded() {
     );
 }
 
+#[test]
+fn decompression_limit_is_a_total_over_all_batches() {
+    // Many small compressed batches, each well under the limit, must not add up past it:
+    // the decoded records keep every decompressed payload alive.
+    let zeros = vec![0u8; 300 * 1024];
+    for c in Compression::ALL.into_iter().skip(1) {
+        let mut all = BytesMut::new();
+        for _ in 0..8 {
+            let mut b = RecordBatchBuilder::new(c);
+            b.append(0, None, Some(&zeros), &[]).unwrap();
+            all.extend_from_slice(&b.build().unwrap());
+        }
+        let all = all.freeze();
+        assert_eq!(
+            decode_batches(all.clone(), 4 * MB).unwrap().batches.len(),
+            8
+        );
+        let err = decode_batches(all, MB).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Compression, "{c}: {err}");
+    }
+    // Uncompressed batches are slices of the input and take nothing from the budget.
+    let mut all = BytesMut::new();
+    for _ in 0..8 {
+        let mut b = RecordBatchBuilder::new(Compression::None);
+        b.append(0, None, Some(&zeros), &[]).unwrap();
+        all.extend_from_slice(&b.build().unwrap());
+    }
+    assert_eq!(decode_batches(all.freeze(), MB).unwrap().batches.len(), 8);
+}
+
+#[test]
+fn legacy_decompression_counts_against_the_total() {
+    let gz = fixture("legacy_v1_gzip.bin");
+    let one = decode_batches(gz.clone(), MB).unwrap();
+    let size: usize = one.batches[0]
+        .records
+        .iter()
+        .map(|r| r.value.as_ref().map_or(0, Bytes::len) + r.key.as_ref().map_or(0, Bytes::len))
+        .sum();
+    let mut twice = BytesMut::from(&gz[..]);
+    twice.extend_from_slice(&gz);
+    // Enough for one inner message set (records plus 34 bytes of v1 overhead each), not
+    // for two.
+    let limit = size + 200;
+    assert_eq!(decode_batches(gz, limit).unwrap().batches.len(), 1);
+    let err = decode_batches(twice.freeze(), limit).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Compression, "{err}");
+}
+
 fn decode_one_with(data: Bytes, max: usize) -> RecordBatch {
     decode_batches(data, max).unwrap().batches.remove(0)
 }
