@@ -14,6 +14,9 @@ use kafkapipe::protocol::messages::*;
 use kafkapipe::protocol::{Decode, Encode, TaggedFields};
 use uuid::Uuid;
 
+#[path = "oracle/admin.rs"]
+mod admin;
+
 const ID: [u8; 16] = [7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
 
 fn unknown(flexible: bool) -> TaggedFields {
