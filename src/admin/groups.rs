@@ -1,0 +1,554 @@
+//! Groups and their committed offsets, routed to each group's coordinator.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use tracing::debug;
+
+use super::{
+    code_error, non_zero, Admin, CommittedOffset, GroupDescription, GroupListing,
+    MemberDescription, OffsetSpec, Results, TopicPartition,
+};
+use crate::conn::Connection;
+use crate::error::{Error, Result};
+use crate::protocol::consumer_protocol::{Assignment, Subscription};
+use crate::protocol::messages::{
+    DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, ListGroupsRequest,
+    OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+    OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+};
+use crate::protocol::ErrorCode;
+
+/// Whether `code` means "ask the coordinator again" (after finding it again).
+fn coordinator_moved(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::NotCoordinator
+            | ErrorCode::CoordinatorNotAvailable
+            | ErrorCode::CoordinatorLoadInProgress
+    )
+}
+
+/// Partitions grouped by topic, in first-seen order.
+fn by_topic<T: Clone>(items: &[(TopicPartition, T)]) -> Vec<(String, Vec<(i32, T)>)> {
+    let mut out: Vec<(String, Vec<(i32, T)>)> = Vec::new();
+    for (tp, v) in items {
+        match out.iter_mut().find(|(t, _)| *t == tp.topic) {
+            Some((_, ps)) => ps.push((tp.partition, v.clone())),
+            None => out.push((tp.topic.clone(), vec![(tp.partition, v.clone())])),
+        }
+    }
+    out
+}
+
+impl Admin {
+    /// The broker id coordinating `group` (FindCoordinator, batched form from v4).
+    pub async fn find_coordinator(&self, group: &str) -> Result<i32> {
+        self.retry("FindCoordinator", || async move {
+            let (_, c) = self.any_connection().await?;
+            let v = c.version_for::<FindCoordinatorRequest>()?;
+            let req = FindCoordinatorRequest {
+                key: group.to_string(),
+                key_type: 0,
+                coordinator_keys: if v >= 4 {
+                    vec![group.to_string()]
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            };
+            let resp = c.send_version(&req, v).await?;
+            let (code, msg, node) = if v >= 4 {
+                let co = resp
+                    .coordinators
+                    .iter()
+                    .find(|co| co.key == group)
+                    .ok_or_else(|| {
+                        Error::protocol("FindCoordinator response does not mention the group")
+                    })?;
+                (co.error_code, co.error_message.clone(), co.node_id)
+            } else {
+                (resp.error_code, resp.error_message.clone(), resp.node_id)
+            };
+            match non_zero(code) {
+                Some(code) => Err(code_error(code, msg.as_deref()).with_broker(c.broker())),
+                None => {
+                    debug!(group, coordinator = node, "found group coordinator");
+                    Ok(node)
+                }
+            }
+        })
+        .await
+    }
+
+    /// Run `f` against `group`'s coordinator, finding it again and retrying when `f`
+    /// fails retriably (for example with `NotCoordinator`).
+    async fn with_coordinator<T, F, Fut>(&self, op: &'static str, group: &str, f: F) -> Result<T>
+    where
+        F: Fn(Connection, i32) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let f = &f;
+        self.retry(op, || async move {
+            let node = self.find_coordinator(group).await?;
+            let c = self.cluster.connection(node).await?;
+            f(c, node).await
+        })
+        .await
+    }
+
+    /// Every group of the cluster (ListGroups to every broker), sorted by id.
+    pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
+        let md = self.metadata(Some(&[])).await?;
+        let lists = md.brokers.iter().map(|b| {
+            let id = b.id;
+            self.retry("ListGroups", move || async move {
+                let c = self.cluster.connection(id).await?;
+                let v = c.version_for::<ListGroupsRequest>()?;
+                let resp = c.send_version(&ListGroupsRequest::default(), v).await?;
+                if let Some(code) = non_zero(resp.error_code) {
+                    return Err(Error::kafka(code).with_broker(c.broker()));
+                }
+                Ok(resp
+                    .groups
+                    .into_iter()
+                    .map(|g| GroupListing {
+                        group_id: g.group_id,
+                        protocol_type: g.protocol_type,
+                        state: (v >= 4).then_some(g.group_state),
+                        group_type: (v >= 5).then_some(g.group_type),
+                        coordinator: id,
+                    })
+                    .collect::<Vec<_>>())
+            })
+        });
+        let mut out = Vec::new();
+        for r in futures::future::join_all(lists).await {
+            out.extend(r?);
+        }
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(out)
+    }
+
+    /// Describe groups: state, protocol and members, with consumer-group subscriptions
+    /// and assignments decoded. One result per group.
+    ///
+    /// A group that does not exist is reported by Kafka as state `Dead` (or, from
+    /// DescribeGroups v6, `GroupIdNotFound`); tansu 0.6 reports it as `Empty`.
+    pub async fn describe_groups(
+        &self,
+        groups: &[&str],
+    ) -> Result<Results<String, GroupDescription>> {
+        let calls = groups.iter().map(|g| async move {
+            let r = self
+                .with_coordinator("DescribeGroups", g, |c, node| async move {
+                    let req = DescribeGroupsRequest {
+                        groups: vec![(*g).to_string()],
+                        ..Default::default()
+                    };
+                    let resp = c.send(&req).await?;
+                    let d = resp
+                        .groups
+                        .into_iter()
+                        .find(|d| d.group_id == *g)
+                        .ok_or_else(|| {
+                            Error::protocol("DescribeGroups response does not mention the group")
+                        })?;
+                    Ok((d, node))
+                })
+                .await
+                .and_then(|(d, node)| {
+                    if let Some(code) = non_zero(d.error_code) {
+                        return Err(code_error(code, d.error_message.as_deref()));
+                    }
+                    let consumer = d.protocol_type == "consumer";
+                    Ok(GroupDescription {
+                        group_id: d.group_id,
+                        state: d.group_state,
+                        protocol_type: d.protocol_type,
+                        protocol: d.protocol_data,
+                        coordinator: node,
+                        members: d
+                            .members
+                            .into_iter()
+                            .map(|m| MemberDescription {
+                                subscription: (consumer && !m.member_metadata.is_empty())
+                                    .then(|| Subscription::decode(m.member_metadata.clone()).ok())
+                                    .flatten(),
+                                decoded_assignment: consumer
+                                    .then(|| Assignment::decode(m.member_assignment.clone()).ok())
+                                    .flatten(),
+                                member_id: m.member_id,
+                                group_instance_id: m.group_instance_id,
+                                client_id: m.client_id,
+                                client_host: m.client_host,
+                                metadata: m.member_metadata,
+                                assignment: m.member_assignment,
+                            })
+                            .collect(),
+                    })
+                });
+            ((*g).to_string(), r)
+        });
+        Ok(futures::future::join_all(calls).await)
+    }
+
+    /// Delete groups (they must have no members) with their committed offsets. One
+    /// result per group.
+    pub async fn delete_groups(&self, groups: &[&str]) -> Result<Results<String>> {
+        let calls = groups.iter().map(|g| async move {
+            let r = self
+                .with_coordinator("DeleteGroups", g, |c, _| async move {
+                    let req = DeleteGroupsRequest {
+                        groups_names: vec![(*g).to_string()],
+                        ..Default::default()
+                    };
+                    let resp = c.send(&req).await?;
+                    let code = resp
+                        .results
+                        .iter()
+                        .find(|r| r.group_id == *g)
+                        .map(|r| r.error_code)
+                        .ok_or_else(|| {
+                            Error::protocol("DeleteGroups response does not mention the group")
+                        })?;
+                    match non_zero(code) {
+                        Some(code) if coordinator_moved(code) => Err(Error::kafka(code)),
+                        Some(code) => Ok(Err(Error::kafka(code).with_broker(c.broker()))),
+                        None => Ok(Ok(())),
+                    }
+                })
+                .await
+                .and_then(|r| r);
+            ((*g).to_string(), r)
+        });
+        Ok(futures::future::join_all(calls).await)
+    }
+
+    /// The offsets `group` committed, for `topics` (`None`: every topic it committed
+    /// for). One result per partition; a partition without a committed offset has
+    /// offset `-1`.
+    pub async fn fetch_group_offsets(
+        &self,
+        group: &str,
+        topics: Option<&[&str]>,
+    ) -> Result<Results<TopicPartition, CommittedOffset>> {
+        let mut wanted: Option<Vec<(String, Vec<i32>)>> = None;
+        if let Some(ts) = topics {
+            let mut v = Vec::new();
+            for t in ts {
+                v.push(((*t).to_string(), self.cluster.partitions(t).await?));
+            }
+            wanted = Some(v);
+        }
+        let wanted = &wanted;
+        self.with_coordinator("OffsetFetch", group, |c, _| async move {
+            let v = c.version_for::<OffsetFetchRequest>()?;
+            let req = if v >= 8 {
+                OffsetFetchRequest {
+                    groups: vec![OffsetFetchRequestGroup {
+                        group_id: group.to_string(),
+                        topics: wanted.as_ref().map(|w| {
+                            w.iter()
+                                .map(|(t, ps)| OffsetFetchRequestTopics {
+                                    name: t.clone(),
+                                    partition_indexes: ps.clone(),
+                                    ..Default::default()
+                                })
+                                .collect()
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }
+            } else {
+                OffsetFetchRequest {
+                    group_id: group.to_string(),
+                    topics: wanted.as_ref().map(|w| {
+                        w.iter()
+                            .map(|(t, ps)| OffsetFetchRequestTopic {
+                                name: t.clone(),
+                                partition_indexes: ps.clone(),
+                                ..Default::default()
+                            })
+                            .collect()
+                    }),
+                    ..Default::default()
+                }
+            };
+            let resp = c.send_version(&req, v).await?;
+            let mut out = Vec::new();
+            let mut push = |topic: &str,
+                            partition: i32,
+                            offset: i64,
+                            epoch: i32,
+                            meta: Option<String>,
+                            code: i16| {
+                let tp = TopicPartition::new(topic, partition);
+                let r = match non_zero(code) {
+                    Some(code) => Err(Error::kafka(code)
+                        .with_topic(topic)
+                        .with_partition(partition)),
+                    None => Ok(CommittedOffset {
+                        offset,
+                        leader_epoch: epoch,
+                        metadata: meta,
+                    }),
+                };
+                out.push((tp, r));
+            };
+            let group_code = if v >= 8 {
+                let g = resp
+                    .groups
+                    .into_iter()
+                    .find(|g| g.group_id == group)
+                    .ok_or_else(|| {
+                        Error::protocol("OffsetFetch response does not mention the group")
+                    })?;
+                for t in g.topics {
+                    for p in t.partitions {
+                        push(
+                            &t.name,
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.metadata,
+                            p.error_code,
+                        );
+                    }
+                }
+                g.error_code
+            } else {
+                for t in resp.topics {
+                    for p in t.partitions {
+                        push(
+                            &t.name,
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.metadata,
+                            p.error_code,
+                        );
+                    }
+                }
+                resp.error_code
+            };
+            if let Some(code) = non_zero(group_code) {
+                return Err(Error::kafka(code).with_broker(c.broker()));
+            }
+            out.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Commit `offsets` for `group` as an admin (generation -1, no member: the group must
+    /// have no active members, as with `kafka-consumer-groups --reset-offsets`). One
+    /// result per partition.
+    pub async fn commit_group_offsets(
+        &self,
+        group: &str,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<Results<TopicPartition>> {
+        let req = OffsetCommitRequest {
+            group_id: group.to_string(),
+            generation_id_or_member_epoch: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+            retention_time_ms: -1,
+            topics: by_topic(offsets)
+                .into_iter()
+                .map(|(name, ps)| OffsetCommitRequestTopic {
+                    name,
+                    partitions: ps
+                        .into_iter()
+                        .map(|(p, o)| OffsetCommitRequestPartition {
+                            partition_index: p,
+                            committed_offset: o,
+                            committed_leader_epoch: -1,
+                            committed_metadata: None,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let req = &req;
+        let resp = self
+            .with_coordinator("OffsetCommit", group, |c, _| async move {
+                let resp = c.send(req).await?;
+                // Kafka reports coordinator moves per partition.
+                for t in &resp.topics {
+                    for p in &t.partitions {
+                        if let Some(code) = non_zero(p.error_code).filter(|c| coordinator_moved(*c))
+                        {
+                            return Err(Error::kafka(code).with_broker(c.broker()));
+                        }
+                    }
+                }
+                Ok(resp)
+            })
+            .await?;
+        Ok(offsets
+            .iter()
+            .map(|(tp, _)| {
+                let code = resp
+                    .topics
+                    .iter()
+                    .find(|t| t.name == tp.topic)
+                    .and_then(|t| {
+                        t.partitions
+                            .iter()
+                            .find(|p| p.partition_index == tp.partition)
+                    })
+                    .map(|p| p.error_code);
+                let r = match code {
+                    None => Err(Error::protocol(
+                        "OffsetCommit response does not mention the partition",
+                    )),
+                    Some(c) => match non_zero(c) {
+                        Some(code) => Err(Error::kafka(code)),
+                        None => Ok(()),
+                    },
+                };
+                (
+                    tp.clone(),
+                    r.map_err(|e| e.with_topic(&tp.topic).with_partition(tp.partition)),
+                )
+            })
+            .collect())
+    }
+
+    /// Reset `group`'s committed offsets of every partition of `topic` to the earliest or
+    /// latest offset, the first offset at or after a timestamp (the latest offset where no
+    /// record is that new, as `kafka-consumer-groups --to-datetime` does) or an explicit
+    /// offset. One result per partition: the committed offset.
+    pub async fn reset_group_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        to: OffsetSpec,
+    ) -> Result<Results<TopicPartition, i64>> {
+        let partitions = self.cluster.partitions(topic).await?;
+        let tps: Vec<TopicPartition> = partitions
+            .iter()
+            .map(|p| TopicPartition::new(topic, *p))
+            .collect();
+        let mut targets: Vec<(TopicPartition, Result<i64>)> = Vec::new();
+        let listed = self
+            .list_offsets(&tps.iter().map(|tp| (tp.clone(), to)).collect::<Vec<_>>())
+            .await?;
+        let mut fallback = Vec::new();
+        for (tp, r) in listed {
+            match r {
+                Ok(o) if o.offset < 0 => fallback.push(tp),
+                r => targets.push((tp, r.map(|o| o.offset))),
+            }
+        }
+        if !fallback.is_empty() {
+            let specs: Vec<_> = fallback
+                .into_iter()
+                .map(|tp| (tp, OffsetSpec::Latest))
+                .collect();
+            for (tp, r) in self.list_offsets(&specs).await? {
+                targets.push((tp, r.map(|o| o.offset)));
+            }
+        }
+        let commit: Vec<(TopicPartition, i64)> = targets
+            .iter()
+            .filter_map(|(tp, r)| r.as_ref().ok().map(|o| (tp.clone(), *o)))
+            .collect();
+        let mut committed: BTreeMap<TopicPartition, Result<()>> = if commit.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.commit_group_offsets(group, &commit)
+                .await?
+                .into_iter()
+                .collect()
+        };
+        let mut out: Vec<(TopicPartition, Result<i64>)> = targets
+            .into_iter()
+            .map(|(tp, r)| {
+                let r = r.and_then(|o| committed.remove(&tp).unwrap_or(Ok(())).map(|()| o));
+                (tp, r)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// Delete `group`'s committed offsets of `partitions` (OffsetDelete, Kafka 2.4+). One
+    /// result per partition.
+    ///
+    /// # Errors
+    ///
+    /// `UnsupportedVersion` naming OffsetDelete if the coordinator lacks the API; the
+    /// group's error (`GroupIdNotFound`, `NonEmptyGroup`, …).
+    pub async fn delete_group_offsets(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<Results<TopicPartition>> {
+        let items: Vec<(TopicPartition, ())> =
+            partitions.iter().map(|tp| (tp.clone(), ())).collect();
+        let req = OffsetDeleteRequest {
+            group_id: group.to_string(),
+            topics: by_topic(&items)
+                .into_iter()
+                .map(|(name, ps)| OffsetDeleteRequestTopic {
+                    name,
+                    partitions: ps
+                        .into_iter()
+                        .map(|(p, ())| OffsetDeleteRequestPartition {
+                            partition_index: p,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let req = &req;
+        let resp = self
+            .with_coordinator("OffsetDelete", group, |c, _| async move {
+                let resp = c.send(req).await?;
+                match non_zero(resp.error_code) {
+                    Some(code) => Err(Error::kafka(code).with_broker(c.broker())),
+                    None => Ok(resp),
+                }
+            })
+            .await?;
+        Ok(partitions
+            .iter()
+            .map(|tp| {
+                let code = resp
+                    .topics
+                    .iter()
+                    .find(|t| t.name == tp.topic)
+                    .and_then(|t| {
+                        t.partitions
+                            .iter()
+                            .find(|p| p.partition_index == tp.partition)
+                    })
+                    .map(|p| p.error_code);
+                let r = match code {
+                    None => Err(Error::protocol(
+                        "OffsetDelete response does not mention the partition",
+                    )),
+                    Some(c) => match non_zero(c) {
+                        Some(code) => Err(Error::kafka(code)),
+                        None => Ok(()),
+                    },
+                };
+                (
+                    tp.clone(),
+                    r.map_err(|e| e.with_topic(&tp.topic).with_partition(tp.partition)),
+                )
+            })
+            .collect())
+    }
+}
