@@ -155,7 +155,12 @@ impl Admin {
                         .ok_or_else(|| {
                             Error::protocol("DescribeGroups response does not mention the group")
                         })?;
-                    Ok((d, node))
+                    match non_zero(d.error_code) {
+                        Some(code) if coordinator_moved(code) => {
+                            Err(Error::kafka(code).with_broker(c.broker()))
+                        }
+                        _ => Ok((d, node)),
+                    }
                 })
                 .await
                 .and_then(|(d, node)| {

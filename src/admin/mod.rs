@@ -575,3 +575,6 @@ impl Admin {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests;
