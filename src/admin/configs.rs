@@ -49,7 +49,8 @@ impl Admin {
     /// ```no_run
     /// # use kafkapipe::admin::{Admin, ConfigResource};
     /// # async fn demo(admin: Admin) -> kafkapipe::Result<()> {
-    /// let r = admin.describe_configs(&[ConfigResource::topic("events")], Some(&["retention.ms"])).await?;
+    /// let topic = ConfigResource::topic("events");
+    /// let r = admin.describe_configs(&[topic], Some(&["retention.ms"])).await?;
     /// for entry in r[0].1.as_ref().map_err(Clone::clone)? {
     ///     println!("{} = {:?} ({:?})", entry.name, entry.value, entry.source);
     /// }
@@ -146,7 +147,8 @@ impl Admin {
     /// # use kafkapipe::admin::{Admin, AlterConfigOp, ConfigResource};
     /// # async fn demo(admin: Admin) -> kafkapipe::Result<()> {
     /// let ops = vec![AlterConfigOp::Set("retention.ms".into(), "3600000".into())];
-    /// for (resource, r) in admin.incremental_alter_configs(&[(ConfigResource::topic("events"), ops)], false).await? {
+    /// let changes = [(ConfigResource::topic("events"), ops)];
+    /// for (resource, r) in admin.incremental_alter_configs(&changes, false).await? {
     ///     r?;
     /// }
     /// # Ok(()) }
@@ -269,6 +271,16 @@ impl Admin {
     /// # Errors
     ///
     /// `UnsupportedVersion` naming AlterConfigs if the broker lacks the API.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use kafkapipe::admin::ConfigResource;
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let configs = vec![("retention.ms".to_string(), "3600000".to_string())];
+    /// admin.alter_configs(&[(ConfigResource::topic("events"), configs)], false).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn alter_configs(
         &self,
         resources: &[(ConfigResource, Vec<(String, String)>)],

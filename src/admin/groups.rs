@@ -44,6 +44,12 @@ fn by_topic<T: Clone>(items: &[(TopicPartition, T)]) -> Vec<(String, Vec<(i32, T
 
 impl Admin {
     /// The broker id coordinating `group` (FindCoordinator, batched form from v4).
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let broker_id = admin.find_coordinator("my-group").await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn find_coordinator(&self, group: &str) -> Result<i32> {
         self.retry("FindCoordinator", || async move {
             let (_, c) = self.any_connection().await?;
@@ -99,6 +105,14 @@ impl Admin {
     }
 
     /// Every group of the cluster (ListGroups to every broker), sorted by id.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// for g in admin.list_groups().await? {
+    ///     println!("{} {:?} {}", g.group_id, g.state, g.protocol_type);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
         let md = self.metadata(Some(&[])).await?;
         let lists = md.brokers.iter().map(|b| {
@@ -136,6 +150,16 @@ impl Admin {
     ///
     /// A group that does not exist is reported by Kafka as state `Dead` (or, from
     /// DescribeGroups v6, `GroupIdNotFound`); tansu 0.6 reports it as `Empty`.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let (_, group) = admin.describe_groups(&["my-group"]).await?.remove(0);
+    /// for m in group?.members {
+    ///     let assigned = m.decoded_assignment.map(|a| a.partitions);
+    ///     println!("{} {} {:?}", m.member_id, m.client_host, assigned);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn describe_groups(
         &self,
         groups: &[&str],
@@ -201,6 +225,12 @@ impl Admin {
 
     /// Delete groups (they must have no members) with their committed offsets. One
     /// result per group.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// admin.delete_groups(&["my-group"]).await?.remove(0).1?;
+    /// # Ok(()) }
+    /// ```
     pub async fn delete_groups(&self, groups: &[&str]) -> Result<Results<String>> {
         let calls = groups.iter().map(|g| async move {
             let r = self
@@ -234,6 +264,14 @@ impl Admin {
     /// The offsets `group` committed, for `topics` (`None`: every topic it committed
     /// for). One result per partition; a partition without a committed offset has
     /// offset `-1`.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// for (tp, r) in admin.fetch_group_offsets("my-group", Some(&["events"])).await? {
+    ///     println!("{tp}: {}", r?.offset);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn fetch_group_offsets(
         &self,
         group: &str,
@@ -351,6 +389,14 @@ impl Admin {
     /// Commit `offsets` for `group` as an admin (generation -1, no member: the group must
     /// have no active members, as with `kafka-consumer-groups --reset-offsets`). One
     /// result per partition.
+    ///
+    /// ```no_run
+    /// # use kafkapipe::admin::TopicPartition;
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let offsets = [(TopicPartition::new("events", 0), 42)];
+    /// admin.commit_group_offsets("my-group", &offsets).await?.remove(0).1?;
+    /// # Ok(()) }
+    /// ```
     pub async fn commit_group_offsets(
         &self,
         group: &str,
@@ -431,6 +477,15 @@ impl Admin {
     /// latest offset, the first offset at or after a timestamp (the latest offset where no
     /// record is that new, as `kafka-consumer-groups --to-datetime` does) or an explicit
     /// offset. One result per partition: the committed offset.
+    ///
+    /// ```no_run
+    /// # use kafkapipe::admin::OffsetSpec;
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// for (tp, r) in admin.reset_group_offsets("my-group", "events", OffsetSpec::Earliest).await? {
+    ///     println!("{tp} -> {}", r?);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn reset_group_offsets(
         &self,
         group: &str,
@@ -492,6 +547,16 @@ impl Admin {
     ///
     /// `UnsupportedVersion` naming OffsetDelete if the coordinator lacks the API; the
     /// group's error (`GroupIdNotFound`, `NonEmptyGroup`, …).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use kafkapipe::admin::TopicPartition;
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let tps = [TopicPartition::new("events", 0)];
+    /// admin.delete_group_offsets("my-group", &tps).await?.remove(0).1?;
+    /// # Ok(()) }
+    /// ```
     pub async fn delete_group_offsets(
         &self,
         group: &str,

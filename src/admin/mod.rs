@@ -176,7 +176,13 @@ impl Admin {
                 Ok(v) => return Ok(v),
                 Err(e) if e.is_retriable() && attempt + 1 < self.attempts => {
                     let delay = self.delay(attempt);
-                    debug!(op, attempt, error = %e, delay_ms = delay.as_millis() as u64, "admin call failed, retrying");
+                    debug!(
+                        op,
+                        attempt,
+                        error = %e,
+                        delay_ms = delay.as_millis() as u64,
+                        "admin call failed, retrying"
+                    );
                     tokio::time::sleep(delay).await;
                     attempt += 1;
                 }
@@ -307,7 +313,14 @@ impl Admin {
             for (i, r) in outcome {
                 match r {
                     Err(e) if e.is_retriable() && !last => {
-                        debug!(op, topic = %items[i].0.topic, partition = items[i].0.partition, error = %e, "retrying partition");
+                        let tp = &items[i].0;
+                        debug!(
+                            op,
+                            topic = %tp.topic,
+                            partition = tp.partition,
+                            error = %e,
+                            "retrying partition"
+                        );
                         self.cluster.invalidate(&items[i].0.topic);
                         pending.push(i);
                         retry = true;
@@ -340,7 +353,9 @@ impl Admin {
     /// ```no_run
     /// # use kafkapipe::{admin::Admin, conn::NewTopic};
     /// # async fn demo(admin: Admin) -> kafkapipe::Result<()> {
-    /// let topic = NewTopic::new("events", 6).replication_factor(3).config("retention.ms", "86400000");
+    /// let topic = NewTopic::new("events", 6)
+    ///     .replication_factor(3)
+    ///     .config("retention.ms", "86400000");
     /// for (name, r) in admin.create_topics(&[topic], false).await? {
     ///     r?;
     ///     println!("created {name}");
@@ -404,6 +419,14 @@ impl Admin {
     }
 
     /// Delete topics. One result per topic, in request order. Sent to the controller.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// for (topic, r) in admin.delete_topics(&["events", "old-events"]).await? {
+    ///     println!("{topic}: {r:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn delete_topics(&self, names: &[&str]) -> Result<Results<String>> {
         let out = self
             .retry("DeleteTopics", || async move {
@@ -436,6 +459,15 @@ impl Admin {
 
     /// Describe topics: partitions with leader, replicas and in-sync replicas. One result
     /// per topic; an unknown topic gives `UnknownTopicOrPartition`.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let (_, described) = admin.describe_topics(&["events"]).await?.remove(0);
+    /// for p in described?.partitions {
+    ///     println!("{} leader {} replicas {:?} isr {:?}", p.id, p.leader, p.replicas, p.isr);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn describe_topics(&self, names: &[&str]) -> Result<Results<String, TopicInfo>> {
         let md = self.metadata(Some(names)).await?;
         Ok(names
@@ -455,6 +487,12 @@ impl Admin {
 
     /// Grow topics to `(topic, new total partition count)`, or with `validate_only` only
     /// check. One result per topic. Sent to the controller.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// admin.create_partitions(&[("events", 12)], false).await?.remove(0).1?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -556,6 +594,16 @@ impl Admin {
     }
 
     /// The API version ranges each broker supports (from its ApiVersions handshake).
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// for (broker, ranges) in admin.api_versions().await? {
+    ///     for r in ranges? {
+    ///         println!("{} {} {}..={}", broker.id, r.api_key, r.min_version, r.max_version);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn api_versions(&self) -> Result<Results<Broker, Vec<ApiVersionRange>>> {
         let md = self.metadata(Some(&[])).await?;
         let mut brokers = md.brokers;

@@ -30,7 +30,9 @@ impl Admin {
     /// ```no_run
     /// # use kafkapipe::admin::{Admin, OffsetSpec, TopicPartition};
     /// # async fn demo(admin: Admin) -> kafkapipe::Result<()> {
-    /// let specs: Vec<_> = (0..3).map(|p| (TopicPartition::new("events", p), OffsetSpec::Latest)).collect();
+    /// let specs: Vec<_> = (0..3)
+    ///     .map(|p| (TopicPartition::new("events", p), OffsetSpec::Latest))
+    ///     .collect();
     /// for (tp, r) in admin.list_offsets(&specs).await? {
     ///     println!("{tp}: {}", r?.offset);
     /// }
@@ -116,6 +118,14 @@ impl Admin {
     ///
     /// tansu 0.6 lists DeleteRecords but does not implement it (the connection is
     /// dropped); the call then fails with `Closed` after its retries.
+    ///
+    /// ```no_run
+    /// # use kafkapipe::admin::TopicPartition;
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let before = [(TopicPartition::new("events", 0), 1000)];
+    /// let low_watermark = admin.delete_records(&before).await?.remove(0).1?;
+    /// # Ok(()) }
+    /// ```
     pub async fn delete_records(
         &self,
         before: &[(TopicPartition, i64)],

@@ -42,7 +42,8 @@ impl std::fmt::Display for TopicPartition {
 /// use kafkapipe::admin::OffsetSpec;
 /// assert_eq!("beginning".parse::<OffsetSpec>(), Ok(OffsetSpec::Earliest));
 /// assert_eq!("42".parse::<OffsetSpec>(), Ok(OffsetSpec::Offset(42)));
-/// assert_eq!("@1700000000000".parse::<OffsetSpec>(), Ok(OffsetSpec::Timestamp(1_700_000_000_000)));
+/// let at = "@1700000000000".parse::<OffsetSpec>();
+/// assert_eq!(at, Ok(OffsetSpec::Timestamp(1_700_000_000_000)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetSpec {
@@ -348,7 +349,8 @@ pub struct GroupDescription {
     pub coordinator: i32,
 }
 
-/// A committed offset of a group, from [`Admin::fetch_group_offsets`](super::Admin::fetch_group_offsets).
+/// A committed offset of a group, from
+/// [`Admin::fetch_group_offsets`](super::Admin::fetch_group_offsets).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommittedOffset {
     /// The committed offset, `-1` if none.
