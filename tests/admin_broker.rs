@@ -76,6 +76,18 @@ async fn topics_create_list_describe_delete() {
     assert_eq!(e.topic(), Some(a.as_str()));
     assert!(again[1].1.is_ok(), "{:?}", again[1]);
 
+    // validate-only: Kafka checks and creates nothing; tansu 0.6 ignores the flag and
+    // creates the topic, so only the answer is checked here.
+    let v = common::unique_topic("admin-validate");
+    let validated = admin
+        .create_topics(&[NewTopic::new(&v, 2)], true)
+        .await
+        .unwrap();
+    assert!(validated[0].1.is_ok(), "{validated:?}");
+    if admin.describe_topics(&[&v]).await.unwrap()[0].1.is_ok() {
+        admin.delete_topics(&[&v]).await.unwrap();
+    }
+
     let listed = admin.list_topics().await.unwrap();
     let la = listed.iter().find(|t| t.name == a).expect("listed");
     assert_eq!(la.partitions, 3);
