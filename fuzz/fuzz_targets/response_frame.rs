@@ -1,12 +1,12 @@
 //! Fuzz response decoding: a response header followed by a message body.
 //!
-//! The first input byte picks the message type (high bits) and the API version (low
-//! bits); the rest is the frame after its length prefix. Only ApiVersions exists so far;
-//! add a match arm per response type as they land.
+//! The first input byte picks the message type, the second the API version (modulo the
+//! implemented range); the rest is the frame after its length prefix. Add a match arm per
+//! response type as they land.
 #![no_main]
 
 use bytes::{Bytes, BytesMut};
-use kafkapipe::protocol::messages::ApiVersionsRequest;
+use kafkapipe::protocol::messages::*;
 use kafkapipe::protocol::{Decode, Encode, Request, ResponseHeader};
 use libfuzzer_sys::fuzz_target;
 
@@ -22,11 +22,31 @@ fn frame<R: Request>(frame: &mut Bytes, version: i16) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&selector, rest)) = data.split_first() else {
+    let [selector, version, rest @ ..] = data else {
         return;
     };
     let mut buf = Bytes::copy_from_slice(rest);
-    let version = i16::from(selector & 0x1f);
-    // `selector >> 5` will choose among response types once there is more than one.
-    frame::<ApiVersionsRequest>(&mut buf, version);
+    let version = i16::from(*version);
+    match selector % 20 {
+        0 => frame::<ApiVersionsRequest>(&mut buf, version),
+        1 => frame::<MetadataRequest>(&mut buf, version),
+        2 => frame::<ProduceRequest>(&mut buf, version),
+        3 => frame::<FetchRequest>(&mut buf, version),
+        4 => frame::<ListOffsetsRequest>(&mut buf, version),
+        5 => frame::<CreateTopicsRequest>(&mut buf, version),
+        6 => frame::<DeleteTopicsRequest>(&mut buf, version),
+        7 => frame::<DescribeConfigsRequest>(&mut buf, version),
+        8 => frame::<IncrementalAlterConfigsRequest>(&mut buf, version),
+        9 => frame::<AlterConfigsRequest>(&mut buf, version),
+        10 => frame::<CreatePartitionsRequest>(&mut buf, version),
+        11 => frame::<DeleteRecordsRequest>(&mut buf, version),
+        12 => frame::<DescribeClusterRequest>(&mut buf, version),
+        13 => frame::<FindCoordinatorRequest>(&mut buf, version),
+        14 => frame::<ListGroupsRequest>(&mut buf, version),
+        15 => frame::<DescribeGroupsRequest>(&mut buf, version),
+        16 => frame::<DeleteGroupsRequest>(&mut buf, version),
+        17 => frame::<OffsetFetchRequest>(&mut buf, version),
+        18 => frame::<OffsetCommitRequest>(&mut buf, version),
+        _ => frame::<OffsetDeleteRequest>(&mut buf, version),
+    }
 });
