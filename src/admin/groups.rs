@@ -106,6 +106,11 @@ impl Admin {
 
     /// Every group of the cluster (ListGroups to every broker), sorted by id.
     ///
+    /// # Errors
+    ///
+    /// The first broker's error if a broker cannot be asked after the retries (a partial
+    /// list would look complete).
+    ///
     /// ```no_run
     /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
     /// for g in admin.list_groups().await? {
@@ -264,6 +269,11 @@ impl Admin {
     /// The offsets `group` committed, for `topics` (`None`: every topic it committed
     /// for). One result per partition; a partition without a committed offset has
     /// offset `-1`.
+    ///
+    /// # Errors
+    ///
+    /// The metadata error of a topic in `topics` that does not exist (its partitions are
+    /// needed for the request), or the group's error.
     ///
     /// ```no_run
     /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
@@ -477,6 +487,10 @@ impl Admin {
     /// latest offset, the first offset at or after a timestamp (the latest offset where no
     /// record is that new, as `kafka-consumer-groups --to-datetime` does) or an explicit
     /// offset. One result per partition: the committed offset.
+    ///
+    /// # Errors
+    ///
+    /// The metadata error if `topic` does not exist.
     ///
     /// ```no_run
     /// # use kafkapipe::admin::OffsetSpec;
