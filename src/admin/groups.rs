@@ -111,6 +111,8 @@ impl Admin {
     /// The first broker's error if a broker cannot be asked after the retries (a partial
     /// list would look complete).
     ///
+    /// # Example
+    ///
     /// ```no_run
     /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
     /// for g in admin.list_groups().await? {
@@ -274,6 +276,8 @@ impl Admin {
     ///
     /// The metadata error of a topic in `topics` that does not exist (its partitions are
     /// needed for the request), or the group's error.
+    ///
+    /// # Example
     ///
     /// ```no_run
     /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
@@ -491,6 +495,8 @@ impl Admin {
     /// # Errors
     ///
     /// The metadata error if `topic` does not exist.
+    ///
+    /// # Example
     ///
     /// ```no_run
     /// # use kafkapipe::admin::OffsetSpec;
