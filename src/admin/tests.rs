@@ -363,3 +363,45 @@ async fn missing_api_is_reported_by_name() {
     assert_eq!(e.kind(), ErrorKind::UnsupportedVersion);
     assert!(e.to_string().contains("CreatePartitions"), "{e}");
 }
+
+#[tokio::test]
+async fn describe_cluster_falls_back_to_metadata_and_old_find_coordinator_works() {
+    // A broker without DescribeCluster and with FindCoordinator only up to v3 (one key
+    // per request, answered in the top-level fields).
+    let mut apis = default_apis();
+    for r in &mut apis {
+        if r.api_key == ApiKey::FIND_COORDINATOR {
+            r.max_version = 3;
+        }
+    }
+    let versions = Arc::new(Mutex::new(Vec::new()));
+    let v = versions.clone();
+    let addr = fake(apis, vec![], move |key, version, frame| match key {
+        ApiKey::FIND_COORDINATOR => {
+            v.lock().unwrap().push(version);
+            let req = parse::<FindCoordinatorRequest>(frame, version);
+            assert_eq!(req.key, "g");
+            reply::<FindCoordinatorRequest>(
+                version,
+                &FindCoordinatorResponse {
+                    node_id: 1,
+                    host: "127.0.0.1".into(),
+                    ..Default::default()
+                },
+            )
+        }
+        _ => None,
+    })
+    .await;
+    let admin = admin(&addr);
+    let c = admin.describe_cluster().await.unwrap();
+    assert_eq!(c.cluster_id.as_deref(), Some("fake"));
+    assert_eq!(c.controller_id, 1);
+    assert_eq!(c.brokers.len(), 1);
+    assert_eq!(c.brokers[0].addr(), addr);
+    assert_eq!(admin.find_coordinator("g").await.unwrap(), 1);
+    assert_eq!(*versions.lock().unwrap(), vec![3]);
+    let v = admin.api_versions().await.unwrap();
+    let ranges = v[0].1.as_ref().unwrap();
+    assert!(!ranges.iter().any(|r| r.api_key == ApiKey::DESCRIBE_CLUSTER));
+}
