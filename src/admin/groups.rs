@@ -88,18 +88,47 @@ impl Admin {
         .await
     }
 
-    /// Run `f` against `group`'s coordinator, finding it again and retrying when `f`
-    /// fails retriably (for example with `NotCoordinator`).
+    /// Run `f` against `group`'s coordinator (cached), finding it again and retrying when
+    /// `f` fails retriably (for example with `NotCoordinator`).
     async fn with_coordinator<T, F, Fut>(&self, op: &'static str, group: &str, f: F) -> Result<T>
     where
         F: Fn(Connection, i32) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
         let f = &f;
+        let cache = |update: Option<i32>| {
+            let mut m = self
+                .coordinators
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match update {
+                Some(node) => m.insert(group.to_string(), node),
+                None => m.remove(group),
+            }
+        };
         self.retry(op, || async move {
-            let node = self.find_coordinator(group).await?;
-            let c = self.cluster.connection(node).await?;
-            f(c, node).await
+            let cached = self
+                .coordinators
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(group)
+                .copied();
+            let node = match cached {
+                Some(node) => node,
+                None => {
+                    let node = self.find_coordinator(group).await?;
+                    cache(Some(node));
+                    node
+                }
+            };
+            let r = match self.cluster.connection(node).await {
+                Ok(c) => f(c, node).await,
+                Err(e) => Err(e),
+            };
+            if r.as_ref().is_err_and(Error::is_retriable) {
+                cache(None);
+            }
+            r
         })
         .await
     }

@@ -39,6 +39,7 @@ pub use types::{
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tracing::debug;
@@ -76,6 +77,8 @@ pub struct Admin {
     backoff: Duration,
     max_backoff: Duration,
     timeout: Duration,
+    /// Group coordinators found so far, dropped when a call to one fails retriably.
+    coordinators: Arc<Mutex<HashMap<String, i32>>>,
 }
 
 fn non_zero(code: i16) -> Option<ErrorCode> {
@@ -104,6 +107,7 @@ impl Admin {
             backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
             timeout: Duration::from_secs(30),
+            coordinators: Arc::default(),
         }
     }
 

@@ -206,11 +206,19 @@ async fn describe_groups_finds_the_coordinator_again_after_not_coordinator() {
         },
     )
     .await;
-    let r = admin(&addr).describe_groups(&["g"]).await.unwrap();
+    let admin = admin(&addr);
+    let r = admin.describe_groups(&["g"]).await.unwrap();
     let g = r[0].1.as_ref().unwrap();
     assert_eq!(g.state, "Stable");
     assert_eq!(g.coordinator, 1);
     assert_eq!(describes.load(Ordering::SeqCst), 2);
+    assert_eq!(finds.load(Ordering::SeqCst), 2);
+    // The coordinator is cached now.
+    admin.describe_groups(&["g"]).await.unwrap()[0]
+        .1
+        .as_ref()
+        .unwrap();
+    assert_eq!(describes.load(Ordering::SeqCst), 3);
     assert_eq!(finds.load(Ordering::SeqCst), 2);
 }
 
