@@ -195,20 +195,24 @@ impl Admin {
         }
     }
 
-    /// A connection to any live broker (lowest id first).
+    /// A connection to any live broker (lowest id first). When none of the cached
+    /// brokers answers, the broker list is refreshed (through the bootstrap addresses if
+    /// need be) and tried once more.
     async fn any_connection(&self) -> Result<(i32, Connection)> {
-        let mut brokers = self.cluster.brokers();
-        if brokers.is_empty() {
-            self.cluster.refresh(&[]).await?;
-            brokers = self.cluster.brokers();
-        }
         let mut last = None;
-        for (id, _) in brokers {
-            match self.cluster.connection(id).await {
-                Ok(c) => return Ok((id, c)),
-                Err(e) => {
-                    debug!(broker_id = id, error = %e, "broker unreachable");
-                    last = Some(e);
+        for round in 0..2 {
+            let mut brokers = self.cluster.brokers();
+            if brokers.is_empty() || round == 1 {
+                self.cluster.refresh(&[]).await?;
+                brokers = self.cluster.brokers();
+            }
+            for (id, _) in brokers {
+                match self.cluster.connection(id).await {
+                    Ok(c) => return Ok((id, c)),
+                    Err(e) => {
+                        debug!(broker_id = id, error = %e, "broker unreachable");
+                        last = Some(e);
+                    }
                 }
             }
         }
