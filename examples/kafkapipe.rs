@@ -24,8 +24,12 @@ async fn main() {
     let mut err = std::io::stderr();
     let r = cli::run(&args, &mut input, &mut out, &mut err).await;
     let _ = std::io::Write::flush(&mut out);
-    if let Err(e) = r {
-        eprintln!("kafkapipe: {e}");
-        std::process::exit(1);
+    match r {
+        Err(e) if e == cli::BROKEN_PIPE => {}
+        Err(e) => {
+            eprintln!("kafkapipe: {e}");
+            std::process::exit(1);
+        }
+        Ok(()) => {}
     }
 }

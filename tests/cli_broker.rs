@@ -37,7 +37,19 @@ async fn ok(args: &[&str], stdin: &str) -> String {
 #[tokio::test]
 async fn topics_produce_consume_offsets_groups() {
     let topic = common::unique_topic("cli");
-    let out = ok(&["topics", "create", &topic, "-p", "2"], "").await;
+    let out = ok(
+        &[
+            "topics",
+            "create",
+            &topic,
+            "-p",
+            "2",
+            "-c",
+            "retention.ms=3600000",
+        ],
+        "",
+    )
+    .await;
     assert_eq!(out, format!("created {topic}\n"));
     let out = ok(&["topics", "list"], "").await;
     assert!(out.lines().any(|l| l == format!("{topic}\t2")), "{out}");
@@ -47,6 +59,7 @@ async fn topics_produce_consume_offsets_groups() {
         "{out}"
     );
     assert_eq!(out.matches("  partition ").count(), 2, "{out}");
+    assert!(out.contains("  config retention.ms=3600000\n"), "{out}");
 
     // Explicit partitions, one record per line, so every broker's end offsets agree.
     let lines: Vec<String> = (0..5).map(|i| format!("key{i}:value {i}")).collect();
@@ -101,9 +114,35 @@ async fn topics_produce_consume_offsets_groups() {
     let e = o.ok.unwrap_err();
     assert!(e.contains("consumer groups are not supported yet"), "{e}");
 
+    // A group with committed offsets: describe shows them with the lag.
+    let group = common::unique_topic("cli-group");
+    let admin = kafkapipe::admin::Admin::connect([common::shared().addr.clone()]).unwrap();
+    let tp = kafkapipe::admin::TopicPartition::new(&topic, 1);
+    admin
+        .commit_group_offsets(&group, &[(tp, 2)])
+        .await
+        .unwrap()[0]
+        .1
+        .clone()
+        .unwrap();
+    let out = ok(&["groups"], "").await;
+    assert!(
+        out.lines().any(|l| l.starts_with(&format!("{group}\t"))),
+        "{out}"
+    );
+    let out = ok(&["groups", "describe", &group], "").await;
+    assert!(out.starts_with(&format!("group {group} state ")), "{out}");
+    assert!(
+        out.contains(&format!("  offset {topic} 1 committed 2 end 5 lag 3\n")),
+        "{out}"
+    );
+    assert_eq!(
+        ok(&["groups", "delete", &group], "").await,
+        format!("deleted {group}\n")
+    );
+
     let out = ok(&["cluster"], "").await;
     assert!(out.contains(&common::shared().addr), "{out}");
-    ok(&["groups"], "").await;
 
     let o = kafkapipe(&["topics", "describe", "no-such-topic-cli"], "").await;
     assert!(o.ok.is_err());

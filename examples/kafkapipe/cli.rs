@@ -72,8 +72,16 @@ pub async fn run(
     r
 }
 
+/// The error text of a closed stdout (`kafkapipe consume t | head`), which `main` treats
+/// as a normal end.
+pub const BROKEN_PIPE: &str = "output closed";
+
 fn io(e: std::io::Error) -> String {
-    format!("write failed: {e}")
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        BROKEN_PIPE.to_string()
+    } else {
+        format!("write failed: {e}")
+    }
 }
 
 fn kerr(e: kafkapipe::Error) -> String {
