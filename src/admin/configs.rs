@@ -39,9 +39,9 @@ impl Admin {
         }
     }
 
-    /// Describe the configs of topics and brokers, with synonyms. With `keys`, only
-    /// those configs are returned. One result per resource; broker resources are asked
-    /// of that broker.
+    /// Describe the configs of topics and brokers, with synonyms and documentation. With
+    /// `keys`, only those configs are returned. One result per resource; broker resources
+    /// are asked of that broker.
     ///
     /// All configs are always requested and `keys` applied here (tansu 0.6 drops the
     /// connection on a DescribeConfigs with a key list).
@@ -76,7 +76,7 @@ impl Admin {
                     })
                     .collect(),
                 include_synonyms: true,
-                include_documentation: false,
+                include_documentation: true,
                 ..Default::default()
             };
             let req = &req;

@@ -219,7 +219,7 @@ pub struct ConfigEntry {
     pub sensitive: bool,
     /// Other sources of this config, highest precedence first (the first is the value's own).
     pub synonyms: Vec<(String, Option<String>, ConfigSource)>,
-    /// The documentation, when the broker returns it.
+    /// The documentation (DescribeConfigs v3+; tansu 0.6 sends none).
     pub documentation: Option<String>,
 }
 
