@@ -13,8 +13,8 @@ use crate::conn::Connection;
 use crate::error::{Error, Result};
 use crate::protocol::consumer_protocol::{Assignment, Subscription};
 use crate::protocol::messages::{
-    DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, ListGroupsRequest,
-    OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    DeleteGroupsRequest, DescribeGroupsRequest, DescribedGroup, FindCoordinatorRequest,
+    ListGroupsRequest, OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
     OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
     OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
@@ -28,6 +28,36 @@ fn coordinator_moved(code: ErrorCode) -> bool {
             | ErrorCode::CoordinatorNotAvailable
             | ErrorCode::CoordinatorLoadInProgress
     )
+}
+
+/// The description of a group that DescribeGroups found without error.
+fn describe(d: DescribedGroup, coordinator: i32) -> GroupDescription {
+    let consumer = d.protocol_type == "consumer";
+    GroupDescription {
+        group_id: d.group_id,
+        state: d.group_state,
+        protocol_type: d.protocol_type,
+        protocol: d.protocol_data,
+        coordinator,
+        members: d
+            .members
+            .into_iter()
+            .map(|m| MemberDescription {
+                subscription: (consumer && !m.member_metadata.is_empty())
+                    .then(|| Subscription::decode(m.member_metadata.clone()).ok())
+                    .flatten(),
+                decoded_assignment: consumer
+                    .then(|| Assignment::decode(m.member_assignment.clone()).ok())
+                    .flatten(),
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                metadata: m.member_metadata,
+                assignment: m.member_assignment,
+            })
+            .collect(),
+    }
 }
 
 /// Partitions grouped by topic, in first-seen order.
@@ -88,6 +118,29 @@ impl Admin {
         .await
     }
 
+    /// The coordinator of `group`: cached, else found with FindCoordinator.
+    async fn coordinator(&self, group: &str) -> Result<i32> {
+        if let Some(node) = self.coordinator_cache().get(group).copied() {
+            return Ok(node);
+        }
+        let node = self.find_coordinator(group).await?;
+        self.coordinator_cache().insert(group.to_string(), node);
+        Ok(node)
+    }
+
+    /// Forget `group`'s cached coordinator (after it failed retriably).
+    fn forget_coordinator(&self, group: &str) {
+        self.coordinator_cache().remove(group);
+    }
+
+    fn coordinator_cache(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i32>> {
+        self.coordinators
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Run `f` against `group`'s coordinator (cached), finding it again and retrying when
     /// `f` fails retriably (for example with `NotCoordinator`).
     async fn with_coordinator<T, F, Fut>(&self, op: &'static str, group: &str, f: F) -> Result<T>
@@ -96,37 +149,14 @@ impl Admin {
         Fut: Future<Output = Result<T>>,
     {
         let f = &f;
-        let cache = |update: Option<i32>| {
-            let mut m = self
-                .coordinators
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match update {
-                Some(node) => m.insert(group.to_string(), node),
-                None => m.remove(group),
-            }
-        };
         self.retry(op, || async move {
-            let cached = self
-                .coordinators
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(group)
-                .copied();
-            let node = match cached {
-                Some(node) => node,
-                None => {
-                    let node = self.find_coordinator(group).await?;
-                    cache(Some(node));
-                    node
-                }
-            };
+            let node = self.coordinator(group).await?;
             let r = match self.cluster.connection(node).await {
                 Ok(c) => f(c, node).await,
                 Err(e) => Err(e),
             };
             if r.as_ref().is_err_and(Error::is_retriable) {
-                cache(None);
+                self.forget_coordinator(group);
             }
             r
         })
@@ -200,63 +230,35 @@ impl Admin {
         &self,
         groups: &[&str],
     ) -> Result<Results<String, GroupDescription>> {
-        let calls = groups.iter().map(|g| async move {
-            let r = self
-                .with_coordinator("DescribeGroups", g, |c, node| async move {
+        let items: Vec<(String, ())> = groups.iter().map(|g| ((*g).to_string(), ())).collect();
+        Ok(self
+            .fan_out(
+                "DescribeGroups",
+                items,
+                |g: String| async move { self.coordinator(&g).await },
+                |g: &String| self.forget_coordinator(g),
+                |c, node, batch| async move {
                     let req = DescribeGroupsRequest {
-                        groups: vec![(*g).to_string()],
+                        groups: batch.into_iter().map(|(g, ())| g).collect(),
                         ..Default::default()
                     };
                     let resp = c.send(&req).await?;
-                    let d = resp
+                    Ok(resp
                         .groups
                         .into_iter()
-                        .find(|d| d.group_id == *g)
-                        .ok_or_else(|| {
-                            Error::protocol("DescribeGroups response does not mention the group")
-                        })?;
-                    match non_zero(d.error_code) {
-                        Some(code) if coordinator_moved(code) => {
-                            Err(Error::kafka(code).with_broker(c.broker()))
-                        }
-                        _ => Ok((d, node)),
-                    }
-                })
-                .await
-                .and_then(|(d, node)| {
-                    if let Some(code) = non_zero(d.error_code) {
-                        return Err(code_error(code, d.error_message.as_deref()));
-                    }
-                    let consumer = d.protocol_type == "consumer";
-                    Ok(GroupDescription {
-                        group_id: d.group_id,
-                        state: d.group_state,
-                        protocol_type: d.protocol_type,
-                        protocol: d.protocol_data,
-                        coordinator: node,
-                        members: d
-                            .members
-                            .into_iter()
-                            .map(|m| MemberDescription {
-                                subscription: (consumer && !m.member_metadata.is_empty())
-                                    .then(|| Subscription::decode(m.member_metadata.clone()).ok())
-                                    .flatten(),
-                                decoded_assignment: consumer
-                                    .then(|| Assignment::decode(m.member_assignment.clone()).ok())
-                                    .flatten(),
-                                member_id: m.member_id,
-                                group_instance_id: m.group_instance_id,
-                                client_id: m.client_id,
-                                client_host: m.client_host,
-                                metadata: m.member_metadata,
-                                assignment: m.member_assignment,
-                            })
-                            .collect(),
-                    })
-                });
-            ((*g).to_string(), r)
-        });
-        Ok(futures::future::join_all(calls).await)
+                        .map(|d| {
+                            let id = d.group_id.clone();
+                            let r = match non_zero(d.error_code) {
+                                Some(code) => Err(code_error(code, d.error_message.as_deref())
+                                    .with_broker(c.broker())),
+                                None => Ok(describe(d, node)),
+                            };
+                            (id, r)
+                        })
+                        .collect())
+                },
+            )
+            .await)
     }
 
     /// Delete groups (they must have no members) with their committed offsets. One
@@ -268,33 +270,33 @@ impl Admin {
     /// # Ok(()) }
     /// ```
     pub async fn delete_groups(&self, groups: &[&str]) -> Result<Results<String>> {
-        let calls = groups.iter().map(|g| async move {
-            let r = self
-                .with_coordinator("DeleteGroups", g, |c, _| async move {
+        let items: Vec<(String, ())> = groups.iter().map(|g| ((*g).to_string(), ())).collect();
+        Ok(self
+            .fan_out(
+                "DeleteGroups",
+                items,
+                |g: String| async move { self.coordinator(&g).await },
+                |g: &String| self.forget_coordinator(g),
+                |c, _, batch| async move {
                     let req = DeleteGroupsRequest {
-                        groups_names: vec![(*g).to_string()],
+                        groups_names: batch.into_iter().map(|(g, ())| g).collect(),
                         ..Default::default()
                     };
                     let resp = c.send(&req).await?;
-                    let code = resp
+                    Ok(resp
                         .results
-                        .iter()
-                        .find(|r| r.group_id == *g)
-                        .map(|r| r.error_code)
-                        .ok_or_else(|| {
-                            Error::protocol("DeleteGroups response does not mention the group")
-                        })?;
-                    match non_zero(code) {
-                        Some(code) if coordinator_moved(code) => Err(Error::kafka(code)),
-                        Some(code) => Ok(Err(Error::kafka(code).with_broker(c.broker()))),
-                        None => Ok(Ok(())),
-                    }
-                })
-                .await
-                .and_then(|r| r);
-            ((*g).to_string(), r)
-        });
-        Ok(futures::future::join_all(calls).await)
+                        .into_iter()
+                        .map(|r| {
+                            let result = match non_zero(r.error_code) {
+                                Some(code) => Err(Error::kafka(code).with_broker(c.broker())),
+                                None => Ok(()),
+                            };
+                            (r.group_id, result)
+                        })
+                        .collect())
+                },
+            )
+            .await)
     }
 
     /// The offsets `group` committed, for `topics` (`None`: every topic it committed

@@ -257,6 +257,37 @@ impl Admin {
         F: Fn(Connection, Vec<(TopicPartition, K)>) -> Fut,
         Fut: Future<Output = Result<Results<TopicPartition, V>>>,
     {
+        self.fan_out(
+            op,
+            items,
+            |tp: TopicPartition| async move { self.cluster.leader_for(&tp.topic, tp.partition).await },
+            |tp: &TopicPartition| self.cluster.invalidate(&tp.topic),
+            |c, _, batch| send(c, batch),
+        )
+        .await
+    }
+
+    /// Send `items` grouped by the broker `route` picks for each key — one request per
+    /// broker, concurrently — and retry the keys that failed retriably (after `forget`,
+    /// which drops what routed them there) with backoff. A key listed twice goes into the
+    /// next round (Kafka rejects duplicates in one request). Results are in input order.
+    async fn fan_out<Key, K, V, R, RFut, G, F, Fut>(
+        &self,
+        op: &'static str,
+        items: Vec<(Key, K)>,
+        route: R,
+        forget: G,
+        send: F,
+    ) -> Results<Key, V>
+    where
+        Key: Clone + Eq + std::hash::Hash + std::fmt::Display,
+        K: Clone,
+        R: Fn(Key) -> RFut,
+        RFut: Future<Output = Result<i32>>,
+        G: Fn(&Key),
+        F: Fn(Connection, i32, Vec<(Key, K)>) -> Fut,
+        Fut: Future<Output = Result<Results<Key, V>>>,
+    {
         let mut results: Vec<Option<Result<V>>> = items.iter().map(|_| None).collect();
         let mut pending: Vec<usize> = (0..items.len()).collect();
         let mut attempt = 0;
@@ -264,34 +295,26 @@ impl Admin {
             let last = attempt + 1 >= self.attempts;
             let mut outcome: Vec<(usize, Result<V>)> = Vec::new();
             let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
-            // A partition may appear once per request (Kafka rejects duplicates): later
-            // occurrences wait for the next round.
             let mut seen = std::collections::HashSet::new();
             let mut deferred = Vec::new();
             for &i in &pending {
-                let tp = &items[i].0;
-                if !seen.insert(tp) {
+                let key = &items[i].0;
+                if !seen.insert(key) {
                     deferred.push(i);
                     continue;
                 }
-                match self.cluster.leader_for(&tp.topic, tp.partition).await {
-                    Ok(l) => groups.entry(l).or_default().push(i),
+                match route(key.clone()).await {
+                    Ok(node) => groups.entry(node).or_default().push(i),
                     Err(e) => outcome.push((i, Err(e))),
                 }
             }
             let send = &send;
             let items_ref = &items;
-            let sends = groups.into_iter().map(|(leader, idxs)| async move {
-                let batch: Vec<(TopicPartition, K)> =
-                    idxs.iter().map(|&i| items_ref[i].clone()).collect();
-                debug!(
-                    op,
-                    leader,
-                    partitions = batch.len(),
-                    "admin request to leader"
-                );
-                let r = match self.cluster.connection(leader).await {
-                    Ok(c) => send(c, batch).await,
+            let sends = groups.into_iter().map(|(node, idxs)| async move {
+                let batch: Vec<(Key, K)> = idxs.iter().map(|&i| items_ref[i].clone()).collect();
+                debug!(op, broker_id = node, keys = batch.len(), "admin request");
+                let r = match self.cluster.connection(node).await {
+                    Ok(c) => send(c, node, batch).await,
                     Err(e) => Err(e),
                 };
                 (idxs, r)
@@ -299,16 +322,13 @@ impl Admin {
             for (idxs, r) in futures::future::join_all(sends).await {
                 match r {
                     Ok(list) => {
-                        let mut by_tp: HashMap<TopicPartition, Result<V>> =
-                            list.into_iter().collect();
+                        let mut by_key: HashMap<Key, Result<V>> = list.into_iter().collect();
                         for i in idxs {
-                            let tp = &items[i].0;
-                            let r = by_tp.remove(tp).unwrap_or_else(|| {
+                            let key = &items[i].0;
+                            let r = by_key.remove(key).unwrap_or_else(|| {
                                 Err(Error::protocol(format!(
-                                    "{op} response does not mention the partition"
-                                ))
-                                .with_topic(&tp.topic)
-                                .with_partition(tp.partition))
+                                    "{op} response does not mention {key}"
+                                )))
                             });
                             outcome.push((i, r));
                         }
@@ -321,15 +341,9 @@ impl Admin {
             for (i, r) in outcome {
                 match r {
                     Err(e) if e.is_retriable() && !last => {
-                        let tp = &items[i].0;
-                        debug!(
-                            op,
-                            topic = %tp.topic,
-                            partition = tp.partition,
-                            error = %e,
-                            "retrying partition"
-                        );
-                        self.cluster.invalidate(&items[i].0.topic);
+                        let key = &items[i].0;
+                        debug!(op, key = %key, error = %e, "retrying");
+                        forget(key);
                         pending.push(i);
                         retry = true;
                     }
@@ -345,9 +359,9 @@ impl Admin {
         items
             .into_iter()
             .zip(results)
-            .map(|((tp, _), r)| {
+            .map(|((key, _), r)| {
                 let r = r.unwrap_or_else(|| Err(Error::protocol(format!("{op}: no result"))));
-                (tp, r)
+                (key, r)
             })
             .collect()
     }

@@ -413,3 +413,80 @@ async fn describe_cluster_falls_back_to_metadata_and_old_find_coordinator_works(
     let ranges = v[0].1.as_ref().unwrap();
     assert!(!ranges.iter().any(|r| r.api_key == ApiKey::DESCRIBE_CLUSTER));
 }
+
+#[tokio::test]
+async fn group_calls_are_batched_per_coordinator_with_per_group_results() {
+    let requests: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let r = requests.clone();
+    let addr = fake(
+        {
+            let mut apis = default_apis();
+            apis.push(range::<DeleteGroupsRequest>());
+            apis
+        },
+        vec![],
+        move |key, version, frame| match key {
+            ApiKey::FIND_COORDINATOR => find_coordinator(version, frame),
+            ApiKey::DESCRIBE_GROUPS => {
+                let req = parse::<DescribeGroupsRequest>(frame, version);
+                r.lock().unwrap().push(req.groups.clone());
+                reply::<DescribeGroupsRequest>(
+                    version,
+                    &DescribeGroupsResponse {
+                        groups: req
+                            .groups
+                            .iter()
+                            .map(|g| DescribedGroup {
+                                // GroupAuthorizationFailed for one of them.
+                                error_code: if g == "secret" { 30 } else { 0 },
+                                group_id: g.clone(),
+                                group_state: "Empty".into(),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    },
+                )
+            }
+            ApiKey::DELETE_GROUPS => {
+                let req = parse::<DeleteGroupsRequest>(frame, version);
+                reply::<DeleteGroupsRequest>(
+                    version,
+                    &DeleteGroupsResponse {
+                        results: req
+                            .groups_names
+                            .iter()
+                            .map(|g| DeletableGroupResult {
+                                group_id: g.clone(),
+                                // NonEmptyGroup for one of them.
+                                error_code: if g == "busy" { 68 } else { 0 },
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    },
+                )
+            }
+            _ => None,
+        },
+    )
+    .await;
+    let admin = admin(&addr);
+    let r = admin.describe_groups(&["a", "secret", "b"]).await.unwrap();
+    assert_eq!(
+        *requests.lock().unwrap(),
+        vec![vec!["a".to_string(), "secret".into(), "b".into()]]
+    );
+    assert_eq!(r[0].1.as_ref().unwrap().group_id, "a");
+    assert_eq!(
+        r[1].1.as_ref().unwrap_err().kafka_code(),
+        Some(crate::protocol::ErrorCode::GroupAuthorizationFailed)
+    );
+    assert_eq!(r[2].0, "b");
+    let d = admin.delete_groups(&["busy", "idle"]).await.unwrap();
+    assert_eq!(
+        d[0].1.as_ref().unwrap_err().kafka_code(),
+        Some(crate::protocol::ErrorCode::NonEmptyGroup)
+    );
+    assert!(d[1].1.is_ok());
+}
