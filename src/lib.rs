@@ -13,8 +13,9 @@
 //! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the kafka-go style [`Conn`](conn::Conn) API |
 //! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
 //! | [`writer`] | the producer: [`writer::Writer`], a batching, backpressured `Sink<Message>` |
+//! | [`admin`] | the admin client: topics, partitions, configs, groups, offsets, records, cluster |
 //!
-//! The `Reader` stream, consumer groups, TLS/SASL and the admin client build on these
+//! The `Reader` stream, consumer groups and TLS/SASL build on these
 //! layers.
 //!
 //! ```no_run
@@ -37,6 +38,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod admin;
 pub mod cluster;
 pub mod compression;
 pub mod conn;

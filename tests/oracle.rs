@@ -14,6 +14,9 @@ use kafkapipe::protocol::messages::*;
 use kafkapipe::protocol::{Decode, Encode, TaggedFields};
 use uuid::Uuid;
 
+#[path = "oracle/admin.rs"]
+mod admin;
+
 const ID: [u8; 16] = [7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
 
 fn unknown(flexible: bool) -> TaggedFields {
@@ -678,5 +681,55 @@ fn init_producer_id() {
         assert_eq!(t.producer_id.0, 4242);
         assert_eq!(t.producer_epoch, 1);
         assert_eq!(t.throttle_time_ms, 5);
+    }
+}
+
+/// The consumer protocol's embedded bytes: our encoding is the version followed by the
+/// kafka-protocol encoding of the same value at that version, both ways.
+#[test]
+fn consumer_protocol() {
+    use kafka_protocol::messages::consumer_protocol_assignment as kpa;
+    use kafka_protocol::messages::consumer_protocol_subscription as kps;
+    use kafkapipe::protocol::consumer_protocol::{Assignment, Subscription, TopicPartitions};
+
+    let tps = vec![TopicPartitions {
+        topic: "events".into(),
+        partitions: vec![0, 3],
+    }];
+    for v in 0..=3i16 {
+        let ours = Subscription {
+            version: v,
+            topics: vec!["events".into(), "audit".into()],
+            user_data: Some(Bytes::from_static(b"\x00sticky")),
+            owned_partitions: if v >= 1 { tps.clone() } else { vec![] },
+            generation_id: if v >= 2 { 7 } else { -1 },
+            rack_id: if v >= 3 { Some("r1".into()) } else { None },
+        };
+        let bytes = ours.encode(v).unwrap();
+        assert_eq!(&bytes[..2], &v.to_be_bytes());
+        let mut body = bytes.slice(2..);
+        let theirs = kps::ConsumerProtocolSubscription::decode(&mut body, v).unwrap();
+        assert!(body.is_empty());
+        assert_eq!(theirs.topics.len(), 2);
+        let mut tb = BytesMut::from(&v.to_be_bytes()[..]);
+        theirs.encode(&mut tb, v).unwrap();
+        assert_eq!(tb.freeze(), bytes, "subscription v{v}");
+
+        let ours = Assignment {
+            version: v,
+            partitions: tps.clone(),
+            user_data: None,
+        };
+        let theirs = kpa::ConsumerProtocolAssignment::default().with_assigned_partitions(vec![
+            kpa::TopicPartition::default()
+                .with_topic(kp::TopicName(StrBytes::from_static_str("events")))
+                .with_partitions(vec![0, 3]),
+        ]);
+        let mut tb = BytesMut::from(&v.to_be_bytes()[..]);
+        theirs.encode(&mut tb, v).unwrap();
+        assert_eq!(Assignment::decode(tb.freeze()).unwrap(), ours);
+        let mut body = ours.encode(v).unwrap().slice(2..);
+        let back = kpa::ConsumerProtocolAssignment::decode(&mut body, v).unwrap();
+        assert_eq!(back, theirs);
     }
 }

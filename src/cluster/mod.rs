@@ -275,6 +275,18 @@ impl Cluster {
         lock(&self.inner.meta).brokers.get(&id).cloned()
     }
 
+    /// The brokers known from the last metadata refresh, as `(id, "host:port")` sorted by
+    /// id; empty before the first refresh (see [`Cluster::refresh`]).
+    pub fn brokers(&self) -> Vec<(i32, String)> {
+        let mut v: Vec<(i32, String)> = lock(&self.inner.meta)
+            .brokers
+            .iter()
+            .map(|(id, a)| (*id, a.clone()))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// The connection to broker `id`: established on first use, and re-established if the
     /// previous one is closed. Concurrent callers share one dial.
     ///

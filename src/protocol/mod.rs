@@ -5,6 +5,8 @@
 //! - [`messages`]: one module per API, each with its request and response, both of which
 //!   encode *and* decode (so tests and fake peers can play either side).
 //! - [`ErrorCode`]: the protocol's error codes.
+//! - [`consumer_protocol`]: the Java consumer's subscription and assignment bytes carried
+//!   inside group requests.
 //!
 //! Every message implements [`Encode`] and [`Decode`] for an explicit version; requests
 //! implement [`Request`], which names the API key, the versions this client speaks, the
@@ -13,6 +15,7 @@
 //! Reference: <https://kafka.apache.org/protocol> and Apache Kafka's message schemas
 //! (`clients/src/main/resources/common/message/*.json`).
 
+pub mod consumer_protocol;
 pub mod error;
 pub mod header;
 pub mod messages;

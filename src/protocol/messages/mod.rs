@@ -7,18 +7,44 @@
 //! | Fetch (1) | 4–18 | 12 |
 //! | ListOffsets (2) | 1–10 | 6 |
 //! | Metadata (3) | 4–13 | 9 |
+//! | OffsetCommit (8) | 2–9 | 8 |
+//! | OffsetFetch (9) | 1–9 | 6 |
+//! | FindCoordinator (10) | 0–6 | 3 |
+//! | DescribeGroups (15) | 0–6 | 5 |
+//! | ListGroups (16) | 0–5 | 3 |
 //! | ApiVersions (18) | 0–4 | 3 |
 //! | CreateTopics (19) | 2–7 | 5 |
 //! | DeleteTopics (20) | 1–6 | 4 |
+//! | DeleteRecords (21) | 0–2 | 2 |
 //! | InitProducerId (22) | 0–5 | 2 |
+//! | DescribeConfigs (32) | 1–4 | 4 |
+//! | AlterConfigs (33) | 0–2 | 2 |
+//! | CreatePartitions (37) | 0–3 | 2 |
+//! | DeleteGroups (42) | 0–2 | 2 |
+//! | IncrementalAlterConfigs (44) | 0–1 | 1 |
+//! | OffsetDelete (47) | 0–0 | — |
+//! | DescribeCluster (60) | 0–2 | 0 |
 
+pub mod alter_configs;
 pub mod api_versions;
+pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_groups;
+pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_cluster;
+pub mod describe_configs;
+pub mod describe_groups;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod incremental_alter_configs;
 pub mod init_producer_id;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_delete;
+pub mod offset_fetch;
 pub mod produce;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
@@ -46,6 +72,50 @@ pub use produce::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, ProducePartitionData,
     ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicData,
     ProduceTopicResponse,
+};
+
+pub use alter_configs::{
+    AlterConfigsRequest, AlterConfigsResource, AlterConfigsResourceResponse, AlterConfigsResponse,
+    AlterableConfig,
+};
+pub use create_partitions::{
+    CreatePartitionsAssignment, CreatePartitionsRequest, CreatePartitionsResponse,
+    CreatePartitionsTopic, CreatePartitionsTopicResult,
+};
+pub use delete_groups::{DeletableGroupResult, DeleteGroupsRequest, DeleteGroupsResponse};
+pub use delete_records::{
+    DeleteRecordsPartition, DeleteRecordsPartitionResult, DeleteRecordsRequest,
+    DeleteRecordsResponse, DeleteRecordsTopic, DeleteRecordsTopicResult,
+};
+pub use describe_cluster::{
+    DescribeClusterBroker, DescribeClusterRequest, DescribeClusterResponse,
+};
+pub use describe_configs::{
+    DescribeConfigsRequest, DescribeConfigsResource, DescribeConfigsResourceResult,
+    DescribeConfigsResponse, DescribeConfigsResult, DescribeConfigsSynonym,
+};
+pub use describe_groups::{
+    DescribeGroupsRequest, DescribeGroupsResponse, DescribedGroup, DescribedGroupMember,
+};
+pub use find_coordinator::{Coordinator, FindCoordinatorRequest, FindCoordinatorResponse};
+pub use incremental_alter_configs::{
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResource,
+    IncrementalAlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
+    IncrementalAlterableConfig,
+};
+pub use list_groups::{ListGroupsRequest, ListGroupsResponse, ListedGroup};
+pub use offset_commit::{
+    OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+pub use offset_delete::{
+    OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+    OffsetDeleteResponse, OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+pub use offset_fetch::{
+    OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 
 use bytes::{Bytes, BytesMut};

@@ -1,0 +1,675 @@
+//! Groups and their committed offsets, routed to each group's coordinator.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use tracing::debug;
+
+use super::{
+    code_error, non_zero, Admin, CommittedOffset, GroupDescription, GroupListing,
+    MemberDescription, OffsetSpec, Results, TopicPartition,
+};
+use crate::conn::Connection;
+use crate::error::{Error, Result};
+use crate::protocol::consumer_protocol::{Assignment, Subscription};
+use crate::protocol::messages::{
+    DeleteGroupsRequest, DescribeGroupsRequest, DescribedGroup, FindCoordinatorRequest,
+    ListGroupsRequest, OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+    OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+};
+use crate::protocol::ErrorCode;
+
+/// Whether `code` means "ask the coordinator again" (after finding it again).
+fn coordinator_moved(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::NotCoordinator
+            | ErrorCode::CoordinatorNotAvailable
+            | ErrorCode::CoordinatorLoadInProgress
+    )
+}
+
+/// The description of a group that DescribeGroups found without error.
+fn describe(d: DescribedGroup, coordinator: i32) -> GroupDescription {
+    let consumer = d.protocol_type == "consumer";
+    GroupDescription {
+        group_id: d.group_id,
+        state: d.group_state,
+        protocol_type: d.protocol_type,
+        protocol: d.protocol_data,
+        coordinator,
+        members: d
+            .members
+            .into_iter()
+            .map(|m| MemberDescription {
+                subscription: (consumer && !m.member_metadata.is_empty())
+                    .then(|| Subscription::decode(m.member_metadata.clone()).ok())
+                    .flatten(),
+                decoded_assignment: consumer
+                    .then(|| Assignment::decode(m.member_assignment.clone()).ok())
+                    .flatten(),
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                metadata: m.member_metadata,
+                assignment: m.member_assignment,
+            })
+            .collect(),
+    }
+}
+
+/// Partitions grouped by topic, in first-seen order.
+fn by_topic<T: Clone>(items: &[(TopicPartition, T)]) -> Vec<(String, Vec<(i32, T)>)> {
+    let mut out: Vec<(String, Vec<(i32, T)>)> = Vec::new();
+    for (tp, v) in items {
+        match out.iter_mut().find(|(t, _)| *t == tp.topic) {
+            Some((_, ps)) => ps.push((tp.partition, v.clone())),
+            None => out.push((tp.topic.clone(), vec![(tp.partition, v.clone())])),
+        }
+    }
+    out
+}
+
+impl Admin {
+    /// The broker id coordinating `group` (FindCoordinator, batched form from v4).
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let broker_id = admin.find_coordinator("my-group").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn find_coordinator(&self, group: &str) -> Result<i32> {
+        self.retry("FindCoordinator", || async move {
+            let (_, c) = self.any_connection().await?;
+            let v = c.version_for::<FindCoordinatorRequest>()?;
+            let req = FindCoordinatorRequest {
+                key: group.to_string(),
+                key_type: 0,
+                coordinator_keys: if v >= 4 {
+                    vec![group.to_string()]
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            };
+            let resp = c.send_version(&req, v).await?;
+            let (code, msg, node) = if v >= 4 {
+                let co = resp
+                    .coordinators
+                    .iter()
+                    .find(|co| co.key == group)
+                    .ok_or_else(|| {
+                        Error::protocol("FindCoordinator response does not mention the group")
+                    })?;
+                (co.error_code, co.error_message.clone(), co.node_id)
+            } else {
+                (resp.error_code, resp.error_message.clone(), resp.node_id)
+            };
+            match non_zero(code) {
+                Some(code) => Err(code_error(code, msg.as_deref()).with_broker(c.broker())),
+                None => {
+                    debug!(group, coordinator = node, "found group coordinator");
+                    Ok(node)
+                }
+            }
+        })
+        .await
+    }
+
+    /// The coordinator of `group`: cached, else found with FindCoordinator.
+    async fn coordinator(&self, group: &str) -> Result<i32> {
+        if let Some(node) = self.coordinator_cache().get(group).copied() {
+            return Ok(node);
+        }
+        let node = self.find_coordinator(group).await?;
+        self.coordinator_cache().insert(group.to_string(), node);
+        Ok(node)
+    }
+
+    /// Forget `group`'s cached coordinator (after it failed retriably).
+    fn forget_coordinator(&self, group: &str) {
+        self.coordinator_cache().remove(group);
+    }
+
+    fn coordinator_cache(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i32>> {
+        self.coordinators
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Run `f` against `group`'s coordinator (cached), finding it again and retrying when
+    /// `f` fails retriably (for example with `NotCoordinator`).
+    async fn with_coordinator<T, F, Fut>(&self, op: &'static str, group: &str, f: F) -> Result<T>
+    where
+        F: Fn(Connection, i32) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let f = &f;
+        self.retry(op, || async move {
+            let node = self.coordinator(group).await?;
+            let r = match self.cluster.connection(node).await {
+                Ok(c) => f(c, node).await,
+                Err(e) => Err(e),
+            };
+            if r.as_ref().is_err_and(Error::is_retriable) {
+                self.forget_coordinator(group);
+            }
+            r
+        })
+        .await
+    }
+
+    /// Every group of the cluster (ListGroups to every broker), sorted by id.
+    ///
+    /// # Errors
+    ///
+    /// The first broker's error if a broker cannot be asked after the retries (a partial
+    /// list would look complete).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// for g in admin.list_groups().await? {
+    ///     println!("{} {:?} {}", g.group_id, g.state, g.protocol_type);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
+        let md = self.metadata(Some(&[])).await?;
+        let lists = md.brokers.iter().map(|b| {
+            let id = b.id;
+            self.retry("ListGroups", move || async move {
+                let c = self.cluster.connection(id).await?;
+                let v = c.version_for::<ListGroupsRequest>()?;
+                let resp = c.send_version(&ListGroupsRequest::default(), v).await?;
+                if let Some(code) = non_zero(resp.error_code) {
+                    return Err(Error::kafka(code).with_broker(c.broker()));
+                }
+                Ok(resp
+                    .groups
+                    .into_iter()
+                    .map(|g| GroupListing {
+                        group_id: g.group_id,
+                        protocol_type: g.protocol_type,
+                        state: (v >= 4).then_some(g.group_state),
+                        group_type: (v >= 5).then_some(g.group_type),
+                        coordinator: id,
+                    })
+                    .collect::<Vec<_>>())
+            })
+        });
+        let mut out = Vec::new();
+        for r in futures::future::join_all(lists).await {
+            out.extend(r?);
+        }
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(out)
+    }
+
+    /// Describe groups: state, protocol and members, with consumer-group subscriptions
+    /// and assignments decoded. One result per group.
+    ///
+    /// A group that does not exist is reported by Kafka as state `Dead` (or, from
+    /// DescribeGroups v6, `GroupIdNotFound`); tansu 0.6 reports it as `Empty`.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let (_, group) = admin.describe_groups(&["my-group"]).await?.remove(0);
+    /// for m in group?.members {
+    ///     let assigned = m.decoded_assignment.map(|a| a.partitions);
+    ///     println!("{} {} {:?}", m.member_id, m.client_host, assigned);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn describe_groups(
+        &self,
+        groups: &[&str],
+    ) -> Result<Results<String, GroupDescription>> {
+        let items: Vec<(String, ())> = groups.iter().map(|g| ((*g).to_string(), ())).collect();
+        Ok(self
+            .fan_out(
+                "DescribeGroups",
+                items,
+                |g: String| async move { self.coordinator(&g).await },
+                |g: &String| self.forget_coordinator(g),
+                |c, node, batch| async move {
+                    let req = DescribeGroupsRequest {
+                        groups: batch.into_iter().map(|(g, ())| g).collect(),
+                        ..Default::default()
+                    };
+                    let resp = c.send(&req).await?;
+                    Ok(resp
+                        .groups
+                        .into_iter()
+                        .map(|d| {
+                            let id = d.group_id.clone();
+                            let r = match non_zero(d.error_code) {
+                                Some(code) => Err(code_error(code, d.error_message.as_deref())
+                                    .with_broker(c.broker())),
+                                None => Ok(describe(d, node)),
+                            };
+                            (id, r)
+                        })
+                        .collect())
+                },
+            )
+            .await)
+    }
+
+    /// Delete groups (they must have no members) with their committed offsets. One
+    /// result per group.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// admin.delete_groups(&["my-group"]).await?.remove(0).1?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn delete_groups(&self, groups: &[&str]) -> Result<Results<String>> {
+        let items: Vec<(String, ())> = groups.iter().map(|g| ((*g).to_string(), ())).collect();
+        Ok(self
+            .fan_out(
+                "DeleteGroups",
+                items,
+                |g: String| async move { self.coordinator(&g).await },
+                |g: &String| self.forget_coordinator(g),
+                |c, _, batch| async move {
+                    let req = DeleteGroupsRequest {
+                        groups_names: batch.into_iter().map(|(g, ())| g).collect(),
+                        ..Default::default()
+                    };
+                    let resp = c.send(&req).await?;
+                    Ok(resp
+                        .results
+                        .into_iter()
+                        .map(|r| {
+                            let result = match non_zero(r.error_code) {
+                                Some(code) => Err(Error::kafka(code).with_broker(c.broker())),
+                                None => Ok(()),
+                            };
+                            (r.group_id, result)
+                        })
+                        .collect())
+                },
+            )
+            .await)
+    }
+
+    /// The offsets `group` committed, for `topics` (`None`: every topic it committed
+    /// for). One result per partition; a partition without a committed offset has
+    /// offset `-1`.
+    ///
+    /// # Errors
+    ///
+    /// The metadata error of a topic in `topics` that does not exist (its partitions are
+    /// needed for the request), or the group's error.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// for (tp, r) in admin.fetch_group_offsets("my-group", Some(&["events"])).await? {
+    ///     println!("{tp}: {}", r?.offset);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn fetch_group_offsets(
+        &self,
+        group: &str,
+        topics: Option<&[&str]>,
+    ) -> Result<Results<TopicPartition, CommittedOffset>> {
+        let mut wanted: Option<Vec<(String, Vec<i32>)>> = None;
+        if let Some(ts) = topics {
+            let mut v = Vec::new();
+            for t in ts {
+                v.push(((*t).to_string(), self.cluster.partitions(t).await?));
+            }
+            wanted = Some(v);
+        }
+        let wanted = &wanted;
+        self.with_coordinator("OffsetFetch", group, |c, _| async move {
+            let v = c.version_for::<OffsetFetchRequest>()?;
+            let req = if v >= 8 {
+                OffsetFetchRequest {
+                    groups: vec![OffsetFetchRequestGroup {
+                        group_id: group.to_string(),
+                        topics: wanted.as_ref().map(|w| {
+                            w.iter()
+                                .map(|(t, ps)| OffsetFetchRequestTopics {
+                                    name: t.clone(),
+                                    partition_indexes: ps.clone(),
+                                    ..Default::default()
+                                })
+                                .collect()
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }
+            } else {
+                OffsetFetchRequest {
+                    group_id: group.to_string(),
+                    topics: wanted.as_ref().map(|w| {
+                        w.iter()
+                            .map(|(t, ps)| OffsetFetchRequestTopic {
+                                name: t.clone(),
+                                partition_indexes: ps.clone(),
+                                ..Default::default()
+                            })
+                            .collect()
+                    }),
+                    ..Default::default()
+                }
+            };
+            let resp = c.send_version(&req, v).await?;
+            let mut out = Vec::new();
+            let mut push = |topic: &str,
+                            partition: i32,
+                            offset: i64,
+                            epoch: i32,
+                            meta: Option<String>,
+                            code: i16| {
+                let tp = TopicPartition::new(topic, partition);
+                let r = match non_zero(code) {
+                    Some(code) => Err(Error::kafka(code)
+                        .with_topic(topic)
+                        .with_partition(partition)),
+                    None => Ok(CommittedOffset {
+                        offset,
+                        leader_epoch: epoch,
+                        metadata: meta,
+                    }),
+                };
+                out.push((tp, r));
+            };
+            let group_code = if v >= 8 {
+                let g = resp
+                    .groups
+                    .into_iter()
+                    .find(|g| g.group_id == group)
+                    .ok_or_else(|| {
+                        Error::protocol("OffsetFetch response does not mention the group")
+                    })?;
+                for t in g.topics {
+                    for p in t.partitions {
+                        push(
+                            &t.name,
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.metadata,
+                            p.error_code,
+                        );
+                    }
+                }
+                g.error_code
+            } else {
+                for t in resp.topics {
+                    for p in t.partitions {
+                        push(
+                            &t.name,
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.metadata,
+                            p.error_code,
+                        );
+                    }
+                }
+                resp.error_code
+            };
+            if let Some(code) = non_zero(group_code) {
+                return Err(Error::kafka(code).with_broker(c.broker()));
+            }
+            out.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Commit `offsets` for `group` as an admin (generation -1, no member: the group must
+    /// have no active members, as with `kafka-consumer-groups --reset-offsets`). One
+    /// result per partition.
+    ///
+    /// ```no_run
+    /// # use kafkapipe::admin::TopicPartition;
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let offsets = [(TopicPartition::new("events", 0), 42)];
+    /// admin.commit_group_offsets("my-group", &offsets).await?.remove(0).1?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn commit_group_offsets(
+        &self,
+        group: &str,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<Results<TopicPartition>> {
+        let req = OffsetCommitRequest {
+            group_id: group.to_string(),
+            generation_id_or_member_epoch: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+            retention_time_ms: -1,
+            topics: by_topic(offsets)
+                .into_iter()
+                .map(|(name, ps)| OffsetCommitRequestTopic {
+                    name,
+                    partitions: ps
+                        .into_iter()
+                        .map(|(p, o)| OffsetCommitRequestPartition {
+                            partition_index: p,
+                            committed_offset: o,
+                            committed_leader_epoch: -1,
+                            committed_metadata: None,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let req = &req;
+        let resp = self
+            .with_coordinator("OffsetCommit", group, |c, _| async move {
+                let resp = c.send(req).await?;
+                // Kafka reports coordinator moves per partition.
+                for t in &resp.topics {
+                    for p in &t.partitions {
+                        if let Some(code) = non_zero(p.error_code).filter(|c| coordinator_moved(*c))
+                        {
+                            return Err(Error::kafka(code).with_broker(c.broker()));
+                        }
+                    }
+                }
+                Ok(resp)
+            })
+            .await?;
+        Ok(offsets
+            .iter()
+            .map(|(tp, _)| {
+                let code = resp
+                    .topics
+                    .iter()
+                    .find(|t| t.name == tp.topic)
+                    .and_then(|t| {
+                        t.partitions
+                            .iter()
+                            .find(|p| p.partition_index == tp.partition)
+                    })
+                    .map(|p| p.error_code);
+                let r = match code {
+                    None => Err(Error::protocol(
+                        "OffsetCommit response does not mention the partition",
+                    )),
+                    Some(c) => match non_zero(c) {
+                        Some(code) => Err(Error::kafka(code)),
+                        None => Ok(()),
+                    },
+                };
+                (
+                    tp.clone(),
+                    r.map_err(|e| e.with_topic(&tp.topic).with_partition(tp.partition)),
+                )
+            })
+            .collect())
+    }
+
+    /// Reset `group`'s committed offsets of every partition of `topic` to the earliest or
+    /// latest offset, the first offset at or after a timestamp (the latest offset where no
+    /// record is that new, as `kafka-consumer-groups --to-datetime` does) or an explicit
+    /// offset. One result per partition: the committed offset.
+    ///
+    /// # Errors
+    ///
+    /// The metadata error if `topic` does not exist.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use kafkapipe::admin::OffsetSpec;
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// for (tp, r) in admin.reset_group_offsets("my-group", "events", OffsetSpec::Earliest).await? {
+    ///     println!("{tp} -> {}", r?);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn reset_group_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        to: OffsetSpec,
+    ) -> Result<Results<TopicPartition, i64>> {
+        let partitions = self.cluster.partitions(topic).await?;
+        let tps: Vec<TopicPartition> = partitions
+            .iter()
+            .map(|p| TopicPartition::new(topic, *p))
+            .collect();
+        let mut targets: Vec<(TopicPartition, Result<i64>)> = Vec::new();
+        let listed = self
+            .list_offsets(&tps.iter().map(|tp| (tp.clone(), to)).collect::<Vec<_>>())
+            .await?;
+        let mut fallback = Vec::new();
+        for (tp, r) in listed {
+            match r {
+                Ok(o) if o.offset < 0 => fallback.push(tp),
+                r => targets.push((tp, r.map(|o| o.offset))),
+            }
+        }
+        if !fallback.is_empty() {
+            let specs: Vec<_> = fallback
+                .into_iter()
+                .map(|tp| (tp, OffsetSpec::Latest))
+                .collect();
+            for (tp, r) in self.list_offsets(&specs).await? {
+                targets.push((tp, r.map(|o| o.offset)));
+            }
+        }
+        let commit: Vec<(TopicPartition, i64)> = targets
+            .iter()
+            .filter_map(|(tp, r)| r.as_ref().ok().map(|o| (tp.clone(), *o)))
+            .collect();
+        let mut committed: BTreeMap<TopicPartition, Result<()>> = if commit.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.commit_group_offsets(group, &commit)
+                .await?
+                .into_iter()
+                .collect()
+        };
+        let mut out: Vec<(TopicPartition, Result<i64>)> = targets
+            .into_iter()
+            .map(|(tp, r)| {
+                let r = r.and_then(|o| committed.remove(&tp).unwrap_or(Ok(())).map(|()| o));
+                (tp, r)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// Delete `group`'s committed offsets of `partitions` (OffsetDelete, Kafka 2.4+). One
+    /// result per partition.
+    ///
+    /// # Errors
+    ///
+    /// `UnsupportedVersion` naming OffsetDelete if the coordinator lacks the API; the
+    /// group's error (`GroupIdNotFound`, `NonEmptyGroup`, …).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use kafkapipe::admin::TopicPartition;
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let tps = [TopicPartition::new("events", 0)];
+    /// admin.delete_group_offsets("my-group", &tps).await?.remove(0).1?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn delete_group_offsets(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<Results<TopicPartition>> {
+        let items: Vec<(TopicPartition, ())> =
+            partitions.iter().map(|tp| (tp.clone(), ())).collect();
+        let req = OffsetDeleteRequest {
+            group_id: group.to_string(),
+            topics: by_topic(&items)
+                .into_iter()
+                .map(|(name, ps)| OffsetDeleteRequestTopic {
+                    name,
+                    partitions: ps
+                        .into_iter()
+                        .map(|(p, ())| OffsetDeleteRequestPartition {
+                            partition_index: p,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let req = &req;
+        let resp = self
+            .with_coordinator("OffsetDelete", group, |c, _| async move {
+                let resp = c.send(req).await?;
+                match non_zero(resp.error_code) {
+                    Some(code) => Err(Error::kafka(code).with_broker(c.broker())),
+                    None => Ok(resp),
+                }
+            })
+            .await?;
+        Ok(partitions
+            .iter()
+            .map(|tp| {
+                let code = resp
+                    .topics
+                    .iter()
+                    .find(|t| t.name == tp.topic)
+                    .and_then(|t| {
+                        t.partitions
+                            .iter()
+                            .find(|p| p.partition_index == tp.partition)
+                    })
+                    .map(|p| p.error_code);
+                let r = match code {
+                    None => Err(Error::protocol(
+                        "OffsetDelete response does not mention the partition",
+                    )),
+                    Some(c) => match non_zero(c) {
+                        Some(code) => Err(Error::kafka(code)),
+                        None => Ok(()),
+                    },
+                };
+                (
+                    tp.clone(),
+                    r.map_err(|e| e.with_topic(&tp.topic).with_partition(tp.partition)),
+                )
+            })
+            .collect())
+    }
+}

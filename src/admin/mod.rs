@@ -1,0 +1,650 @@
+//! The admin client: topics, partitions, configs, groups, group offsets, offsets, records
+//! and cluster description, over a [`Cluster`].
+//!
+//! [`Admin`] is a cheap handle. Every call routes each request to the broker that must
+//! answer it — the controller for topic and partition changes, the partition leader for
+//! offsets and record deletion, the group coordinator (found with FindCoordinator) for
+//! group calls, the broker itself for broker configs — retries retriable failures with
+//! exponential backoff, and returns one result per resource, so one failed topic does
+//! not fail the others: calls return `Result<Vec<(resource, Result<value>)>>`, where the
+//! outer error means the call as a whole could not be made (no broker reachable, the
+//! broker lacks the API: `UnsupportedVersion` naming it).
+//!
+//! ```no_run
+//! use kafkapipe::admin::{Admin, OffsetSpec, TopicPartition};
+//! use kafkapipe::conn::NewTopic;
+//!
+//! # async fn demo() -> kafkapipe::Result<()> {
+//! let admin = Admin::connect(["127.0.0.1:9092"])?;
+//! for (topic, result) in admin.create_topics(&[NewTopic::new("events", 3)], false).await? {
+//!     println!("{topic}: {result:?}");
+//! }
+//! let ends = admin
+//!     .list_offsets(&[(TopicPartition::new("events", 0), OffsetSpec::Latest)])
+//!     .await?;
+//! println!("{ends:?}");
+//! # Ok(()) }
+//! ```
+
+mod configs;
+mod groups;
+mod offsets;
+mod types;
+
+pub use types::{
+    AlterConfigOp, ClusterDescription, CommittedOffset, ConfigEntry, ConfigResource, ConfigSource,
+    GroupDescription, GroupListing, ListedOffset, MemberDescription, OffsetSpec, TopicListing,
+    TopicPartition,
+};
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tracing::debug;
+
+use crate::cluster::Cluster;
+use crate::conn::{Broker, Conn, Connection, ConnectionConfig, Metadata, NewTopic, TopicInfo};
+use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::messages::{
+    ApiVersionRange, CreatableTopic, CreatableTopicConfig, CreatePartitionsRequest,
+    CreatePartitionsTopic, CreateTopicsRequest, DescribeClusterRequest,
+};
+use crate::protocol::ErrorCode;
+
+/// Per-resource results of an admin call.
+pub type Results<K, V = ()> = Vec<(K, Result<V>)>;
+
+/// An admin client over a [`Cluster`].
+///
+/// ```no_run
+/// use kafkapipe::admin::Admin;
+///
+/// # async fn demo() -> kafkapipe::Result<()> {
+/// let admin = Admin::connect(["127.0.0.1:9092"])?;
+/// let cluster = admin.describe_cluster().await?;
+/// println!("cluster {:?}, controller {}", cluster.cluster_id, cluster.controller_id);
+/// for t in admin.list_topics().await? {
+///     println!("{} ({} partitions)", t.name, t.partitions);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Admin {
+    cluster: Cluster,
+    attempts: u32,
+    backoff: Duration,
+    max_backoff: Duration,
+    timeout: Duration,
+    /// Group coordinators found so far, dropped when a call to one fails retriably.
+    coordinators: Arc<Mutex<HashMap<String, i32>>>,
+}
+
+fn non_zero(code: i16) -> Option<ErrorCode> {
+    (code != 0).then(|| ErrorCode::from(code))
+}
+
+/// The error for a non-zero `code`, with the broker's message if it sent a useful one.
+fn code_error(code: ErrorCode, message: Option<&str>) -> Error {
+    let e = Error::kafka(code);
+    match message {
+        Some(m) if !m.is_empty() && m != "No error." => e.with_message(m.to_string()),
+        _ => e,
+    }
+}
+
+fn duration_ms(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+impl Admin {
+    /// An admin client over `cluster` (sharing its metadata cache and connections).
+    pub fn new(cluster: Cluster) -> Admin {
+        Admin {
+            cluster,
+            attempts: 4,
+            backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+            timeout: Duration::from_secs(30),
+            coordinators: Arc::default(),
+        }
+    }
+
+    /// An admin client for the cluster reached through `bootstrap` (`host:port`
+    /// addresses), with the default [`ConnectionConfig`]. Nothing is dialed yet.
+    ///
+    /// # Errors
+    ///
+    /// `Config` if `bootstrap` is empty.
+    pub fn connect<I, S>(bootstrap: I) -> Result<Admin>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Ok(Admin::new(Cluster::new(
+            bootstrap,
+            ConnectionConfig::default(),
+        )?))
+    }
+
+    /// How often a call is tried when it fails with a retriable error (default 4), and
+    /// the first backoff between tries (default 100 ms, doubling up to 1 s).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let admin = kafkapipe::admin::Admin::connect(["b:9092"])?
+    ///     .with_retries(2, Duration::from_millis(10));
+    /// # Ok::<(), kafkapipe::Error>(())
+    /// ```
+    pub fn with_retries(mut self, attempts: u32, backoff: Duration) -> Self {
+        self.attempts = attempts.max(1);
+        self.backoff = backoff;
+        self.max_backoff = self.max_backoff.max(backoff);
+        self
+    }
+
+    /// The broker-side timeout sent with topic, partition and record changes (default
+    /// 30 s).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The underlying cluster handle.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Close every broker connection (the handle stays usable).
+    pub async fn close(&self) {
+        self.cluster.close().await;
+    }
+
+    fn delay(&self, attempt: u32) -> Duration {
+        self.backoff
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(self.max_backoff)
+    }
+
+    /// Run `f` until it succeeds, fails with a non-retriable error, or the attempts are
+    /// used up.
+    async fn retry<T, F, Fut>(&self, op: &'static str, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match f().await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.is_retriable() && attempt + 1 < self.attempts => {
+                    let delay = self.delay(attempt);
+                    debug!(
+                        op,
+                        attempt,
+                        error = %e,
+                        delay_ms = delay.as_millis() as u64,
+                        "admin call failed, retrying"
+                    );
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A connection to any live broker (lowest id first). When none of the cached
+    /// brokers answers, the broker list is refreshed (through the bootstrap addresses if
+    /// need be) and tried once more.
+    async fn any_connection(&self) -> Result<(i32, Connection)> {
+        let mut last = None;
+        for round in 0..2 {
+            let mut brokers = self.cluster.brokers();
+            if brokers.is_empty() || round == 1 {
+                self.cluster.refresh(&[]).await?;
+                brokers = self.cluster.brokers();
+            }
+            for (id, _) in brokers {
+                match self.cluster.connection(id).await {
+                    Ok(c) => return Ok((id, c)),
+                    Err(e) => {
+                        debug!(broker_id = id, error = %e, "broker unreachable");
+                        last = Some(e);
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::new(ErrorKind::Metadata, "no brokers known")))
+    }
+
+    /// Metadata for `topics` (`None`: all) from any broker.
+    async fn metadata(&self, topics: Option<&[&str]>) -> Result<Metadata> {
+        self.retry("Metadata", || async move {
+            let (_, c) = self.any_connection().await?;
+            Conn::from_connection(c).metadata(topics).await
+        })
+        .await
+    }
+
+    /// A connection to the controller (any broker if the controller is unknown; KRaft
+    /// brokers forward controller requests).
+    async fn controller(&self) -> Result<Connection> {
+        let md = self.metadata(Some(&[])).await?;
+        if md.controller_id >= 0 {
+            match self.cluster.connection(md.controller_id).await {
+                Ok(c) => return Ok(c),
+                Err(e) => {
+                    debug!(controller = md.controller_id, error = %e, "controller unreachable")
+                }
+            }
+        }
+        Ok(self.any_connection().await?.1)
+    }
+
+    /// Send `items` (grouped per partition leader, concurrently) with `send`, retrying the
+    /// partitions that failed retriably after a metadata refresh. Results are in input
+    /// order.
+    async fn per_leader<K, V, F, Fut>(
+        &self,
+        op: &'static str,
+        items: Vec<(TopicPartition, K)>,
+        send: F,
+    ) -> Results<TopicPartition, V>
+    where
+        K: Clone,
+        F: Fn(Connection, Vec<(TopicPartition, K)>) -> Fut,
+        Fut: Future<Output = Result<Results<TopicPartition, V>>>,
+    {
+        self.fan_out(
+            op,
+            items,
+            |tp: TopicPartition| async move { self.cluster.leader_for(&tp.topic, tp.partition).await },
+            |tp: &TopicPartition| self.cluster.invalidate(&tp.topic),
+            |c, _, batch| send(c, batch),
+        )
+        .await
+    }
+
+    /// Send `items` grouped by the broker `route` picks for each key — one request per
+    /// broker, concurrently — and retry the keys that failed retriably (after `forget`,
+    /// which drops what routed them there) with backoff. A key listed twice goes into the
+    /// next round (Kafka rejects duplicates in one request). Results are in input order.
+    async fn fan_out<Key, K, V, R, RFut, G, F, Fut>(
+        &self,
+        op: &'static str,
+        items: Vec<(Key, K)>,
+        route: R,
+        forget: G,
+        send: F,
+    ) -> Results<Key, V>
+    where
+        Key: Clone + Eq + std::hash::Hash + std::fmt::Display,
+        K: Clone,
+        R: Fn(Key) -> RFut,
+        RFut: Future<Output = Result<i32>>,
+        G: Fn(&Key),
+        F: Fn(Connection, i32, Vec<(Key, K)>) -> Fut,
+        Fut: Future<Output = Result<Results<Key, V>>>,
+    {
+        let mut results: Vec<Option<Result<V>>> = items.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..items.len()).collect();
+        let mut attempt = 0;
+        while !pending.is_empty() {
+            let last = attempt + 1 >= self.attempts;
+            let mut outcome: Vec<(usize, Result<V>)> = Vec::new();
+            let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+            let mut seen = std::collections::HashSet::new();
+            let mut deferred = Vec::new();
+            for &i in &pending {
+                let key = &items[i].0;
+                if !seen.insert(key) {
+                    deferred.push(i);
+                    continue;
+                }
+                match route(key.clone()).await {
+                    Ok(node) => groups.entry(node).or_default().push(i),
+                    Err(e) => outcome.push((i, Err(e))),
+                }
+            }
+            let send = &send;
+            let items_ref = &items;
+            let sends = groups.into_iter().map(|(node, idxs)| async move {
+                let batch: Vec<(Key, K)> = idxs.iter().map(|&i| items_ref[i].clone()).collect();
+                debug!(op, broker_id = node, keys = batch.len(), "admin request");
+                let r = match self.cluster.connection(node).await {
+                    Ok(c) => send(c, node, batch).await,
+                    Err(e) => Err(e),
+                };
+                (idxs, r)
+            });
+            for (idxs, r) in futures::future::join_all(sends).await {
+                match r {
+                    Ok(list) => {
+                        let mut by_key: HashMap<Key, Result<V>> = list.into_iter().collect();
+                        for i in idxs {
+                            let key = &items[i].0;
+                            let r = by_key.remove(key).unwrap_or_else(|| {
+                                Err(Error::protocol(format!(
+                                    "{op} response does not mention {key}"
+                                )))
+                            });
+                            outcome.push((i, r));
+                        }
+                    }
+                    Err(e) => outcome.extend(idxs.into_iter().map(|i| (i, Err(e.clone())))),
+                }
+            }
+            let mut retry = false;
+            pending = deferred;
+            for (i, r) in outcome {
+                match r {
+                    Err(e) if e.is_retriable() && !last => {
+                        let key = &items[i].0;
+                        debug!(op, key = %key, error = %e, "retrying");
+                        forget(key);
+                        pending.push(i);
+                        retry = true;
+                    }
+                    r => results[i] = Some(r),
+                }
+            }
+            pending.sort_unstable();
+            if retry {
+                tokio::time::sleep(self.delay(attempt)).await;
+                attempt += 1;
+            }
+        }
+        items
+            .into_iter()
+            .zip(results)
+            .map(|((key, _), r)| {
+                let r = r.unwrap_or_else(|| Err(Error::protocol(format!("{op}: no result"))));
+                (key, r)
+            })
+            .collect()
+    }
+
+    // ---------------------------------------------------------------- topics
+
+    /// Create topics (partitions, replication factor, configs), or with `validate_only`
+    /// only check that they could be created. One result per topic, in request order; an
+    /// existing topic gives `TopicAlreadyExists`. Sent to the controller.
+    ///
+    /// ```no_run
+    /// # use kafkapipe::{admin::Admin, conn::NewTopic};
+    /// # async fn demo(admin: Admin) -> kafkapipe::Result<()> {
+    /// let topic = NewTopic::new("events", 6)
+    ///     .replication_factor(3)
+    ///     .config("retention.ms", "86400000");
+    /// for (name, r) in admin.create_topics(&[topic], false).await? {
+    ///     r?;
+    ///     println!("created {name}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_topics(
+        &self,
+        topics: &[NewTopic],
+        validate_only: bool,
+    ) -> Result<Results<String>> {
+        let req = CreateTopicsRequest {
+            topics: topics
+                .iter()
+                .map(|t| CreatableTopic {
+                    name: t.name.clone(),
+                    num_partitions: t.partitions,
+                    replication_factor: t.replication_factor,
+                    configs: t
+                        .configs
+                        .iter()
+                        .map(|(k, v)| CreatableTopicConfig {
+                            name: k.clone(),
+                            value: Some(v.clone()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            timeout_ms: duration_ms(self.timeout),
+            validate_only,
+            ..Default::default()
+        };
+        let req = &req;
+        let (resp, broker) = self
+            .retry("CreateTopics", || async move {
+                let c = self.controller().await?;
+                Ok((c.send(req).await?, c.broker().to_string()))
+            })
+            .await?;
+        Ok(topics
+            .iter()
+            .map(|t| {
+                self.cluster.invalidate(&t.name);
+                let r = match resp.topics.iter().find(|r| r.name == t.name) {
+                    None => Err(Error::protocol(
+                        "CreateTopics response does not mention the topic",
+                    )),
+                    Some(r) => match non_zero(r.error_code) {
+                        None => Ok(()),
+                        Some(code) => Err(code_error(code, r.error_message.as_deref())),
+                    },
+                };
+                (
+                    t.name.clone(),
+                    r.map_err(|e| e.with_topic(&t.name).with_broker(&broker)),
+                )
+            })
+            .collect())
+    }
+
+    /// Delete topics. One result per topic, in request order. Sent to the controller.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// for (topic, r) in admin.delete_topics(&["events", "old-events"]).await? {
+    ///     println!("{topic}: {r:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn delete_topics(&self, names: &[&str]) -> Result<Results<String>> {
+        let out = self
+            .retry("DeleteTopics", || async move {
+                let c = self.controller().await?;
+                Conn::from_connection(c).delete_topics(names).await
+            })
+            .await?;
+        for n in names {
+            self.cluster.invalidate(n);
+        }
+        Ok(out)
+    }
+
+    /// Every topic, sorted by name.
+    pub async fn list_topics(&self) -> Result<Vec<TopicListing>> {
+        let md = self.metadata(None).await?;
+        let mut out: Vec<TopicListing> = md
+            .topics
+            .into_iter()
+            .filter(|t| t.error.is_none())
+            .map(|t| TopicListing {
+                name: t.name,
+                internal: t.internal,
+                partitions: t.partitions.len(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Describe topics: partitions with leader, replicas and in-sync replicas. One result
+    /// per topic; an unknown topic gives `UnknownTopicOrPartition`.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let (_, described) = admin.describe_topics(&["events"]).await?.remove(0);
+    /// for p in described?.partitions {
+    ///     println!("{} leader {} replicas {:?} isr {:?}", p.id, p.leader, p.replicas, p.isr);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn describe_topics(&self, names: &[&str]) -> Result<Results<String, TopicInfo>> {
+        let md = self.metadata(Some(names)).await?;
+        Ok(names
+            .iter()
+            .map(|n| {
+                let r = match md.topic(n) {
+                    None => Err(Error::kafka(ErrorCode::UnknownTopicOrPartition).with_topic(*n)),
+                    Some(t) => match t.error {
+                        Some(code) => Err(Error::kafka(code).with_topic(*n)),
+                        None => Ok(t.clone()),
+                    },
+                };
+                ((*n).to_string(), r)
+            })
+            .collect())
+    }
+
+    /// Grow topics to `(topic, new total partition count)`, or with `validate_only` only
+    /// check. One result per topic. Sent to the controller.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// admin.create_partitions(&[("events", 12)], false).await?.remove(0).1?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `UnsupportedVersion` naming CreatePartitions if the broker lacks the API.
+    pub async fn create_partitions(
+        &self,
+        counts: &[(&str, i32)],
+        validate_only: bool,
+    ) -> Result<Results<String>> {
+        let req = CreatePartitionsRequest {
+            topics: counts
+                .iter()
+                .map(|(name, count)| CreatePartitionsTopic {
+                    name: (*name).to_string(),
+                    count: *count,
+                    assignments: None,
+                    ..Default::default()
+                })
+                .collect(),
+            timeout_ms: duration_ms(self.timeout),
+            validate_only,
+            ..Default::default()
+        };
+        let req = &req;
+        let (resp, broker) = self
+            .retry("CreatePartitions", || async move {
+                let c = self.controller().await?;
+                Ok((c.send(req).await?, c.broker().to_string()))
+            })
+            .await?;
+        Ok(counts
+            .iter()
+            .map(|(name, _)| {
+                self.cluster.invalidate(name);
+                let r = match resp.results.iter().find(|r| r.name == *name) {
+                    None => Err(Error::protocol(
+                        "CreatePartitions response does not mention the topic",
+                    )),
+                    Some(r) => match non_zero(r.error_code) {
+                        None => Ok(()),
+                        Some(code) => Err(code_error(code, r.error_message.as_deref())),
+                    },
+                };
+                (
+                    (*name).to_string(),
+                    r.map_err(|e| e.with_topic(*name).with_broker(&broker)),
+                )
+            })
+            .collect())
+    }
+
+    // ---------------------------------------------------------------- cluster
+
+    /// The cluster id, controller and brokers: DescribeCluster where the broker speaks
+    /// it, else Metadata.
+    pub async fn describe_cluster(&self) -> Result<ClusterDescription> {
+        let (_, c) = self
+            .retry("DescribeCluster", || self.any_connection())
+            .await?;
+        if c.version_for::<DescribeClusterRequest>().is_ok() {
+            let c = &c;
+            let resp = self
+                .retry("DescribeCluster", || async move {
+                    let r = c.send(&DescribeClusterRequest::default()).await?;
+                    match non_zero(r.error_code) {
+                        Some(code) => {
+                            Err(code_error(code, r.error_message.as_deref())
+                                .with_broker(c.broker()))
+                        }
+                        None => Ok(r),
+                    }
+                })
+                .await?;
+            let mut brokers: Vec<Broker> = resp
+                .brokers
+                .into_iter()
+                .map(|b| Broker {
+                    id: b.broker_id,
+                    host: b.host,
+                    port: b.port,
+                    rack: b.rack,
+                })
+                .collect();
+            brokers.sort_by_key(|b| b.id);
+            return Ok(ClusterDescription {
+                cluster_id: Some(resp.cluster_id),
+                controller_id: resp.controller_id,
+                brokers,
+            });
+        }
+        let md = self.metadata(Some(&[])).await?;
+        let mut brokers = md.brokers;
+        brokers.sort_by_key(|b| b.id);
+        Ok(ClusterDescription {
+            cluster_id: md.cluster_id,
+            controller_id: md.controller_id,
+            brokers,
+        })
+    }
+
+    /// The API version ranges each broker supports (from its ApiVersions handshake).
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// for (broker, ranges) in admin.api_versions().await? {
+    ///     for r in ranges? {
+    ///         println!("{} {} {}..={}", broker.id, r.api_key, r.min_version, r.max_version);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn api_versions(&self) -> Result<Results<Broker, Vec<ApiVersionRange>>> {
+        let md = self.metadata(Some(&[])).await?;
+        let mut brokers = md.brokers;
+        brokers.sort_by_key(|b| b.id);
+        let mut out = Vec::with_capacity(brokers.len());
+        for b in brokers {
+            let r = self
+                .retry("ApiVersions", || self.cluster.connection(b.id))
+                .await
+                .and_then(|c| {
+                    c.api_versions().map(|v| v.api_keys.clone()).ok_or_else(|| {
+                        Error::new(ErrorKind::UnsupportedVersion, "no ApiVersions handshake")
+                    })
+                });
+            out.push((b, r));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;
