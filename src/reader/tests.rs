@@ -126,3 +126,118 @@ fn config_validation_and_backoff() {
         Duration::from_millis(30_500)
     );
 }
+
+#[cfg(all(feature = "gzip", feature = "lz4", feature = "zstd"))]
+mod fetch_decoding {
+    //! The fetch-response decoding the reader shares with `Conn::fetch`
+    //! (`decode_fetch_partition`), on hand-built responses: tansu sends no aborted
+    //! transactions list, so read-committed filtering is tested here.
+
+    use bytes::{Bytes, BytesMut};
+
+    use crate::compression::Compression;
+    use crate::conn::{decode_fetch_partition, IsolationLevel};
+    use crate::protocol::messages::{AbortedTransaction, FetchPartitionData};
+    use crate::protocol::ErrorCode;
+    use crate::record::{ControlRecord, RecordBatchBuilder};
+
+    /// A batch at `base` with values `v{offset}` for `n` records.
+    fn data(base: i64, n: i64, producer: Option<i64>, compression: Compression) -> Bytes {
+        let mut b = RecordBatchBuilder::new(compression);
+        if let Some(pid) = producer {
+            b = b.producer(pid, 0, 0).transactional(true);
+        }
+        for o in base..base + n {
+            b.append(o, None, Some(format!("v{o}").as_bytes()), &[])
+                .unwrap();
+        }
+        rebase(b.build().unwrap(), base)
+    }
+
+    fn control(base: i64, pid: i64, marker: ControlRecord) -> Bytes {
+        let mut b = RecordBatchBuilder::new(Compression::None)
+            .producer(pid, 0, -1)
+            .transactional(true)
+            .control(true);
+        b.append(base, Some(&marker.key()), Some(&[0, 0, 0, 0, 0, 0]), &[])
+            .unwrap();
+        rebase(b.build().unwrap(), base)
+    }
+
+    /// Set the base offset (not covered by the CRC).
+    fn rebase(batch: Bytes, base: i64) -> Bytes {
+        let mut b = BytesMut::from(&batch[..]);
+        b[..8].copy_from_slice(&base.to_be_bytes());
+        b.freeze()
+    }
+
+    fn partition(batches: &[Bytes], aborted: Vec<AbortedTransaction>) -> FetchPartitionData {
+        FetchPartitionData {
+            high_watermark: 100,
+            records: Some(batches.concat().into()),
+            aborted_transactions: Some(aborted),
+            ..FetchPartitionData::default()
+        }
+    }
+
+    fn offsets(p: FetchPartitionData, from: i64, iso: IsolationLevel) -> (Vec<i64>, i64) {
+        let f = decode_fetch_partition(p, from, iso, 1 << 20).unwrap();
+        (f.records.iter().map(|r| r.offset).collect(), f.next_offset)
+    }
+
+    #[test]
+    fn read_committed_drops_aborted_transactions_and_control_records() {
+        // pid 7 aborts 0..3, pid 8 commits 4..6, pid 7 starts again at 8 and commits.
+        let batches = [
+            data(0, 3, Some(7), Compression::None),
+            control(3, 7, ControlRecord::Abort),
+            data(4, 2, Some(8), Compression::Lz4),
+            control(6, 8, ControlRecord::Commit),
+            data(7, 1, None, Compression::None),
+            data(8, 2, Some(7), Compression::Zstd),
+            control(10, 7, ControlRecord::Commit),
+        ];
+        let aborted = vec![AbortedTransaction {
+            producer_id: 7,
+            first_offset: 0,
+            ..AbortedTransaction::default()
+        }];
+        let committed = offsets(
+            partition(&batches, aborted.clone()),
+            0,
+            IsolationLevel::ReadCommitted,
+        );
+        assert_eq!(committed, (vec![4, 5, 7, 8, 9], 11));
+        // Read uncommitted keeps the aborted records but still hides control records.
+        let uncommitted = offsets(
+            partition(&batches, aborted),
+            0,
+            IsolationLevel::ReadUncommitted,
+        );
+        assert_eq!(uncommitted, (vec![0, 1, 2, 4, 5, 7, 8, 9], 11));
+    }
+
+    #[test]
+    fn truncated_last_batch_is_ignored_and_leading_records_skipped() {
+        let first = data(10, 5, None, Compression::Gzip);
+        let second = data(15, 5, None, Compression::None);
+        let cut = second.slice(..second.len() - 7);
+        let p = partition(&[first, cut], Vec::new());
+        // Asked from 12: the batch starts at 10, its first two records are skipped; the
+        // cut second batch is dropped, so the next fetch starts at 15.
+        assert_eq!(
+            offsets(p, 12, IsolationLevel::ReadUncommitted),
+            (vec![12, 13, 14], 15)
+        );
+    }
+
+    #[test]
+    fn partition_error_codes_become_errors() {
+        let p = FetchPartitionData {
+            error_code: ErrorCode::OffsetOutOfRange.code(),
+            ..FetchPartitionData::default()
+        };
+        let e = decode_fetch_partition(p, 0, IsolationLevel::ReadUncommitted, 1024).unwrap_err();
+        assert_eq!(e.kafka_code(), Some(ErrorCode::OffsetOutOfRange));
+    }
+}
