@@ -7,8 +7,14 @@
 //! `{"msgs":…,"bytes":…,"secs":…,"msgs_per_sec":…,"mb_per_sec":…}` (bytes are keys plus
 //! values; MB is 10^6 bytes).
 //!
-//! Under `cargo test` (no `--bench` argument) it does a 10 000-message smoke run, and
-//! without `KAFKAPIPE_BENCH_BROKER` it exits at once.
+//! With `--bench`, the same topic is then consumed by librdkafka through
+//! `benches/consume_rdkafka.py` (python confluent-kafka) as a baseline in the same run,
+//! printing a second JSON line with `"client":"librdkafka"` (set
+//! `KAFKAPIPE_BENCH_BASELINE=0` to skip it; it is skipped if the script fails). Python's
+//! per-message overhead dominates that baseline for small messages.
+//!
+//! Under `cargo test` (no `--bench` argument) it does a 10 000-message smoke run without
+//! baseline, and without `KAFKAPIPE_BENCH_BROKER` it exits at once.
 
 use std::time::{Duration, Instant};
 
@@ -39,7 +45,25 @@ fn main() -> kafkapipe::Result<()> {
         .enable_all()
         .build()
         .map_err(|e| kafkapipe::Error::io("tokio runtime", e))?;
-    rt.block_on(run(&broker, msgs, value_len, partitions))
+    let baseline = bench && std::env::var("KAFKAPIPE_BENCH_BASELINE").map_or(true, |v| v != "0");
+    rt.block_on(run(&broker, msgs, value_len, partitions, baseline))
+}
+
+/// Consume `topic` with librdkafka and print its JSON line.
+fn rdkafka_baseline(broker: &str, topic: &str, msgs: usize) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/consume_rdkafka.py");
+    let out = std::process::Command::new("python3")
+        .args([script, "--broker", broker, "--topic", topic, "--expect"])
+        .arg(msgs.to_string())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => print!("{}", String::from_utf8_lossy(&o.stdout)),
+        Ok(o) => eprintln!(
+            "librdkafka baseline failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => eprintln!("librdkafka baseline not run: {e}"),
+    }
 }
 
 async fn run(
@@ -47,6 +71,7 @@ async fn run(
     msgs: usize,
     value_len: usize,
     partitions: usize,
+    baseline: bool,
 ) -> kafkapipe::Result<()> {
     let topic = format!(
         "bench-consume-{}-{}",
@@ -75,6 +100,8 @@ async fn run(
         }
     }
     let total = per * partitions;
+    // Let the broker settle after the burst of produce requests before timing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let mut reader = Reader::new(
         ReaderConfig::new([broker])
             .topic(&topic)
@@ -92,7 +119,6 @@ async fn run(
     }
     let secs = started.elapsed().as_secs_f64();
     reader.close().await;
-    let _ = conn.delete_topics(&[&topic]).await;
     if got_bytes != bytes {
         return Err(kafkapipe::Error::protocol(format!(
             "consumed {got_bytes} bytes, produced {bytes}"
@@ -103,5 +129,12 @@ async fn run(
         total as f64 / secs,
         got_bytes as f64 / secs / 1e6
     );
+    if baseline {
+        let (broker, topic2) = (broker.to_string(), topic.clone());
+        tokio::task::spawn_blocking(move || rdkafka_baseline(&broker, &topic2, total))
+            .await
+            .map_err(|e| kafkapipe::Error::protocol(format!("baseline task: {e}")))?;
+    }
+    let _ = conn.delete_topics(&[&topic]).await;
     Ok(())
 }
