@@ -48,15 +48,16 @@ async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {
             }
         }
     };
-    for chunk in 0..10 {
-        produce(chunk * 200, 200).await;
+    // Small batches and small fetches: many fetches, so many chances to cut one.
+    for chunk in 0..100 {
+        produce(chunk * 20, 20).await;
     }
     let mut reader = Reader::new(
         ReaderConfig::new([proxy.addr.clone()])
             .topic(&topic)
             .max_wait(Duration::from_millis(100))
-            .max_partition_bytes(4096)
-            .queue_capacity(300)
+            .max_partition_bytes(512)
+            .queue_capacity(100)
             .read_backoff(Duration::from_millis(10), Duration::from_millis(50)),
     )
     .await
@@ -64,14 +65,36 @@ async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {
     let total = 2 * 4000;
     let mut next = [0i64; 2];
     let mut cuts = 0;
-    for n in 0..total {
+    let mut mid_fetch = 0u32;
+    let mut paused_at: Option<u64> = None;
+    let mut errors = 0;
+    let mut n = 0;
+    while n < total {
+        if let Some(sent) = paused_at {
+            // A fetch was sent into the stalled proxy (or the buffer ran dry, so one is
+            // waiting there): cut it mid-flight. Its response, if any, is lost.
+            let s = reader.stats();
+            if s.fetches > sent || s.queue_length == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                mid_fetch += u32::from(reader.stats().fetches > sent);
+                proxy.cut();
+                proxy.pause(false);
+                paused_at = None;
+                cuts += 1;
+            }
+        }
         let m = tokio::time::timeout(Duration::from_secs(15), reader.next_message())
             .await
             .unwrap_or_else(|_| panic!("no message within 15 s at {n}: {:?}", reader.stats()));
         let m = match m {
             Ok(m) => m,
-            // Errors are yielded only after max_attempts failures; tolerate but count.
-            Err(e) => panic!("unexpected error after a cut: {e}"),
+            // Cuts in quick succession can fail a partition max_attempts times in a row;
+            // the error is yielded and reading goes on. Only the data matters here.
+            Err(e) => {
+                assert!(e.kafka_code().is_none(), "unexpected Kafka error {e}");
+                errors += 1;
+                continue;
+            }
         };
         let p = m.partition as usize;
         assert_eq!(m.offset, next[p], "partition {p}: gap or repeat");
@@ -80,23 +103,32 @@ async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {
             Some(format!("{p}-{}", m.offset).as_bytes())
         );
         next[p] += 1;
-        if n % 700 == 350 {
-            // Cut while fetches are in flight (the buffer is small, so one always is).
-            proxy.cut();
-            cuts += 1;
+        n += 1;
+        if n % 200 == 100 && paused_at.is_none() {
+            proxy.pause(true);
+            paused_at = Some(reader.stats().fetches);
         }
         if n == 3000 {
             // More data arrives while reading.
-            for chunk in 10..20 {
-                produce(chunk * 200, 200).await;
+            for chunk in 100..200 {
+                produce(chunk * 20, 20).await;
             }
         }
     }
     assert_eq!(next, [4000, 4000]);
-    assert!(cuts >= 10);
+    // tansu sometimes answers with far more than max_partition_bytes, so how many
+    // pause/cut cycles fit varies from run to run (typically 20+).
+    assert!(cuts >= 5, "{cuts} cuts ({mid_fetch} mid-fetch)");
+    assert!(
+        mid_fetch >= 2,
+        "only {mid_fetch} cuts hit a fetch in flight"
+    );
     let extra = tokio::time::timeout(Duration::from_millis(300), reader.next_message()).await;
     assert!(extra.is_err(), "unexpected extra item {extra:?}");
-    eprintln!("cuts: {cuts}, stats: {:?}", reader.stats());
+    eprintln!(
+        "cuts: {cuts} ({mid_fetch} mid-fetch), errors yielded: {errors}, stats: {:?}",
+        reader.stats()
+    );
     assert!(reader.stats().errors > 0, "the cuts were noticed");
     reader.close().await;
 }

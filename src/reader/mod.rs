@@ -156,6 +156,11 @@ impl Reader {
     ///
     /// `Config` for an invalid configuration; the metadata error (e.g.
     /// `UnknownTopicOrPartition`) of a topic given without partitions.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancel safe: the fetch task is spawned only after the last await, so a dropped
+    /// call leaves nothing running (metadata connections close with their last handle).
     pub async fn new(config: ReaderConfig) -> Result<Reader> {
         config.validate()?;
         let cluster = Cluster::new(config.brokers.clone(), config.connection_config())?
