@@ -241,3 +241,10 @@ mod fetch_decoding {
         assert_eq!(e.kafka_code(), Some(ErrorCode::OffsetOutOfRange));
     }
 }
+
+#[test]
+fn reader_is_send_and_sync() {
+    fn check<T: Send + Sync + Unpin>() {}
+    check::<Reader>();
+    check::<Message>();
+}
