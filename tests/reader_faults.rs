@@ -131,4 +131,8 @@ async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {
     );
     assert!(reader.stats().errors > 0, "the cuts were noticed");
     reader.close().await;
+    // Close every connection to tansu (direct, and the proxy's upstream ones): with
+    // connections open it ignores the harness's SIGTERM and is only killed after 5 s.
+    direct.close().await;
+    proxy.cut();
 }
