@@ -239,3 +239,16 @@ async fn close_stops_all_fetching() {
     assert_eq!(fake.fetches(), fetches, "a fetch was sent after close");
     assert!(reader.next_message().await.is_err());
 }
+
+#[tokio::test]
+async fn unknown_topic_fails_new_after_max_attempts() {
+    let fake = FakeCluster::start(1).await;
+    let started = std::time::Instant::now();
+    let err = Reader::new(config(&fake).topic("missing").max_attempts(3))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kafka_code(), Some(ErrorCode::UnknownTopicOrPartition));
+    assert_eq!(err.topic(), Some("missing"));
+    // Two backoffs (5 ms, 10 ms) between three attempts, not a hang.
+    assert!(started.elapsed() < Duration::from_secs(2));
+}

@@ -48,7 +48,9 @@ async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {
             }
         }
     };
-    // Small batches and small fetches: many fetches, so many chances to cut one.
+    // Small batches and small fetches: many fetches, so many chances to cut one. (tansu
+    // 0.6 honours max_partition_bytes only for some partition orders; the request-level
+    // max_bytes keeps its responses small either way.)
     for chunk in 0..100 {
         produce(chunk * 20, 20).await;
     }
@@ -57,6 +59,7 @@ async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {
             .topic(&topic)
             .max_wait(Duration::from_millis(100))
             .max_partition_bytes(512)
+            .max_bytes(1024)
             .queue_capacity(100)
             .read_backoff(Duration::from_millis(10), Duration::from_millis(50)),
     )
@@ -116,11 +119,16 @@ async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {
         }
     }
     assert_eq!(next, [4000, 4000]);
-    // tansu sometimes answers with far more than max_partition_bytes, so how many
-    // pause/cut cycles fit varies from run to run (typically 20+).
-    assert!(cuts >= 5, "{cuts} cuts ({mid_fetch} mid-fetch)");
+    // Typically 40 cuts. `mid_fetch` counts those where a fetch was seen being sent into
+    // the stalled proxy (2 to 30 per run); a fetch sent just before the stall is stuck
+    // there too but not counted. `errors` below proves requests died.
     assert!(
-        mid_fetch >= 2,
+        cuts >= 10,
+        "{cuts} cuts ({mid_fetch} mid-fetch) {:?}",
+        reader.stats()
+    );
+    assert!(
+        mid_fetch >= 1,
         "only {mid_fetch} cuts hit a fetch in flight"
     );
     let extra = tokio::time::timeout(Duration::from_millis(300), reader.next_message()).await;

@@ -155,7 +155,8 @@ impl Reader {
     /// # Errors
     ///
     /// `Config` for an invalid configuration; the metadata error (e.g.
-    /// `UnknownTopicOrPartition`) of a topic given without partitions.
+    /// `UnknownTopicOrPartition`) of a topic given without partitions, after
+    /// [`ReaderConfig::max_attempts`] tries for retriable ones.
     ///
     /// # Cancellation safety
     ///
@@ -169,7 +170,7 @@ impl Reader {
         for sel in &config.topics {
             let partitions = match &sel.partitions {
                 Some(p) => p.clone(),
-                None => cluster.partitions(&sel.topic).await?,
+                None => topic_partitions(&cluster, &config, &sel.topic).await?,
             };
             for p in partitions {
                 state.assign(TopicPartition::new(&sel.topic, p), config.start_offset);
@@ -467,6 +468,28 @@ impl Reader {
             let _ = task.await;
         }
         self.shared.cluster.close().await;
+    }
+}
+
+/// The partitions of `topic`, retrying retriable errors (e.g. `LeaderNotAvailable` right
+/// after the topic was created) up to `max_attempts` times with the read backoff.
+async fn topic_partitions(
+    cluster: &Cluster,
+    config: &ReaderConfig,
+    topic: &str,
+) -> Result<Vec<i32>> {
+    let mut failures = 0;
+    loop {
+        match cluster.partitions(topic).await {
+            Ok(p) => return Ok(p),
+            Err(e) if e.is_retriable() && failures + 1 < config.max_attempts => {
+                failures += 1;
+                tracing::debug!(topic, failures, error = %e, "listing partitions failed; retrying");
+                cluster.invalidate(topic);
+                tokio::time::sleep(config.backoff_for(failures)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

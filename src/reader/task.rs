@@ -69,6 +69,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut inflight: FuturesUnordered<BoxFuture<'static, Event>> = FuturesUnordered::new();
     let mut busy_brokers: HashSet<i32> = HashSet::new();
     let mut resolving = false;
+    let mut round = 0usize;
     loop {
         let (lookups, fetches, next_retry) = plan(&shared, &busy_brokers, resolving);
         if shared.lock().closed {
@@ -78,7 +79,16 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             resolving = true;
             inflight.push(resolve(shared.clone(), lookups).boxed());
         }
-        for (broker, jobs) in fetches {
+        for (broker, mut jobs) in fetches {
+            // Rotate the partition order from request to request, so that when a broker
+            // fills `max_bytes` before reaching the last partitions, it is not always the
+            // same ones that get nothing (the Java consumer does the same).
+            jobs.sort_by_key(|j| j.id);
+            if !jobs.is_empty() {
+                let k = round % jobs.len();
+                jobs.rotate_left(k);
+            }
+            round = round.wrapping_add(1);
             busy_brokers.insert(broker);
             inflight.push(fetch(shared.clone(), broker, jobs).boxed());
         }
