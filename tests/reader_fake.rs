@@ -252,3 +252,50 @@ async fn unknown_topic_fails_new_after_max_attempts() {
     // Two backoffs (5 ms, 10 ms) between three attempts, not a hang.
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+#[tokio::test]
+async fn dropping_the_reader_stops_fetching() {
+    let fake = FakeCluster::start(1).await;
+    fake.add("t", 0, 1, 0, 0);
+    let reader = Reader::new(config(&fake).topic("t")).await.unwrap();
+    while fake.fetches() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(reader);
+    // The aborted task's last fetch may still be answered; no new one is sent.
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let fetches = fake.fetches();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(fake.fetches(), fetches, "a fetch was sent after drop");
+}
+
+#[tokio::test]
+async fn a_failing_partition_queues_one_error_at_a_time() {
+    let fake = FakeCluster::start(1).await;
+    fake.add("t", 0, 7, 0, 5);
+    let mut reader = Reader::new(config(&fake).partition("t", 0).max_attempts(1))
+        .await
+        .unwrap();
+    // Every attempt fails; with max_attempts 1 each failure would yield an error.
+    while reader.stats().errors < 6 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(reader.next_message().await.is_err());
+    fake.set_leader("t", 0, 1);
+    // One error was queued meanwhile (not one per failure), then the messages come.
+    let mut errors = 0;
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        match tokio::time::timeout(Duration::from_secs(5), reader.next_message())
+            .await
+            .unwrap()
+        {
+            Ok(m) => got.push(m.offset),
+            Err(_) => errors += 1,
+        }
+    }
+    // (A second one can come from an attempt that was already under way.)
+    assert!(errors <= 2, "{errors} queued errors");
+    assert_eq!(got, vec![0, 1, 2, 3, 4]);
+    reader.close().await;
+}

@@ -149,8 +149,8 @@ pub struct ReaderConfig {
     pub isolation_level: IsolationLevel,
     /// Consecutive failed attempts for a partition after which the error is also yielded
     /// to the application (the reader keeps retrying with `read_backoff_max` after that,
-    /// and yields the error again every `max_attempts` failures). Default 3 (kafka-go
-    /// `MaxAttempts`).
+    /// and yields the error again every `max_attempts` failures; at most one error per
+    /// partition waits to be yielded). Default 3 (kafka-go `MaxAttempts`).
     pub max_attempts: u32,
     /// Client id sent to brokers. Default `"kafkapipe"` (Java `client.id`).
     pub client_id: String,

@@ -297,7 +297,15 @@ fn fail(shared: &Shared, id: u64, epoch: u64, err: Error) {
     let err = err.with_topic(&*topic).with_partition(partition);
     if failures % config.max_attempts == 0 {
         warn!(topic = %topic, partition, failures, error = %err, "partition keeps failing; yielding the error");
-        st.errors.push_back(err);
+        // At most one pending error per partition, so a reader nobody polls does not
+        // pile them up.
+        let queued = st
+            .errors
+            .iter()
+            .any(|e| e.partition() == Some(partition) && e.topic() == Some(&*topic));
+        if !queued {
+            st.errors.push_back(err);
+        }
         if let Some(w) = st.consumer.take() {
             drop(st);
             w.wake();
