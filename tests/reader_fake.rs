@@ -299,3 +299,31 @@ async fn a_failing_partition_queues_one_error_at_a_time() {
     assert_eq!(got, vec![0, 1, 2, 3, 4]);
     reader.close().await;
 }
+
+#[tokio::test]
+async fn resumes_after_a_broker_restart_without_gap_or_repeat() {
+    let fake = FakeCluster::start(1).await;
+    fake.add("t", 0, 1, 0, 30);
+    let mut reader = Reader::new(config(&fake).partition("t", 0).queue_capacity(4))
+        .await
+        .unwrap();
+    let mut got = offsets(&mut reader, 8).await;
+    fake.stop(1);
+    // While it is down: what is buffered still comes, then nothing; reconnects fail.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let errors = reader.stats().errors;
+    assert!(errors > 0, "connection failures not noticed");
+    fake.restart(1).await;
+    while got.len() < 30 {
+        match tokio::time::timeout(Duration::from_secs(5), reader.next_message())
+            .await
+            .unwrap()
+        {
+            Ok(m) => got.push(m.offset),
+            // Down for several backoffs: the error is yielded every max_attempts failures.
+            Err(e) => assert!(e.kafka_code().is_none(), "{e}"),
+        }
+    }
+    assert_eq!(got, (0..30).collect::<Vec<_>>());
+    reader.close().await;
+}

@@ -56,13 +56,16 @@ pub struct FakeState {
 /// A fake cluster of `n` brokers (ids 1..=n) on loopback ports.
 pub struct FakeCluster {
     pub state: Arc<Mutex<FakeState>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Per broker (index id - 1): its accept task and connection tasks.
+    tasks: Vec<Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>>,
 }
 
 impl Drop for FakeCluster {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
+        for b in &self.tasks {
+            for t in b.lock().unwrap().iter() {
+                t.abort();
+            }
         }
     }
 }
@@ -73,22 +76,50 @@ impl FakeCluster {
             batch_records: 5,
             ..FakeState::default()
         }));
-        let mut tasks = Vec::new();
+        let mut cluster = FakeCluster {
+            state,
+            tasks: Vec::new(),
+        };
         for id in 1..=n {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap().to_string();
-            state.lock().unwrap().brokers.push((id, addr));
-            let state = state.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let Ok((sock, _)) = listener.accept().await else {
-                        return;
-                    };
-                    tokio::spawn(serve(id, sock, state.clone()));
-                }
-            }));
+            cluster.state.lock().unwrap().brokers.push((id, addr));
+            cluster.tasks.push(Arc::default());
+            cluster.listen(id, listener);
         }
-        FakeCluster { state, tasks }
+        cluster
+    }
+
+    fn listen(&self, id: i32, listener: TcpListener) {
+        let state = self.state.clone();
+        let tasks = self.tasks[(id - 1) as usize].clone();
+        let conns = tasks.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let t = tokio::spawn(serve(id, sock, state.clone()));
+                conns.lock().unwrap().push(t);
+            }
+        });
+        tasks.lock().unwrap().push(accept);
+    }
+
+    /// Stop broker `id`: close its listener and every connection it has (a crash).
+    pub fn stop(&self, id: i32) {
+        for t in self.tasks[(id - 1) as usize].lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+
+    /// Start broker `id` again on its old address.
+    pub async fn restart(&self, id: i32) {
+        let addr = self.state.lock().unwrap().brokers[(id - 1) as usize]
+            .1
+            .clone();
+        let listener = TcpListener::bind(&addr).await.unwrap();
+        self.listen(id, listener);
     }
 
     /// The bootstrap address (broker 1).
