@@ -49,7 +49,7 @@ pub enum OffsetReset {
     /// Continue from the high-water mark.
     Latest,
     /// Yield an `OffsetOutOfRange` error and stop fetching the partition until it is
-    /// [`seek`](super::Reader::seek)ed.
+    /// [`seek`](super::Reader::seek)ed (kafka-go `OffsetOutOfRangeError: true`).
     Error,
 }
 

@@ -35,7 +35,13 @@
 //!   partition the error is also yielded (the stream goes on afterwards).
 //!   `OffsetOutOfRange` resets per [`ReaderConfig::offset_reset`], logged at `warn`.
 //!
-//! Fetch requests use at most version 12 (topics by name).
+//! # Limits
+//!
+//! Fetch requests use at most version 12 (topics by name) and are full requests every
+//! time: no fetch sessions (KIP-227), no leader-epoch fencing or log-truncation detection
+//! (`current_leader_epoch` is -1), no preferred read replica (KIP-392). Records are
+//! decoded on the fetch task before they are buffered, so the next Fetch to a broker is
+//! sent only after its previous response is decoded.
 
 mod config;
 mod message;
