@@ -131,8 +131,10 @@ pub struct ReaderConfig {
     /// defaults to 10 s; Java `fetch.max.wait.ms`).
     pub max_wait: Duration,
     /// Most messages fetched and not yet yielded. Fetching stops while it is reached.
-    /// Default 10 000 (kafka-go `QueueCapacity` is 100 and counts per-partition
-    /// batches; librdkafka `queued.min.messages` is 100 000).
+    /// Default 100 000, librdkafka's `queued.min.messages` (kafka-go `QueueCapacity` is
+    /// 100 and counts per-partition batches). With 1 KB messages a lower bound throttles
+    /// throughput: one response of 6 partitions × 1 MiB already holds 6 000 messages; the
+    /// byte bound below is what bounds memory.
     pub queue_capacity: usize,
     /// Most bytes (keys, values and headers) fetched and not yet yielded. Fetching stops
     /// while it is reached; one fetch response may overshoot it by at most `max_bytes`.
@@ -178,7 +180,7 @@ impl ReaderConfig {
             max_bytes: 50 * 1024 * 1024,
             max_partition_bytes: 1024 * 1024,
             max_wait: Duration::from_millis(500),
-            queue_capacity: 10_000,
+            queue_capacity: 100_000,
             queue_capacity_bytes: 64 * 1024 * 1024,
             read_backoff_min: Duration::from_millis(100),
             read_backoff_max: Duration::from_secs(1),
