@@ -373,7 +373,8 @@ impl Reader {
         let p = st
             .parts
             .get(st.index.get(&TopicPartition::new(topic, partition))?)?;
-        (p.high_watermark >= 0 && p.position >= 0).then(|| (p.high_watermark - p.position).max(0))
+        (p.high_watermark >= 0 && p.position >= 0)
+            .then(|| p.high_watermark.saturating_sub(p.position).max(0))
     }
 
     /// Like [`Reader::lag`], but asks each partition's leader for its end offset with
@@ -407,7 +408,7 @@ impl Reader {
             let leader = cluster.leader_for(&topic, partition).await?;
             let conn = Conn::from_connection(cluster.connection(leader).await?);
             let end = conn.last_offset(&topic, partition).await?;
-            lag += (end - position).max(0);
+            lag = end.saturating_sub(position).max(0).saturating_add(lag);
         }
         Ok(lag)
     }
@@ -503,8 +504,8 @@ fn lag_of(st: &State) -> i64 {
     st.parts
         .values()
         .filter(|p| p.high_watermark >= 0 && p.position >= 0)
-        .map(|p| (p.high_watermark - p.position).max(0))
-        .sum()
+        .map(|p| p.high_watermark.saturating_sub(p.position).max(0))
+        .fold(0i64, i64::saturating_add)
 }
 
 impl Drop for Reader {

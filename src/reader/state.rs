@@ -118,8 +118,8 @@ impl State {
             return false;
         };
         if let Some(p) = self.parts.remove(&id) {
-            self.buffered -= p.buf.len();
-            self.buffered_bytes -= p.buf_bytes;
+            self.buffered = self.buffered.saturating_sub(p.buf.len());
+            self.buffered_bytes = self.buffered_bytes.saturating_sub(p.buf_bytes);
         }
         true
     }
@@ -138,8 +138,8 @@ impl State {
         };
         p.retry_at = None;
         p.failures = 0;
-        self.buffered -= p.buf.len();
-        self.buffered_bytes -= p.buf_bytes;
+        self.buffered = self.buffered.saturating_sub(p.buf.len());
+        self.buffered_bytes = self.buffered_bytes.saturating_sub(p.buf_bytes);
         p.buf.clear();
         p.buf_bytes = 0;
     }
@@ -183,15 +183,15 @@ impl State {
                 continue;
             };
             let size = m.size();
-            p.buf_bytes -= size;
-            p.position = m.offset + 1;
+            p.buf_bytes = p.buf_bytes.saturating_sub(size);
+            p.position = m.offset.saturating_add(1);
             if p.buf.is_empty() {
                 p.in_ready = false;
             } else {
                 self.ready.push_back(id);
             }
-            self.buffered -= 1;
-            self.buffered_bytes -= size;
+            self.buffered = self.buffered.saturating_sub(1);
+            self.buffered_bytes = self.buffered_bytes.saturating_sub(size);
             return Some((m, was_full && !self.full(config)));
         }
         None
