@@ -324,3 +324,31 @@ async fn close_stops_the_fetch_task() {
         ErrorKind::Closed
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decodes_batches_of_every_codec_with_headers() {
+    use kafkapipe::compression::Compression;
+    let topic = new_topic("reader-codecs", 1).await;
+    let conn = admin().await;
+    let mut offset = 0;
+    for c in Compression::ALL.into_iter().filter(|c| c.is_available()) {
+        let records: Vec<Record> = (offset..offset + 50)
+            .map(|k| Record::new(format!("k{k}"), format!("0-{k}")).with_header("codec", c.name()))
+            .collect();
+        let opts = ProduceOptions {
+            compression: c,
+            ..ProduceOptions::default()
+        };
+        conn.produce(&topic, 0, &records, &opts).await.unwrap();
+        offset += 50;
+    }
+    let mut reader = Reader::new(config().partition(&topic, 0)).await.unwrap();
+    for k in 0..offset {
+        let m = next(&mut reader).await;
+        assert_eq!((m.offset, value(&m)), (k, format!("0-{k}")));
+        assert_eq!(m.key.as_deref(), Some(format!("k{k}").as_bytes()));
+        assert_eq!(m.headers.len(), 1);
+        assert!(m.timestamp > 0);
+    }
+    reader.close().await;
+}
