@@ -1,6 +1,6 @@
 //! Real-broker tests of the `Reader` stream against tansu: exactly-once in-order delivery
 //! over several topics and partitions, start offsets, seeks while running, lag, bounded
-//! prefetch with a slow consumer, runtime (un)assignment and close.
+//! prefetch with a slow consumer, runtime (un)assignment, every codec, and close.
 //!
 //! What tansu 0.6 cannot do (OffsetOutOfRange, ListOffsets by timestamp, leader moves)
 //! is covered against a scripted fake broker in `reader_fake.rs`.
