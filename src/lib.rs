@@ -3,7 +3,7 @@
 //! A pure-Rust, async Apache Kafka client in which the consumer is a
 //! `futures::Stream<Item = Result<Message>>` and the producer is a `futures::Sink`.
 //!
-//! This release provides the foundation layers and the producer:
+//! This release provides the foundation layers, the producer and the consumer:
 //!
 //! | module | owns |
 //! | --- | --- |
@@ -13,9 +13,10 @@
 //! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the kafka-go style [`Conn`](conn::Conn) API |
 //! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
 //! | [`writer`] | the producer: [`writer::Writer`], a batching, backpressured `Sink<Message>` |
+//! | [`reader`] | the consumer: [`reader::Reader`], a `Stream<Item = Result<Message>>` over assigned partitions with bounded prefetch |
 //! | [`admin`] | the admin client: topics, partitions, configs, groups, offsets, records, cluster |
 //!
-//! The `Reader` stream, consumer groups and TLS/SASL build on these
+//! Consumer groups and TLS/SASL build on these
 //! layers.
 //!
 //! ```no_run
@@ -44,6 +45,7 @@ pub mod compression;
 pub mod conn;
 mod error;
 pub mod protocol;
+pub mod reader;
 pub mod record;
 pub mod writer;
 

@@ -17,8 +17,8 @@ use crate::compression::Compression;
 use crate::error::{Error, Result};
 use crate::protocol::messages::{
     AbortedTransaction, CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
-    DeleteTopicState, DeleteTopicsRequest, FetchPartition, FetchRequest, FetchTopic,
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest,
+    DeleteTopicState, DeleteTopicsRequest, FetchPartition, FetchPartitionData, FetchRequest,
+    FetchTopic, ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest,
     MetadataRequestTopic, MetadataResponse, ProducePartitionData, ProduceRequest, ProduceTopicData,
 };
 use crate::protocol::{ErrorCode, Request};
@@ -96,7 +96,7 @@ pub enum IsolationLevel {
 }
 
 impl IsolationLevel {
-    fn code(self) -> i8 {
+    pub(crate) fn code(self) -> i8 {
         match self {
             IsolationLevel::ReadUncommitted => 0,
             IsolationLevel::ReadCommitted => 1,
@@ -758,24 +758,10 @@ impl Conn {
                 log_start_offset: -1,
             });
         };
-        if let Some(code) = non_zero(p.error_code) {
-            return Err(self.err(code, topic, partition));
-        }
-        let data = p.records.unwrap_or_default();
-        let decoded = decode_batches(data, decompress_limit(opts.max_bytes))
-            .map_err(|e| e.with_topic(topic).with_partition(partition))?;
-        let aborted = if opts.isolation_level == IsolationLevel::ReadCommitted {
-            p.aborted_transactions.unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let (records, next_offset) = visible_records(decoded.batches, offset, &aborted);
-        Ok(Fetched {
-            records,
-            next_offset,
-            high_watermark: p.high_watermark,
-            last_stable_offset: p.last_stable_offset,
-            log_start_offset: p.log_start_offset,
+        decode_fetch_partition(p, offset, opts.isolation_level, opts.max_bytes).map_err(|e| {
+            e.with_topic(topic)
+                .with_partition(partition)
+                .with_broker(self.connection.broker())
         })
     }
 
@@ -846,6 +832,36 @@ impl Conn {
         }
         Ok((p.offset >= 0).then_some(p.offset))
     }
+}
+
+/// Decode one partition of a fetch response that asked for records from `offset`: the
+/// partition's error code becomes an error (without topic/partition context, which the
+/// caller adds), the record bytes are decoded (an incomplete last batch is ignored) and
+/// filtered with [`visible_records`]. Shared by [`Conn::fetch`] and the `Reader`.
+pub(crate) fn decode_fetch_partition(
+    p: FetchPartitionData,
+    offset: i64,
+    isolation_level: IsolationLevel,
+    max_bytes: i32,
+) -> Result<Fetched> {
+    if let Some(code) = non_zero(p.error_code) {
+        return Err(Error::kafka(code));
+    }
+    let data = p.records.unwrap_or_default();
+    let decoded = decode_batches(data, decompress_limit(max_bytes))?;
+    let aborted = if isolation_level == IsolationLevel::ReadCommitted {
+        p.aborted_transactions.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let (records, next_offset) = visible_records(decoded.batches, offset, &aborted);
+    Ok(Fetched {
+        records,
+        next_offset,
+        high_watermark: p.high_watermark,
+        last_stable_offset: p.last_stable_offset,
+        log_start_offset: p.log_start_offset,
+    })
 }
 
 /// Records visible to the application from decoded `batches`, starting at `from`, with

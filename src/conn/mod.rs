@@ -19,3 +19,5 @@ pub use client::{
     Broker, Conn, FetchOptions, Fetched, IsolationLevel, Metadata, NewTopic, PartitionInfo,
     ProduceOptions, RequiredAcks, TopicInfo,
 };
+
+pub(crate) use client::decode_fetch_partition;

@@ -1,0 +1,356 @@
+//! [`ReaderConfig`]: every knob of the [`Reader`](super::Reader), with its default and the
+//! matching kafka-go / Java consumer setting.
+
+use std::time::Duration;
+
+use crate::conn::{ConnectionConfig, IsolationLevel};
+use crate::error::{Error, Result};
+
+/// Where a partition starts (or restarts after [`Reader::seek_to_time`]) when the reader
+/// has no explicit offset for it (kafka-go `StartOffset`, Java `auto.offset.reset` for the
+/// first two).
+///
+/// ```
+/// use kafkapipe::reader::StartOffset;
+/// assert_eq!(StartOffset::default(), StartOffset::First);
+/// let _ = StartOffset::At(42);
+/// ```
+///
+/// [`Reader::seek_to_time`]: super::Reader::seek_to_time
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartOffset {
+    /// The first offset still in the log (kafka-go `FirstOffset`, Java `earliest`).
+    #[default]
+    First,
+    /// The high-water mark: only messages written from now on (kafka-go `LastOffset`,
+    /// Java `latest`).
+    Last,
+    /// This offset.
+    At(i64),
+    /// The first offset whose timestamp is at or after this many milliseconds since the
+    /// epoch, found with ListOffsets; the high-water mark if there is none (Java
+    /// `offsetsForTimes`, kafka-go `SetOffsetAt`).
+    AtTimestamp(i64),
+}
+
+/// What to do when the broker says a fetch offset is out of range (the log was truncated
+/// or deleted below it, or it is past the end) (Java `auto.offset.reset`; kafka-go always
+/// resets to its `StartOffset`).
+///
+/// ```
+/// use kafkapipe::reader::OffsetReset;
+/// assert_eq!(OffsetReset::default(), OffsetReset::Earliest);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OffsetReset {
+    /// Continue from the first offset still in the log.
+    #[default]
+    Earliest,
+    /// Continue from the high-water mark.
+    Latest,
+    /// Yield an `OffsetOutOfRange` error and stop fetching the partition until it is
+    /// [`seek`](super::Reader::seek)ed (kafka-go `OffsetOutOfRangeError: true`).
+    Error,
+}
+
+/// One partition of one topic.
+///
+/// ```
+/// use kafkapipe::reader::TopicPartition;
+/// let tp = TopicPartition::new("events", 3);
+/// assert_eq!(tp.to_string(), "events/3");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    /// `topic`/`partition`.
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+/// What to read from one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TopicSelection {
+    pub(crate) topic: String,
+    /// `None`: every partition the topic has when the reader starts.
+    pub(crate) partitions: Option<Vec<i32>>,
+}
+
+/// Configuration of a [`Reader`](super::Reader), built with chained setters.
+///
+/// ```
+/// use std::time::Duration;
+/// use kafkapipe::reader::{ReaderConfig, StartOffset};
+///
+/// let config = ReaderConfig::new(["127.0.0.1:9092"])
+///     .topic("events")                 // every partition of "events"
+///     .partitions("audit", [0, 2])     // partitions 0 and 2 of "audit"
+///     .start_offset(StartOffset::Last)
+///     .max_wait(Duration::from_millis(100))
+///     .queue_capacity(10_000);
+/// assert_eq!(config.queue_capacity_bytes, 64 * 1024 * 1024);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReaderConfig {
+    /// Bootstrap broker addresses (`host:port`). Required (kafka-go `Brokers`, Java
+    /// `bootstrap.servers`).
+    pub brokers: Vec<String>,
+    pub(crate) topics: Vec<TopicSelection>,
+    /// Where every partition starts. Default [`StartOffset::First`] (kafka-go
+    /// `StartOffset`, default `FirstOffset`; Java `auto.offset.reset`, default `latest`).
+    pub start_offset: StartOffset,
+    /// What to do on `OffsetOutOfRange`. Default [`OffsetReset::Earliest`].
+    pub offset_reset: OffsetReset,
+    /// The least data a broker should gather before answering a fetch. Default 1 byte
+    /// (kafka-go `MinBytes`, Java `fetch.min.bytes`).
+    pub min_bytes: i32,
+    /// The most data one fetch response may carry (all partitions of one broker). At least
+    /// one batch is always returned, even if larger (KIP-74). Default 50 MiB (kafka-go
+    /// `MaxBytes` is per partition, default 1 MB; Java `fetch.max.bytes`).
+    pub max_bytes: i32,
+    /// The most data one fetch response may carry per partition. Default 1 MiB (Java
+    /// `max.partition.fetch.bytes`).
+    pub max_partition_bytes: i32,
+    /// How long a broker may wait for `min_bytes`. Default 500 ms (kafka-go `MaxWait`
+    /// defaults to 10 s; Java `fetch.max.wait.ms`).
+    pub max_wait: Duration,
+    /// Most messages fetched and not yet yielded. Fetching stops while it is reached.
+    /// Default 100 000, librdkafka's `queued.min.messages` (kafka-go `QueueCapacity` is
+    /// 100 and counts per-partition batches). With 1 KB messages a lower bound throttles
+    /// throughput: one response of 6 partitions × 1 MiB already holds 6 000 messages; the
+    /// byte bound below is what bounds memory.
+    pub queue_capacity: usize,
+    /// Most bytes (keys, values and headers) fetched and not yet yielded. Fetching stops
+    /// while it is reached; one fetch response may overshoot it by at most `max_bytes`.
+    /// Default 64 MiB (librdkafka `queued.max.messages.kbytes`).
+    pub queue_capacity_bytes: usize,
+    /// Backoff after the first failed fetch of a partition; doubles per consecutive
+    /// failure. Default 100 ms (kafka-go `ReadBackoffMin`, Java `retry.backoff.ms`).
+    pub read_backoff_min: Duration,
+    /// Largest backoff between fetch retries. Default 1 s (kafka-go `ReadBackoffMax`,
+    /// Java `retry.backoff.max.ms`).
+    pub read_backoff_max: Duration,
+    /// Transaction isolation. Default read uncommitted (kafka-go `IsolationLevel`, Java
+    /// `isolation.level`, whose default is also `read_uncommitted`).
+    pub isolation_level: IsolationLevel,
+    /// Consecutive failed attempts for a partition after which the error is also yielded
+    /// to the application (the reader keeps retrying with `read_backoff_max` after that,
+    /// and yields the error again every `max_attempts` failures; at most one error per
+    /// partition waits to be yielded). Default 3 (kafka-go `MaxAttempts`).
+    pub max_attempts: u32,
+    /// Client id sent to brokers. Default `"kafkapipe"` (Java `client.id`).
+    pub client_id: String,
+    /// How long establishing a broker connection may take. Default 10 s (kafka-go
+    /// `Dialer.Timeout`, Java `socket.connection.setup.timeout.ms`).
+    pub connect_timeout: Duration,
+    /// How long one request may take; a fetch's `max_wait` is added to it. Default 30 s
+    /// (Java `request.timeout.ms`).
+    pub request_timeout: Duration,
+}
+
+impl ReaderConfig {
+    /// The defaults, with `brokers` as bootstrap addresses and nothing to read yet.
+    pub fn new<I, S>(brokers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ReaderConfig {
+            brokers: brokers.into_iter().map(Into::into).collect(),
+            topics: Vec::new(),
+            start_offset: StartOffset::First,
+            offset_reset: OffsetReset::Earliest,
+            min_bytes: 1,
+            max_bytes: 50 * 1024 * 1024,
+            max_partition_bytes: 1024 * 1024,
+            max_wait: Duration::from_millis(500),
+            queue_capacity: 100_000,
+            queue_capacity_bytes: 64 * 1024 * 1024,
+            read_backoff_min: Duration::from_millis(100),
+            read_backoff_max: Duration::from_secs(1),
+            isolation_level: IsolationLevel::ReadUncommitted,
+            max_attempts: 3,
+            client_id: "kafkapipe".to_string(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Read every partition of `topic` (as listed when the reader starts) (kafka-go
+    /// `Topic` / `GroupTopics`).
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topics.push(TopicSelection {
+            topic: topic.into(),
+            partitions: None,
+        });
+        self
+    }
+
+    /// Read one partition of `topic` (kafka-go `Topic` + `Partition`).
+    pub fn partition(self, topic: impl Into<String>, partition: i32) -> Self {
+        self.partitions(topic, [partition])
+    }
+
+    /// Read these partitions of `topic`.
+    pub fn partitions(
+        mut self,
+        topic: impl Into<String>,
+        partitions: impl IntoIterator<Item = i32>,
+    ) -> Self {
+        self.topics.push(TopicSelection {
+            topic: topic.into(),
+            partitions: Some(partitions.into_iter().collect()),
+        });
+        self
+    }
+
+    /// Set [`ReaderConfig::start_offset`].
+    pub fn start_offset(mut self, start: StartOffset) -> Self {
+        self.start_offset = start;
+        self
+    }
+
+    /// Set [`ReaderConfig::offset_reset`].
+    pub fn offset_reset(mut self, reset: OffsetReset) -> Self {
+        self.offset_reset = reset;
+        self
+    }
+
+    /// Set [`ReaderConfig::min_bytes`].
+    pub fn min_bytes(mut self, n: i32) -> Self {
+        self.min_bytes = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::max_bytes`].
+    pub fn max_bytes(mut self, n: i32) -> Self {
+        self.max_bytes = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::max_partition_bytes`].
+    pub fn max_partition_bytes(mut self, n: i32) -> Self {
+        self.max_partition_bytes = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::max_wait`].
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+
+    /// Set [`ReaderConfig::queue_capacity`] (messages).
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::queue_capacity_bytes`].
+    pub fn queue_capacity_bytes(mut self, n: usize) -> Self {
+        self.queue_capacity_bytes = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::read_backoff_min`] and [`ReaderConfig::read_backoff_max`].
+    pub fn read_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.read_backoff_min = min;
+        self.read_backoff_max = max;
+        self
+    }
+
+    /// Set [`ReaderConfig::isolation_level`].
+    pub fn isolation_level(mut self, level: IsolationLevel) -> Self {
+        self.isolation_level = level;
+        self
+    }
+
+    /// Set [`ReaderConfig::max_attempts`].
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::client_id`].
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.client_id = id.into();
+        self
+    }
+
+    /// Set [`ReaderConfig::connect_timeout`].
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Set [`ReaderConfig::request_timeout`].
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let fail = |m: &str| Err(Error::config(m.to_string()));
+        if self.brokers.is_empty() {
+            return fail("ReaderConfig::brokers must name at least one broker");
+        }
+        if self.min_bytes < 0 {
+            return fail("ReaderConfig::min_bytes must not be negative");
+        }
+        if self.max_bytes < 1 || self.max_partition_bytes < 1 {
+            return fail("ReaderConfig::max_bytes and max_partition_bytes must be at least 1");
+        }
+        if self.queue_capacity == 0 || self.queue_capacity_bytes == 0 {
+            return fail(
+                "ReaderConfig::queue_capacity and queue_capacity_bytes must be at least 1",
+            );
+        }
+        if self.max_attempts == 0 {
+            return fail("ReaderConfig::max_attempts must be at least 1");
+        }
+        if self.read_backoff_min > self.read_backoff_max {
+            return fail("ReaderConfig::read_backoff_min must not exceed read_backoff_max");
+        }
+        if let StartOffset::At(o) | StartOffset::AtTimestamp(o) = self.start_offset {
+            if o < 0 {
+                return fail("ReaderConfig::start_offset must not be negative");
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn connection_config(&self) -> ConnectionConfig {
+        ConnectionConfig {
+            client_id: self.client_id.clone(),
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.request_timeout.saturating_add(self.max_wait),
+            ..ConnectionConfig::default()
+        }
+    }
+
+    /// The backoff after `failures` consecutive failures (at least 1): `read_backoff_min`
+    /// doubled per earlier failure, at most `read_backoff_max`.
+    pub(crate) fn backoff_for(&self, failures: u32) -> Duration {
+        let factor = 1u32 << failures.saturating_sub(1).min(20);
+        self.read_backoff_min
+            .checked_mul(factor)
+            .unwrap_or(self.read_backoff_max)
+            .min(self.read_backoff_max)
+    }
+}

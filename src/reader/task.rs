@@ -1,0 +1,452 @@
+//! The reader's fetch task: one tokio task that keeps at most one Fetch request in
+//! flight per broker, each covering every ready partition that broker leads (as
+//! librdkafka and franz-go do), plus at most one batch of leader/offset lookups.
+//!
+//! Each loop iteration plans under the state lock (which partitions can be fetched from
+//! which broker, which need a leader or a start offset looked up), starts those requests
+//! as futures in one `FuturesUnordered`, and waits for the first of: a request finishing,
+//! a wake-up from the handle (assignment, seek, space freed, close), or the earliest
+//! retry deadline. Requests are futures inside this task, not tasks of their own, so
+//! aborting this one task stops everything.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::{join_all, BoxFuture};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tracing::{debug, warn};
+
+use super::state::{Position, Shared};
+use super::{Message, OffsetReset, StartOffset};
+use crate::conn::{decode_fetch_partition, Conn};
+use crate::error::{Error, Result};
+use crate::protocol::messages::{
+    FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic,
+};
+use crate::protocol::ErrorCode;
+
+/// Fetch versions from 13 on name topics by id; the reader sticks to names (every broker
+/// since Kafka 2.x and up to 4.x accepts Fetch v12).
+const MAX_FETCH_VERSION: i16 = 12;
+
+struct Job {
+    id: u64,
+    epoch: u64,
+    topic: Arc<str>,
+    partition: i32,
+    /// Fetch: the offset. Lookup: what to look up (`None`: the leader only).
+    offset: i64,
+    start: Option<StartOffset>,
+}
+
+/// A lookup's result: the leader's broker id and, if asked for, the start offset.
+type Lookup = Result<(i32, Option<i64>)>;
+
+enum Event {
+    Fetched {
+        broker: i32,
+        jobs: Vec<Job>,
+        result: Result<FetchResponse>,
+    },
+    Resolved(Vec<(Job, Lookup)>),
+}
+
+/// Counts itself in `tasks_running` while alive, including when aborted.
+struct Running(Arc<Shared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.counters.tasks_running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+pub(crate) async fn run(shared: Arc<Shared>) {
+    shared.counters.tasks_running.fetch_add(1, Ordering::SeqCst);
+    let _running = Running(shared.clone());
+    let mut inflight: FuturesUnordered<BoxFuture<'static, Event>> = FuturesUnordered::new();
+    let mut busy_brokers: HashSet<i32> = HashSet::new();
+    let mut resolving = false;
+    let mut round = 0usize;
+    loop {
+        let (lookups, fetches, next_retry) = plan(&shared, &busy_brokers, resolving);
+        if shared.lock().closed {
+            return;
+        }
+        if !lookups.is_empty() {
+            resolving = true;
+            inflight.push(resolve(shared.clone(), lookups).boxed());
+        }
+        for (broker, mut jobs) in fetches {
+            // Rotate the partition order from request to request, so that when a broker
+            // fills `max_bytes` before reaching the last partitions, it is not always the
+            // same ones that get nothing (the Java consumer does the same).
+            jobs.sort_by_key(|j| j.id);
+            if !jobs.is_empty() {
+                let k = round % jobs.len();
+                jobs.rotate_left(k);
+            }
+            round = round.wrapping_add(1);
+            busy_brokers.insert(broker);
+            inflight.push(fetch(shared.clone(), broker, jobs).boxed());
+        }
+        let sleep = async {
+            match next_retry {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => futures::future::pending().await,
+            }
+        };
+        tokio::select! {
+            Some(ev) = inflight.next(), if !inflight.is_empty() => match ev {
+                Event::Fetched { broker, jobs, result } => {
+                    busy_brokers.remove(&broker);
+                    on_fetched(&shared, broker, jobs, result);
+                }
+                Event::Resolved(results) => {
+                    resolving = false;
+                    on_resolved(&shared, results);
+                }
+            },
+            () = shared.wake_task.notified() => {}
+            () = sleep => {}
+        }
+    }
+}
+
+type Plan = (Vec<Job>, HashMap<i32, Vec<Job>>, Option<Instant>);
+
+fn plan(shared: &Shared, busy_brokers: &HashSet<i32>, resolving: bool) -> Plan {
+    let now = Instant::now();
+    let mut st = shared.lock();
+    let space = !st.full(&shared.config);
+    let mut lookups = Vec::new();
+    let mut fetches: HashMap<i32, Vec<Job>> = HashMap::new();
+    let mut next_retry: Option<Instant> = None;
+    for (&id, p) in st.parts.iter_mut() {
+        if p.busy || p.fetch == Position::Parked {
+            continue;
+        }
+        if let Some(at) = p.retry_at {
+            if at > now {
+                next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
+                continue;
+            }
+            p.retry_at = None;
+        }
+        let job = |offset, start| Job {
+            id,
+            epoch: p.epoch,
+            topic: p.topic.clone(),
+            partition: p.partition,
+            offset,
+            start,
+        };
+        match (p.leader, p.fetch) {
+            (Some(broker), Position::Offset(offset))
+                if space && !busy_brokers.contains(&broker) =>
+            {
+                fetches.entry(broker).or_default().push(job(offset, None));
+                p.busy = true;
+            }
+            // Waiting for buffer space or for the broker's current request.
+            (Some(_), Position::Offset(_)) => {}
+            (_, fetch) if !resolving => {
+                let start = match fetch {
+                    Position::Start(s) => Some(s),
+                    _ => None,
+                };
+                lookups.push(job(-1, start));
+                p.busy = true;
+            }
+            _ => {}
+        }
+    }
+    (lookups, fetches, next_retry)
+}
+
+/// Look up the leader (and, if asked, the start offset) of each job's partition.
+async fn resolve(shared: Arc<Shared>, jobs: Vec<Job>) -> Event {
+    let results = join_all(jobs.iter().map(|j| resolve_one(&shared, j))).await;
+    Event::Resolved(jobs.into_iter().zip(results).collect())
+}
+
+async fn resolve_one(shared: &Shared, job: &Job) -> Lookup {
+    let topic = &*job.topic;
+    let leader = shared.cluster.leader_for(topic, job.partition).await?;
+    let Some(start) = job.start else {
+        return Ok((leader, None));
+    };
+    let conn = Conn::from_connection(shared.cluster.connection(leader).await?);
+    let offset = match start {
+        StartOffset::First => conn.first_offset(topic, job.partition).await?,
+        StartOffset::Last => conn.last_offset(topic, job.partition).await?,
+        StartOffset::At(o) => o,
+        StartOffset::AtTimestamp(ts) => match conn.offset_for_time(topic, job.partition, ts).await?
+        {
+            Some(o) => o,
+            None => conn.last_offset(topic, job.partition).await?,
+        },
+    };
+    debug!(
+        topic,
+        partition = job.partition,
+        ?start,
+        offset,
+        "start offset resolved"
+    );
+    Ok((leader, Some(offset)))
+}
+
+/// One Fetch request to `broker` for all `jobs`.
+async fn fetch(shared: Arc<Shared>, broker: i32, jobs: Vec<Job>) -> Event {
+    let result = fetch_request(&shared, broker, &jobs).await;
+    Event::Fetched {
+        broker,
+        jobs,
+        result,
+    }
+}
+
+async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<FetchResponse> {
+    let c = &shared.config;
+    let conn = shared.cluster.connection(broker).await?;
+    let version = conn.version_for::<FetchRequest>()?.min(MAX_FETCH_VERSION);
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for j in jobs {
+        let part = FetchPartition {
+            partition: j.partition,
+            current_leader_epoch: -1,
+            fetch_offset: j.offset,
+            last_fetched_epoch: -1,
+            log_start_offset: -1,
+            partition_max_bytes: c.max_partition_bytes,
+            ..Default::default()
+        };
+        match topics.iter_mut().find(|t| t.topic == *j.topic) {
+            Some(t) => t.partitions.push(part),
+            None => topics.push(FetchTopic {
+                topic: j.topic.to_string(),
+                partitions: vec![part],
+                ..Default::default()
+            }),
+        }
+    }
+    let req = FetchRequest {
+        replica_id: -1,
+        max_wait_ms: i32::try_from(c.max_wait.as_millis()).unwrap_or(i32::MAX),
+        min_bytes: c.min_bytes,
+        max_bytes: c.max_bytes,
+        isolation_level: c.isolation_level.code(),
+        session_id: 0,
+        session_epoch: -1,
+        topics,
+        ..Default::default()
+    };
+    shared.counters.fetches.fetch_add(1, Ordering::Relaxed);
+    let resp = conn.send_version(&req, version).await?;
+    if resp.error_code != 0 {
+        return Err(Error::kafka(ErrorCode::from(resp.error_code)).with_broker(conn.broker()));
+    }
+    Ok(resp)
+}
+
+/// Errors after which the partition's leader must be looked up again.
+fn needs_new_leader(e: &Error) -> bool {
+    match e.kafka_code() {
+        Some(code) => matches!(
+            code,
+            ErrorCode::NotLeaderOrFollower
+                | ErrorCode::LeaderNotAvailable
+                | ErrorCode::UnknownTopicOrPartition
+                | ErrorCode::FencedLeaderEpoch
+                | ErrorCode::UnknownLeaderEpoch
+                | ErrorCode::ReplicaNotAvailable
+                | ErrorCode::KafkaStorageError
+                | ErrorCode::NotCoordinator
+        ),
+        // I/O, timeouts, closed connections, unknown broker ids.
+        None => true,
+    }
+}
+
+/// Record a failed attempt for partition `id` (planned under `epoch`): back off, maybe
+/// forget the leader, and every `max_attempts` consecutive failures yield the error.
+fn fail(shared: &Shared, id: u64, epoch: u64, err: Error) {
+    let mut st = shared.lock();
+    let config = &shared.config;
+    let Some(p) = st.parts.get_mut(&id) else {
+        return;
+    };
+    p.busy = false;
+    if p.epoch != epoch {
+        return;
+    }
+    p.failures = p.failures.saturating_add(1);
+    let backoff = config.backoff_for(p.failures);
+    p.retry_at = Some(Instant::now() + backoff);
+    let topic = p.topic.clone();
+    let partition = p.partition;
+    let failures = p.failures;
+    if needs_new_leader(&err) {
+        p.leader = None;
+        shared.cluster.invalidate(&topic);
+    }
+    shared.counters.errors.fetch_add(1, Ordering::Relaxed);
+    let err = err.with_topic(&*topic).with_partition(partition);
+    if failures % config.max_attempts == 0 {
+        warn!(topic = %topic, partition, failures, error = %err, "partition keeps failing; yielding the error");
+        // At most one pending error per partition, so a reader nobody polls does not
+        // pile them up.
+        let queued = st
+            .errors
+            .iter()
+            .any(|e| e.partition() == Some(partition) && e.topic() == Some(&*topic));
+        if !queued {
+            st.errors.push_back(err);
+        }
+        if let Some(w) = st.consumer.take() {
+            drop(st);
+            w.wake();
+        }
+    } else {
+        debug!(topic = %topic, partition, failures, backoff_ms = backoff.as_millis() as u64, error = %err, "fetch attempt failed; retrying");
+    }
+}
+
+fn on_resolved(shared: &Shared, results: Vec<(Job, Lookup)>) {
+    for (job, r) in results {
+        match r {
+            Err(e) => fail(shared, job.id, job.epoch, e),
+            Ok((leader, offset)) => {
+                let mut st = shared.lock();
+                let Some(p) = st.parts.get_mut(&job.id) else {
+                    continue;
+                };
+                p.busy = false;
+                if p.epoch != job.epoch {
+                    continue;
+                }
+                p.leader = Some(leader);
+                p.failures = 0;
+                if let (Some(o), Position::Start(_)) = (offset, p.fetch) {
+                    p.fetch = Position::Offset(o);
+                    if p.buf.is_empty() {
+                        p.position = o;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<FetchResponse>) {
+    let resp = match result {
+        Ok(r) => r,
+        Err(e) => {
+            debug!(broker_id = broker, error = %e, "fetch request failed");
+            for j in jobs {
+                fail(shared, j.id, j.epoch, e.clone());
+            }
+            return;
+        }
+    };
+    let mut data: HashMap<(String, i32), FetchPartitionData> = HashMap::new();
+    for t in resp.responses {
+        for p in t.partitions {
+            data.insert((t.topic.clone(), p.partition_index), p);
+        }
+    }
+    let config = &shared.config;
+    let mut wake = None;
+    for j in jobs {
+        let pd = data.remove(&(j.topic.to_string(), j.partition));
+        // Decode outside the lock; a stale result is simply dropped below.
+        let decoded = pd.map(|pd| {
+            decode_fetch_partition(
+                pd,
+                j.offset,
+                config.isolation_level,
+                config.max_partition_bytes,
+            )
+        });
+        let mut st = shared.lock();
+        let Some(p) = st.parts.get_mut(&j.id) else {
+            continue;
+        };
+        if p.epoch != j.epoch || p.fetch != Position::Offset(j.offset) {
+            p.busy = false;
+            continue;
+        }
+        match decoded {
+            // Kafka lists every partition of a sessionless fetch; tansu 0.6 leaves out
+            // those with nothing new. Nothing new either way.
+            None => {
+                p.busy = false;
+                p.failures = 0;
+            }
+            Some(Ok(f)) => {
+                p.busy = false;
+                p.failures = 0;
+                if f.high_watermark >= 0 {
+                    p.high_watermark = f.high_watermark;
+                }
+                p.fetch = Position::Offset(f.next_offset.max(j.offset));
+                if p.position < 0 {
+                    p.position = j.offset;
+                }
+                let hw = p.high_watermark;
+                let topic = p.topic.clone();
+                let n = f.records.len() as u64;
+                let msgs: Vec<Message> = f
+                    .records
+                    .into_iter()
+                    .map(|r| Message::from_record(&topic, j.partition, hw, r))
+                    .collect();
+                if n > 0 {
+                    let bytes = st.push(j.id, msgs);
+                    shared.counters.messages.fetch_add(n, Ordering::Relaxed);
+                    shared.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+                    if let Some(w) = st.consumer.take() {
+                        wake = Some(w);
+                    }
+                }
+            }
+            Some(Err(e)) if e.kafka_code() == Some(ErrorCode::OffsetOutOfRange) => {
+                p.busy = false;
+                shared.counters.resets.fetch_add(1, Ordering::Relaxed);
+                let topic = p.topic.clone();
+                let to = match config.offset_reset {
+                    OffsetReset::Earliest => Position::Start(StartOffset::First),
+                    OffsetReset::Latest => Position::Start(StartOffset::Last),
+                    OffsetReset::Error => Position::Parked,
+                };
+                warn!(topic = %topic, partition = j.partition, offset = j.offset, policy = ?config.offset_reset, "offset out of range; resetting");
+                p.fetch = to;
+                if to == Position::Parked {
+                    st.errors.push_back(
+                        e.with_topic(&*topic)
+                            .with_partition(j.partition)
+                            .with_message(format!("offset {} is out of range", j.offset)),
+                    );
+                    if let Some(w) = st.consumer.take() {
+                        wake = Some(w);
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                drop(st);
+                fail(
+                    shared,
+                    j.id,
+                    j.epoch,
+                    e.with_broker(format!("broker {broker}")),
+                );
+            }
+        }
+    }
+    if let Some(w) = wake {
+        w.wake();
+    }
+}

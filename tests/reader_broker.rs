@@ -1,0 +1,354 @@
+//! Real-broker tests of the `Reader` stream against tansu: exactly-once in-order delivery
+//! over several topics and partitions, start offsets, seeks while running, lag, bounded
+//! prefetch with a slow consumer, runtime (un)assignment, every codec, and close.
+//!
+//! What tansu 0.6 cannot do (OffsetOutOfRange, ListOffsets by timestamp, leader moves)
+//! is covered against a scripted fake broker in `reader_fake.rs`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kafkapipe::conn::{Conn, ProduceOptions};
+use kafkapipe::reader::{Message, Reader, ReaderConfig, StartOffset, TopicPartition};
+use kafkapipe::record::Record;
+use kafkapipe::ErrorKind;
+
+/// Messages per partition in the bulk test: 6 × 166 667 ≈ 1M messages. On 2 cores in a
+/// debug build against tansu this takes about 1 s to produce and 3.5 s to consume.
+const PER_PARTITION: usize = 166_667;
+
+async fn admin() -> Conn {
+    Conn::connect(&common::shared().addr).await.unwrap()
+}
+
+async fn new_topic(prefix: &str, partitions: i32) -> String {
+    let topic = common::unique_topic(prefix);
+    admin()
+        .await
+        .create_topic(&topic, partitions, 1)
+        .await
+        .unwrap();
+    topic
+}
+
+fn config() -> ReaderConfig {
+    ReaderConfig::new([common::shared().addr.clone()]).max_wait(Duration::from_millis(50))
+}
+
+/// Produce `n` records `"{partition}-{i}"` to `topic`/`partition` in batches of `batch`.
+async fn produce(conn: &Conn, topic: &str, partition: i32, from: usize, n: usize, batch: usize) {
+    let mut i = from;
+    while i < from + n {
+        let end = (i + batch).min(from + n);
+        let records: Vec<Record> = (i..end)
+            .map(|k| Record::new(format!("k{k}"), format!("{partition}-{k}")))
+            .collect();
+        conn.produce(topic, partition, &records, &ProduceOptions::default())
+            .await
+            .unwrap();
+        i = end;
+    }
+}
+
+async fn next(reader: &mut Reader) -> Message {
+    tokio::time::timeout(Duration::from_secs(10), reader.next_message())
+        .await
+        .expect("a message within 10 s")
+        .unwrap()
+}
+
+fn value(m: &Message) -> String {
+    String::from_utf8(m.value.as_ref().unwrap().to_vec()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yields_every_message_exactly_once_in_partition_order() {
+    let t1 = new_topic("reader-bulk-a", 3).await;
+    let t2 = new_topic("reader-bulk-b", 3).await;
+    let conn = admin().await;
+    let per = PER_PARTITION;
+    let started = Instant::now();
+    let mut producers = Vec::new();
+    for t in [&t1, &t2] {
+        for p in 0..3 {
+            let t = t.clone();
+            producers.push(tokio::spawn(async move {
+                let conn = admin().await;
+                produce(&conn, &t, p, 0, per, 2000).await;
+            }));
+        }
+    }
+    for h in producers {
+        h.await.unwrap();
+    }
+    let produced = started.elapsed();
+    drop(conn);
+
+    let started = Instant::now();
+    let mut reader = Reader::new(config().topic(&t1).topic(&t2)).await.unwrap();
+    assert_eq!(reader.assignment().len(), 6);
+    let mut next_offset: HashMap<(String, i32), i64> = HashMap::new();
+    for _ in 0..per * 6 {
+        let m = next(&mut reader).await;
+        let want = next_offset
+            .entry((m.topic.to_string(), m.partition))
+            .or_insert(0);
+        assert_eq!(m.offset, *want, "{}/{} out of order", m.topic, m.partition);
+        assert_eq!(value(&m), format!("{}-{}", m.partition, m.offset));
+        *want += 1;
+    }
+    let consumed = started.elapsed();
+    assert!(next_offset.values().all(|n| *n == per as i64));
+    // Nothing more: no duplicates arrive later.
+    let extra = tokio::time::timeout(Duration::from_millis(300), reader.next()).await;
+    assert!(extra.is_err(), "unexpected extra item {extra:?}");
+    assert_eq!(reader.lag(), 0);
+    let stats = reader.stats();
+    assert_eq!(stats.messages, (per * 6) as u64);
+    eprintln!(
+        "bulk: produced {} in {produced:?}, consumed in {consumed:?} ({} fetches)",
+        per * 6,
+        stats.fetches
+    );
+    reader.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_offsets_first_last_and_explicit() {
+    let topic = new_topic("reader-start", 1).await;
+    let conn = admin().await;
+    // Single-record batches: tansu answers ListOffsets(latest) with the last batch's base
+    // offset + 1, which is the high-water mark only for one-record batches.
+    produce(&conn, &topic, 0, 0, 10, 1).await;
+
+    let mut first = Reader::new(config().partition(&topic, 0)).await.unwrap();
+    assert_eq!(next(&mut first).await.offset, 0);
+    first.close().await;
+
+    let mut explicit = Reader::new(
+        config()
+            .partition(&topic, 0)
+            .start_offset(StartOffset::At(7)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next(&mut explicit).await.offset, 7);
+    explicit.close().await;
+
+    let mut last = Reader::new(
+        config()
+            .partition(&topic, 0)
+            .start_offset(StartOffset::Last),
+    )
+    .await
+    .unwrap();
+    // Wait until the reader knows where the end is, then write something new.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while last.position(&topic, 0).is_none() {
+        assert!(Instant::now() < deadline, "start offset never resolved");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(last.position(&topic, 0), Some(10));
+    produce(&conn, &topic, 0, 10, 3, 3).await;
+    let m = next(&mut last).await;
+    assert_eq!((m.offset, value(&m)), (10, "0-10".to_string()));
+    last.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seek_while_running_discards_everything_before_it() {
+    let topic = new_topic("reader-seek", 2).await;
+    let conn = admin().await;
+    produce(&conn, &topic, 0, 0, 2000, 100).await;
+    produce(&conn, &topic, 1, 0, 2000, 100).await;
+    let mut reader = Reader::new(config().topic(&topic)).await.unwrap();
+    let mut seen = 0;
+    while seen < 50 {
+        next(&mut reader).await;
+        seen += 1;
+    }
+    // The buffer holds more of partition 0 from before the seek; none of it may appear.
+    reader.seek(&topic, 0, 1500).unwrap();
+    let mut p0 = Vec::new();
+    let mut p1_last = -1;
+    while p0.len() < 100 {
+        let m = next(&mut reader).await;
+        if m.partition == 0 {
+            p0.push(m.offset);
+        } else {
+            if p1_last >= 0 {
+                assert_eq!(m.offset, p1_last + 1, "partition 1 skipped or repeated");
+            }
+            p1_last = m.offset;
+        }
+    }
+    assert_eq!(p0, (1500..1600).collect::<Vec<_>>());
+    // Seek backwards too, then past the end.
+    reader.seek(&topic, 0, 3).unwrap();
+    loop {
+        let m = next(&mut reader).await;
+        if m.partition == 0 {
+            assert_eq!(m.offset, 3);
+            break;
+        }
+    }
+    assert!(reader.seek(&topic, 9, 0).is_err(), "unassigned partition");
+    reader.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_from_fetches_and_from_the_broker() {
+    let topic = new_topic("reader-lag", 1).await;
+    let conn = admin().await;
+    produce(&conn, &topic, 0, 0, 100, 1).await;
+    let mut reader = Reader::new(config().partition(&topic, 0).queue_capacity(1000))
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        next(&mut reader).await;
+    }
+    assert_eq!(reader.partition_lag(&topic, 0), Some(90));
+    assert_eq!(reader.lag(), 90);
+    assert_eq!(reader.read_lag().await.unwrap(), 90);
+    produce(&conn, &topic, 0, 100, 5, 1).await;
+    assert_eq!(reader.read_lag().await.unwrap(), 95);
+    for _ in 0..95 {
+        next(&mut reader).await;
+    }
+    assert_eq!(reader.lag(), 0);
+    assert_eq!(reader.stats().lag, 0);
+    reader.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_consumer_keeps_the_prefetch_bounded() {
+    let topic = new_topic("reader-slow", 1).await;
+    let conn = admin().await;
+    // 20k messages of ~100 bytes: 2 MB of backlog.
+    let records: Vec<Record> = (0..500)
+        .map(|i| Record::new(format!("k{i}"), vec![b'x'; 100]))
+        .collect();
+    for _ in 0..40 {
+        conn.produce(&topic, 0, &records, &ProduceOptions::default())
+            .await
+            .unwrap();
+    }
+    let cap_bytes = 64 * 1024;
+    let fetch_bytes = 16 * 1024;
+    let mut reader = Reader::new(
+        config()
+            .partition(&topic, 0)
+            .queue_capacity(1_000_000)
+            .queue_capacity_bytes(cap_bytes)
+            .max_partition_bytes(fetch_bytes)
+            .max_bytes(fetch_bytes),
+    )
+    .await
+    .unwrap();
+    // Not polling: the buffer fills up to the bound and fetching stops.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let s1 = reader.stats();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let s2 = reader.stats();
+    eprintln!("slow consumer: {s2:?}");
+    assert!(
+        s2.queue_bytes >= cap_bytes / 2,
+        "prefetch never filled: {s2:?}"
+    );
+    // At most one response beyond the bound (one batch of ~55 KB may exceed max_bytes).
+    assert!(s2.queue_bytes <= cap_bytes + 64 * 1024, "{s2:?}");
+    assert_eq!(
+        s1.fetches, s2.fetches,
+        "fetching went on with a full buffer"
+    );
+    // Polling again resumes fetching, and everything arrives in order.
+    for i in 0..20_000 {
+        assert_eq!(next(&mut reader).await.offset, i);
+        assert!(reader.stats().queue_bytes <= cap_bytes + 64 * 1024);
+    }
+    reader.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn assign_and_unassign_at_runtime() {
+    let topic = new_topic("reader-assign", 3).await;
+    let conn = admin().await;
+    for p in 0..3 {
+        produce(&conn, &topic, p, 0, 500, 100).await;
+    }
+    let mut reader = Reader::new(config().partition(&topic, 0)).await.unwrap();
+    assert_eq!(next(&mut reader).await.partition, 0);
+    reader.assign([
+        (TopicPartition::new(&topic, 1), StartOffset::At(100)),
+        (TopicPartition::new(&topic, 2), StartOffset::First),
+    ]);
+    let mut first: HashMap<i32, i64> = HashMap::new();
+    while first.len() < 3 {
+        let m = next(&mut reader).await;
+        first.entry(m.partition).or_insert(m.offset);
+    }
+    assert_eq!(first[&1], 100);
+    assert_eq!(first[&2], 0);
+    reader.unassign(&[
+        TopicPartition::new(&topic, 0),
+        TopicPartition::new(&topic, 2),
+    ]);
+    assert_eq!(reader.assignment(), vec![TopicPartition::new(&topic, 1)]);
+    for _ in 0..100 {
+        assert_eq!(next(&mut reader).await.partition, 1);
+    }
+    reader.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_stops_the_fetch_task() {
+    let topic = new_topic("reader-close", 2).await;
+    let conn = admin().await;
+    produce(&conn, &topic, 0, 0, 10, 10).await;
+    let mut reader = Reader::new(config().topic(&topic)).await.unwrap();
+    next(&mut reader).await;
+    assert_eq!(reader.stats().fetch_tasks, 1);
+    reader.close().await;
+    assert_eq!(reader.stats().fetch_tasks, 0);
+    let fetches = reader.stats().fetches;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(reader.stats().fetches, fetches);
+    assert!(reader.next().await.is_none());
+    assert_eq!(
+        reader.next_message().await.unwrap_err().kind(),
+        ErrorKind::Closed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decodes_batches_of_every_codec_with_headers() {
+    use kafkapipe::compression::Compression;
+    let topic = new_topic("reader-codecs", 1).await;
+    let conn = admin().await;
+    let mut offset = 0;
+    for c in Compression::ALL.into_iter().filter(|c| c.is_available()) {
+        let records: Vec<Record> = (offset..offset + 50)
+            .map(|k| Record::new(format!("k{k}"), format!("0-{k}")).with_header("codec", c.name()))
+            .collect();
+        let opts = ProduceOptions {
+            compression: c,
+            ..ProduceOptions::default()
+        };
+        conn.produce(&topic, 0, &records, &opts).await.unwrap();
+        offset += 50;
+    }
+    let mut reader = Reader::new(config().partition(&topic, 0)).await.unwrap();
+    for k in 0..offset {
+        let m = next(&mut reader).await;
+        assert_eq!((m.offset, value(&m)), (k, format!("0-{k}")));
+        assert_eq!(m.key.as_deref(), Some(format!("k{k}").as_bytes()));
+        assert_eq!(m.headers.len(), 1);
+        assert!(m.timestamp > 0);
+    }
+    reader.close().await;
+}
