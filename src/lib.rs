@@ -50,3 +50,8 @@ pub mod record;
 pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};
+
+/// The README's Rust examples, compiled as doc tests so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
