@@ -10,6 +10,8 @@
 //! | ApiVersions (18) | 0–4 | 3 |
 //! | CreateTopics (19) | 2–7 | 5 |
 //! | DeleteTopics (20) | 1–6 | 4 |
+//! | SaslHandshake (17) | 0–1 | never |
+//! | SaslAuthenticate (36) | 0–2 | 2 |
 
 pub mod api_versions;
 pub mod create_topics;
@@ -18,6 +20,8 @@ pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod sasl_authenticate;
+pub mod sasl_handshake;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
 pub use create_topics::{
@@ -44,6 +48,9 @@ pub use produce::{
     ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicData,
     ProduceTopicResponse,
 };
+
+pub use sasl_authenticate::{SaslAuthenticateRequest, SaslAuthenticateResponse};
+pub use sasl_handshake::{SaslHandshakeRequest, SaslHandshakeResponse};
 
 use bytes::{Bytes, BytesMut};
 
