@@ -43,6 +43,9 @@ pub mod conn;
 mod error;
 pub mod protocol;
 pub mod record;
+pub mod sasl;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};

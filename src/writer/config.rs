@@ -82,6 +82,13 @@ pub struct WriterConfig {
     /// How long establishing a broker connection may take. Default 10 s (Java
     /// `socket.connection.setup.timeout.ms`).
     pub connect_timeout: Duration,
+    /// TLS for every broker connection; `None` (default) for plain TCP. See
+    /// [`ConnectionConfig::tls`].
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::TlsConfig>,
+    /// SASL mechanism for every broker connection; `None` (default) for none. See
+    /// [`ConnectionConfig::sasl`].
+    pub sasl: Option<Arc<dyn crate::sasl::Mechanism>>,
 }
 
 impl fmt::Debug for WriterConfig {
@@ -102,6 +109,7 @@ impl fmt::Debug for WriterConfig {
             .field("client_id", &self.client_id)
             .field("max_in_flight_per_broker", &self.max_in_flight_per_broker)
             .field("connect_timeout", &self.connect_timeout)
+            .field("sasl", &self.sasl)
             .finish_non_exhaustive()
     }
 }
@@ -130,7 +138,39 @@ impl WriterConfig {
             client_id: "kafkapipe".to_string(),
             max_in_flight_per_broker: 5,
             connect_timeout: Duration::from_secs(10),
+            #[cfg(feature = "tls")]
+            tls: None,
+            sasl: None,
         }
+    }
+
+    /// Set [`WriterConfig::tls`].
+    ///
+    /// ```no_run
+    /// # fn demo() -> kafkapipe::Result<()> {
+    /// use kafkapipe::tls::TlsConfig;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let tls = TlsConfig::builder().ca_file("ca.pem")?.build()?;
+    /// let config = WriterConfig::new(["broker:9093"]).tls(tls);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Set [`WriterConfig::sasl`].
+    ///
+    /// ```
+    /// use kafkapipe::sasl::Scram;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let config = WriterConfig::new(["broker:9093"]).sasl(Scram::sha512("alice", "secret"));
+    /// assert!(!format!("{config:?}").contains("secret"));
+    /// ```
+    pub fn sasl(mut self, mechanism: impl crate::sasl::Mechanism + 'static) -> Self {
+        self.sasl = Some(Arc::new(mechanism));
+        self
     }
 
     /// Set [`WriterConfig::topic`].
@@ -250,6 +290,9 @@ impl WriterConfig {
             connect_timeout: self.connect_timeout,
             request_timeout: self.write_timeout,
             max_in_flight: self.max_in_flight_per_broker,
+            #[cfg(feature = "tls")]
+            tls: self.tls.clone(),
+            sasl: self.sasl.clone(),
             ..ConnectionConfig::default()
         }
     }
