@@ -909,7 +909,20 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 }
 
 fn write_failure(e: std::io::Error) -> Failure {
-    Failure::new(ErrorKind::Io, format!("write failed: {e}"))
+    Failure::new(io_kind(&e), format!("write failed: {e}"))
+}
+
+/// `Tls` for a TLS-level failure after the handshake (e.g. a server that demands a client
+/// certificate sends its alert on the first read with TLS 1.3), else `Io`.
+fn io_kind(e: &std::io::Error) -> ErrorKind {
+    #[cfg(feature = "tls")]
+    if e.get_ref()
+        .is_some_and(|inner| inner.is::<tokio_rustls::rustls::Error>())
+    {
+        return ErrorKind::Tls;
+    }
+    let _ = e;
+    ErrorKind::Io
 }
 
 async fn write_one<W: AsyncWrite + Unpin>(
@@ -1025,7 +1038,7 @@ async fn read_more<R: AsyncRead + Unpin>(
     let n = reader
         .read_buf(buf)
         .await
-        .map_err(|e| Failure::new(ErrorKind::Io, format!("read failed: {e}")))?;
+        .map_err(|e| Failure::new(io_kind(&e), format!("read failed: {e}")))?;
     if n == 0 {
         let message = if buf.is_empty() {
             "connection closed by peer"

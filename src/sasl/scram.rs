@@ -8,7 +8,8 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
 
 use super::{auth_error, Mechanism, Redacted, Session, StartFuture};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::protocol::ErrorCode;
 
 /// The hash function of a SCRAM mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +173,14 @@ struct ScramSession {
     state: State,
 }
 
+/// The broker's `e=` answer (RFC 5802 server-error, e.g. `invalid-proof` for a wrong
+/// password): the same error as a SaslAuthenticate error code.
+fn refused(name: &str, reason: &str) -> Error {
+    Error::kafka(ErrorCode::SaslAuthenticationFailed).with_message(format!(
+        "{name} authentication failed: the broker says {reason}"
+    ))
+}
+
 /// The value of attribute `key` in a SCRAM message (`k=v,k=v`).
 fn attribute(message: &str, key: char) -> Option<&str> {
     message.split(',').find_map(|part| {
@@ -184,7 +193,7 @@ impl ScramSession {
     fn client_final(&mut self, server_first: &str) -> Result<Vec<u8>> {
         let name = self.algorithm.name();
         if let Some(e) = attribute(server_first, 'e') {
-            return Err(auth_error(format!("{name}: the broker refused: {e}")));
+            return Err(refused(name, e));
         }
         if server_first.starts_with("m=") {
             return Err(auth_error(format!(
@@ -230,7 +239,7 @@ impl ScramSession {
     fn verify(&self, server_final: &str, expected: &[u8]) -> Result<()> {
         let name = self.algorithm.name();
         if let Some(e) = attribute(server_final, 'e') {
-            return Err(auth_error(format!("{name}: the broker refused: {e}")));
+            return Err(refused(name, e));
         }
         let got = attribute(server_final, 'v')
             .and_then(|v| B64.decode(v).ok())

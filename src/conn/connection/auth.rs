@@ -64,7 +64,26 @@ impl Connection {
         let handshake = SaslHandshakeRequest {
             mechanism: name.clone(),
         };
-        let mut body = self.request_body_with(&handshake, 1, exclusive).await?;
+        let mut body = match self.request_body_with(&handshake, 1, exclusive).await {
+            Ok(body) => body,
+            // A broker that does not offer the mechanism should answer
+            // UNSUPPORTED_SASL_MECHANISM with its list; some (tansu 0.6) hang up instead.
+            // Reconnecting would only repeat that, so this is an authentication error.
+            Err(e) if matches!(e.kind(), ErrorKind::Closed | ErrorKind::Io) => {
+                warn!(broker = %broker, mechanism = %name, error = %e, "broker hung up on the SASL handshake");
+                return Err(self.err(
+                    Error::new(
+                        ErrorKind::Authentication,
+                        format!(
+                            "broker closed the connection in answer to SaslHandshake for {name} \
+                             without naming its mechanisms; it most likely does not offer {name}"
+                        ),
+                    )
+                    .with_source(e),
+                ));
+            }
+            Err(e) => return Err(e),
+        };
         let handshake = SaslHandshakeResponse::decode(&mut body, 1).map_err(|e| self.err(e))?;
         if handshake.error_code != 0 {
             let code = ErrorCode::from(handshake.error_code);
