@@ -13,9 +13,10 @@
 //! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the kafka-go style [`Conn`](conn::Conn) API |
 //! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
 //! | [`writer`] | the producer: [`writer::Writer`], a batching, backpressured `Sink<Message>` |
+//! | `tls` | TLS settings (rustls; feature `tls`, on by default) |
+//! | [`sasl`] | SASL mechanisms: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER |
 //!
-//! The `Reader` stream, consumer groups, TLS/SASL and the admin client build on these
-//! layers.
+//! The `Reader` stream, consumer groups and the admin client build on these layers.
 //!
 //! ```no_run
 //! use kafkapipe::conn::{Conn, FetchOptions, ProduceOptions};
@@ -49,3 +50,8 @@ pub mod tls;
 pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};
+
+/// The README's code blocks, compiled as doctests so they stay correct.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
