@@ -330,6 +330,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn config_debug_hides_secrets() {
+        let c = ConnectionConfig {
+            sasl: Some(Arc::new(Plain::new("alice", "hunter2"))),
+            ..ConnectionConfig::default()
+        };
+        let d = format!("{c:?}");
+        assert!(d.contains("alice") && !d.contains("hunter2"), "{d}");
+        let c = ConnectionConfig {
+            sasl: Some(Arc::new(crate::sasl::OAuthBearer::with_static_token(
+                crate::sasl::OAuthToken::new("tok-123"),
+            ))),
+            ..ConnectionConfig::default()
+        };
+        assert!(!format!("{c:?}").contains("tok-123"));
+    }
+
     #[tokio::test]
     async fn plain_success_then_reauthentication_before_expiry() {
         let (client, mut broker) = pair();
