@@ -247,8 +247,9 @@ impl Connection {
     /// no further request is ever sent on it. If the broker grants a limited session
     /// lifetime, the connection re-authenticates in place at 85% of it (KIP-368): new
     /// requests wait while in-flight ones finish, the exchange runs alone on the
-    /// connection, then requests flow again. A failed re-authentication kills the
-    /// connection with that error.
+    /// connection, then requests flow again. If re-authentication fails the connection is
+    /// closed (`Closed`, retriable: a new connection authenticates afresh, and fails for
+    /// good if the credentials are no longer valid).
     ///
     /// # Errors
     ///

@@ -92,7 +92,18 @@ impl Connection {
             } else {
                 handshake.mechanisms.join(", ")
             };
-            let message = if code == ErrorCode::UnsupportedSaslMechanism {
+            let listed = handshake.mechanisms.contains(&name);
+            let message = if code == ErrorCode::UnsupportedSaslMechanism && listed {
+                format!(
+                    "broker refused SASL mechanism {name} although it lists it (offers: \
+                     {offered}){}",
+                    if exclusive {
+                        "; it does not support re-authentication (KIP-368)"
+                    } else {
+                        ""
+                    }
+                )
+            } else if code == ErrorCode::UnsupportedSaslMechanism {
                 format!("broker does not offer SASL mechanism {name}; it offers: {offered}")
             } else {
                 format!("SaslHandshake for {name} failed (broker offers: {offered})")
@@ -177,11 +188,20 @@ impl Connection {
                     Ok(Some(next)) => lifetime = next,
                     Ok(None) => return,
                     Err(e) => {
+                        // Fall back to closing: a new connection authenticates afresh, and
+                        // if the credentials really are bad that fails for good. (tansu 0.6
+                        // grants 60 s sessions but cannot re-authenticate a connection.)
                         warn!(broker = %conn.broker(), error = %e, "SASL re-authentication failed; closing the connection");
-                        let kind = e.kind();
+                        // The failure's error names the broker again; say it once.
+                        let reason = e
+                            .to_string()
+                            .replace(&format!(" (broker {})", conn.broker()), "");
                         conn.shared.state.fail(Failure::new(
-                            kind,
-                            format!("SASL re-authentication failed: {e}"),
+                            ErrorKind::Closed,
+                            format!(
+                                "SASL re-authentication failed, connection closed (a new \
+                                 connection authenticates afresh): {reason}"
+                            ),
                         ));
                         conn.shared.state.shutdown.notify_one();
                         return;
@@ -295,13 +315,18 @@ mod tests {
         }
 
         async fn handshake(&mut self, error_code: i16) -> String {
+            self.handshake_listing(error_code, &["SCRAM-SHA-256", "OAUTHBEARER"])
+                .await
+        }
+
+        async fn handshake_listing(&mut self, error_code: i16, mechanisms: &[&str]) -> String {
             let mut seen = self.read().await.unwrap();
             assert_eq!(seen.key, ApiKey::SASL_HANDSHAKE);
             assert_eq!(seen.version, 1);
             let req = SaslHandshakeRequest::decode(&mut seen.body, 1).unwrap();
             let resp = SaslHandshakeResponse {
                 error_code,
-                mechanisms: vec!["SCRAM-SHA-256".into(), "OAUTHBEARER".into()],
+                mechanisms: mechanisms.iter().map(|m| m.to_string()).collect(),
             };
             self.reply(&seen, false, &resp).await;
             req.mechanism
@@ -420,7 +445,44 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("re-authentication"), "{err}");
-        assert!(!err.is_retriable() || err.is_closed(), "{err}");
+        assert!(err.to_string().contains("expired"), "{err}");
+        assert_eq!(err.to_string().matches("broker b:1").count(), 1, "{err}");
+        // Closed, so the cluster redials and authenticates afresh.
+        assert!(err.is_closed() && err.is_retriable(), "{err}");
+    }
+
+    /// tansu 0.6 grants 60 s sessions but answers a second handshake on the connection
+    /// with UNSUPPORTED_SASL_MECHANISM, listing the very mechanism (measured live).
+    #[tokio::test]
+    async fn broker_without_reauthentication_support_gets_the_connection_closed() {
+        let (client, mut broker) = pair();
+        let serve = async {
+            broker.api_versions().await;
+            broker.handshake_listing(0, &["PLAIN"]).await;
+            broker
+                .authenticate(SaslAuthenticateResponse {
+                    session_lifetime_ms: 100,
+                    ..SaslAuthenticateResponse::default()
+                })
+                .await;
+        };
+        let (conn, ()) = tokio::join!(
+            Connection::from_stream(client, "b:1", plain_config()),
+            serve
+        );
+        let conn = conn.unwrap();
+        broker
+            .handshake_listing(ErrorCode::UnsupportedSaslMechanism.code(), &["PLAIN"])
+            .await;
+        assert!(broker.read().await.is_none(), "connection must be closed");
+        let req = ApiVersionsRequest::default();
+        let err = conn.send_version(&req, 3).await.unwrap_err();
+        assert!(err.is_closed() && err.is_retriable(), "{err}");
+        assert!(
+            err.to_string()
+                .contains("does not support re-authentication"),
+            "{err}"
+        );
     }
 
     #[tokio::test]
