@@ -282,6 +282,8 @@ impl TestBroker {
                 Ok(b) => return b,
                 Err(log) => last_log = log,
             }
+            // A fixed port may still be held by the previous broker for a moment.
+            std::thread::sleep(Duration::from_millis(200));
         }
         panic!("tansu did not start; last log:\n{last_log}");
     }
