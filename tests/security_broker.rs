@@ -43,8 +43,25 @@ struct Pki {
     client_key_pem: String,
 }
 
+/// `$TMP/kafkapipe-NAME-PID`, fresh. Directories left by earlier test processes that are
+/// gone (statics are never dropped, so nothing removes them at exit) are removed.
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kafkapipe-{name}-{}", std::process::id()));
+    let prefix = format!("kafkapipe-{name}-");
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let pid = file_name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid {
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("{prefix}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
