@@ -37,6 +37,12 @@ pub enum ErrorKind {
     Config,
     /// Metadata did not name a leader or the broker we need.
     Metadata,
+    /// SASL authentication failed on the client's side (malformed server message, server
+    /// signature mismatch, token provider failure). Failures reported by the broker are
+    /// `Kafka` errors (`SaslAuthenticationFailed`, `UnsupportedSaslMechanism`, …).
+    Authentication,
+    /// The TLS handshake failed (untrusted or mismatching certificate, protocol error).
+    Tls,
 }
 
 /// The error type of every fallible kafkapipe operation.
@@ -207,6 +213,22 @@ impl Error {
         }
     }
 
+    /// Whether this is an authentication failure: a client-side SASL failure, a TLS
+    /// handshake failure, or a broker's SASL error code (`SaslAuthenticationFailed`,
+    /// `UnsupportedSaslMechanism`, `IllegalSaslState`). Never retriable.
+    pub fn is_authentication(&self) -> bool {
+        matches!(
+            self.inner.kind,
+            ErrorKind::Authentication
+                | ErrorKind::Tls
+                | ErrorKind::Kafka(
+                    ErrorCode::SaslAuthenticationFailed
+                        | ErrorCode::UnsupportedSaslMechanism
+                        | ErrorCode::IllegalSaslState
+                )
+        )
+    }
+
     /// Whether this is a timeout.
     pub fn is_timeout(&self) -> bool {
         self.inner.kind == ErrorKind::Timeout
@@ -303,6 +325,20 @@ mod tests {
     #[test]
     fn error_is_one_pointer() {
         assert_eq!(std::mem::size_of::<Error>(), std::mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn authentication_errors_are_not_retriable() {
+        for e in [
+            Error::new(ErrorKind::Authentication, "bad signature"),
+            Error::new(ErrorKind::Tls, "unknown issuer"),
+            Error::kafka(ErrorCode::SaslAuthenticationFailed),
+            Error::kafka(ErrorCode::UnsupportedSaslMechanism),
+        ] {
+            assert!(e.is_authentication(), "{e}");
+            assert!(!e.is_retriable(), "{e}");
+        }
+        assert!(!Error::kafka(ErrorCode::NotLeaderOrFollower).is_authentication());
     }
 
     #[test]

@@ -15,9 +15,10 @@
 //! | [`writer`] | the producer: [`writer::Writer`], a batching, backpressured `Sink<Message>` |
 //! | [`reader`] | the consumer: [`reader::Reader`], a `Stream<Item = Result<Message>>` over assigned partitions with bounded prefetch |
 //! | [`admin`] | the admin client: topics, partitions, configs, groups, offsets, records, cluster |
+//! | `tls` | TLS settings (rustls; feature `tls`, on by default) |
+//! | [`sasl`] | SASL mechanisms: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER |
 //!
-//! Consumer groups and TLS/SASL build on these
-//! layers.
+//! Consumer groups build on these layers.
 //!
 //! ```no_run
 //! use kafkapipe::conn::{Conn, FetchOptions, ProduceOptions};
@@ -47,6 +48,9 @@ mod error;
 pub mod protocol;
 pub mod reader;
 pub mod record;
+pub mod sasl;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};

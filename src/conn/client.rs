@@ -307,7 +307,25 @@ impl Conn {
         Self::connect_with(addr, ConnectionConfig::default()).await
     }
 
-    /// Connect to the broker at `addr` with `config`.
+    /// Connect to the broker at `addr` with `config`: TLS and SASL as
+    /// [`ConnectionConfig::tls`] and [`ConnectionConfig::sasl`] say (see
+    /// [`Connection::connect`]).
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use kafkapipe::conn::{Conn, ConnectionConfig};
+    /// use kafkapipe::sasl::Scram;
+    /// use kafkapipe::tls::TlsConfig;
+    ///
+    /// # async fn demo() -> kafkapipe::Result<()> {
+    /// let config = ConnectionConfig {
+    ///     tls: Some(TlsConfig::builder().ca_file("ca.pem")?.build()?),
+    ///     sasl: Some(Arc::new(Scram::sha256("alice", "secret"))),
+    ///     ..ConnectionConfig::default()
+    /// };
+    /// let conn = Conn::connect_with("broker:9093", config).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect_with(addr: &str, config: ConnectionConfig) -> Result<Conn> {
         Ok(Self::from_connection(
             Connection::connect(addr, config).await?,

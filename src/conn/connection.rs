@@ -39,6 +39,9 @@ use tracing::{debug, trace, warn, Instrument};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use crate::sasl::Mechanism;
+
+mod auth;
 use crate::protocol::{
     check_version, ApiKey, Decode, ErrorCode, Request, RequestHeader, ResponseHeader, TaggedFields,
 };
@@ -55,7 +58,7 @@ use crate::protocol::{
 /// };
 /// assert_eq!(config.max_in_flight, 5);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ConnectionConfig {
     /// The client id sent in every request header. Default `"kafkapipe"`
     /// (Java: `client.id`).
@@ -79,7 +82,42 @@ pub struct ConnectionConfig {
     /// a protocol error that kills the connection. Default 100 MiB
     /// (Java: `socket.request.max.bytes` on the broker side).
     pub max_frame_size: usize,
+    /// TLS for every connection dialed with this configuration; `None` (the default)
+    /// for plain TCP. The TLS handshake counts against `connect_timeout`.
+    /// (Java: `security.protocol=SSL` / `SASL_SSL` and the `ssl.*` settings.)
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::TlsConfig>,
+    /// SASL authentication after the ApiVersions handshake; `None` (the default) for
+    /// none. See [`crate::sasl`]. (Java: `sasl.mechanism`, `sasl.jaas.config`.)
+    ///
+    /// The connection re-authenticates in place before the session lifetime the broker
+    /// grants expires (KIP-368).
+    pub sasl: Option<Arc<dyn Mechanism>>,
 }
+
+impl PartialEq for ConnectionConfig {
+    /// Field-wise; `sasl` mechanisms are equal when they are the same `Arc`.
+    fn eq(&self, other: &Self) -> bool {
+        let sasl_eq = match (&self.sasl, &other.sasl) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        #[cfg(feature = "tls")]
+        let tls_eq = self.tls == other.tls;
+        #[cfg(not(feature = "tls"))]
+        let tls_eq = true;
+        self.client_id == other.client_id
+            && self.connect_timeout == other.connect_timeout
+            && self.request_timeout == other.request_timeout
+            && self.max_in_flight == other.max_in_flight
+            && self.max_frame_size == other.max_frame_size
+            && tls_eq
+            && sasl_eq
+    }
+}
+
+impl Eq for ConnectionConfig {}
 
 impl Default for ConnectionConfig {
     fn default() -> Self {
@@ -89,6 +127,9 @@ impl Default for ConnectionConfig {
             request_timeout: Duration::from_secs(30),
             max_in_flight: 5,
             max_frame_size: 100 * 1024 * 1024,
+            #[cfg(feature = "tls")]
+            tls: None,
+            sasl: None,
         }
     }
 }
@@ -130,6 +171,8 @@ struct Shared {
     next_correlation_id: AtomicI32,
     api_versions: OnceLock<ApiVersionsResponse>,
     driver: Mutex<Option<JoinHandle<()>>>,
+    /// The KIP-368 re-authentication timer task, if the broker limited the session.
+    reauth: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl fmt::Debug for Connection {
@@ -142,17 +185,22 @@ impl fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Connect to `addr` (`host:port`) over TCP (with `TCP_NODELAY`) within
-    /// [`ConnectionConfig::connect_timeout`], then perform the ApiVersions handshake.
+    /// Connect to `addr` (`host:port`): TCP (with `TCP_NODELAY`), then TLS if
+    /// [`ConnectionConfig::tls`] is set — both within [`ConnectionConfig::connect_timeout`]
+    /// — then the ApiVersions handshake, then SASL if [`ConnectionConfig::sasl`] is set.
+    /// The connection is returned only once all of that succeeded.
     ///
     /// # Errors
     ///
-    /// `Timeout` or `Io` if the TCP connection cannot be established, `Config` for an
-    /// invalid configuration, and any error of the handshake (see
-    /// [`Connection::negotiate_versions`]). Every error names the broker.
+    /// `Timeout` or `Io` if the TCP connection cannot be established, `Tls` if the TLS
+    /// handshake fails (untrusted or mismatching certificate…), `Config` for an invalid
+    /// configuration, any error of the handshake (see [`Connection::negotiate_versions`])
+    /// and of authentication (see [`Connection::from_stream`]). Every error names the
+    /// broker.
     pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Connection> {
         config.validate()?;
         debug!(broker = addr, "connecting");
+        let started = tokio::time::Instant::now();
         let stream =
             match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
                 Err(_) => {
@@ -168,17 +216,49 @@ impl Connection {
         stream
             .set_nodelay(true)
             .map_err(|e| Error::io("setting TCP_NODELAY failed", e).with_broker(addr))?;
+        #[cfg(feature = "tls")]
+        if let Some(tls) = config.tls.clone() {
+            let deadline = started + config.connect_timeout;
+            let stream = match tokio::time::timeout_at(deadline, tls.handshake(stream, addr)).await
+            {
+                Err(_) => {
+                    return Err(Error::timeout(format!(
+                        "TLS handshake timed out (connect timeout {} ms)",
+                        config.connect_timeout.as_millis()
+                    ))
+                    .with_broker(addr))
+                }
+                Ok(r) => r?,
+            };
+            debug!(broker = addr, "TLS established");
+            return Self::from_stream(stream, addr, config).await;
+        }
+        let _ = started;
         Self::from_stream(stream, addr, config).await
     }
 
     /// Run a connection over an already established `stream` (TCP, TLS, an in-memory pipe…)
-    /// to the broker called `broker` (used in logs and errors), and perform the ApiVersions
-    /// handshake.
+    /// to the broker called `broker` (used in logs and errors), perform the ApiVersions
+    /// handshake, then SASL authentication if [`ConnectionConfig::sasl`] is set
+    /// ([`ConnectionConfig::tls`] is not used here: `stream` is already what it is).
+    ///
+    /// Authentication is SaslHandshake v1 followed by SaslAuthenticate requests carrying
+    /// the mechanism's messages. If it fails the connection is closed before this returns:
+    /// no further request is ever sent on it. If the broker grants a limited session
+    /// lifetime, the connection re-authenticates in place at 85% of it (KIP-368): new
+    /// requests wait while in-flight ones finish, the exchange runs alone on the
+    /// connection, then requests flow again. If re-authentication fails the connection is
+    /// closed (`Closed`, retriable: a new connection authenticates afresh, and fails for
+    /// good if the credentials are no longer valid).
     ///
     /// # Errors
     ///
-    /// `Config` for an invalid configuration or when called outside a Tokio runtime, and
-    /// any error of the handshake (see [`Connection::negotiate_versions`]).
+    /// `Config` for an invalid configuration or when called outside a Tokio runtime, any
+    /// error of the handshake (see [`Connection::negotiate_versions`]), and for SASL:
+    /// `Kafka(UnsupportedSaslMechanism)` naming the mechanisms the broker offers,
+    /// `Kafka(SaslAuthenticationFailed)` with the broker's message (e.g. a wrong password),
+    /// `Authentication` for client-side failures (a broker that fails to prove it knows the
+    /// SCRAM credentials, a token provider error). None of these is retriable.
     pub async fn from_stream<S>(
         stream: S,
         broker: impl Into<String>,
@@ -188,7 +268,16 @@ impl Connection {
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let conn = Self::from_stream_without_handshake(stream, broker, config)?;
-        conn.negotiate_versions().await?;
+        if let Err(e) = conn.negotiate_versions().await {
+            conn.close().await;
+            return Err(e);
+        }
+        if let Some(mechanism) = conn.shared.config.sasl.clone() {
+            if let Err(e) = conn.authenticate(mechanism).await {
+                conn.close().await;
+                return Err(e);
+            }
+        }
         Ok(conn)
     }
 
@@ -240,6 +329,7 @@ impl Connection {
                 next_correlation_id: AtomicI32::new(0),
                 api_versions: OnceLock::new(),
                 driver: Mutex::new(Some(driver)),
+                reauth: Mutex::new(None),
             }),
         })
     }
@@ -420,7 +510,7 @@ impl Connection {
         check_version::<R>(version).map_err(|e| self.err(e))?;
         let frame = self.encode_frame(req, version)?;
         let work = async {
-            let (permit, correlation_id, frame) = self.prepare(frame).await?;
+            let (permit, correlation_id, frame) = self.prepare(frame, false).await?;
             let (tx, rx) = oneshot::channel();
             self.submit(Command {
                 correlation_id,
@@ -454,6 +544,9 @@ impl Connection {
             "connection closed by client",
         ));
         self.shared.state.shutdown.notify_one();
+        if let Some(reauth) = lock(&self.shared.reauth).take() {
+            reauth.abort();
+        }
         let handle = lock(&self.shared.driver).take();
         if let Some(handle) = handle {
             let _ = handle.await;
@@ -463,11 +556,22 @@ impl Connection {
 
     /// Encode, send and await the raw response body of `req` at `version`.
     async fn request_body<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
+        self.request_body_with(req, version, false).await
+    }
+
+    /// Like [`Connection::request_body`]; with `exclusive` no in-flight slot is taken,
+    /// because the caller holds them all (re-authentication).
+    async fn request_body_with<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        exclusive: bool,
+    ) -> Result<Bytes> {
         check_version::<R>(version).map_err(|e| self.err(e))?;
         let frame = self.encode_frame(req, version)?;
         let header_version = R::response_header_version(version);
         let work = async {
-            let (permit, correlation_id, frame) = self.prepare(frame).await?;
+            let (permit, correlation_id, frame) = self.prepare(frame, exclusive).await?;
             let (tx, rx) = oneshot::channel();
             self.submit(Command {
                 correlation_id,
@@ -517,15 +621,26 @@ impl Connection {
         Ok(buf)
     }
 
-    /// Wait for an in-flight slot, then stamp a fresh correlation id into `frame`.
-    async fn prepare(&self, mut frame: BytesMut) -> Result<(OwnedSemaphorePermit, i32, Bytes)> {
+    /// Wait for an in-flight slot (unless `exclusive`: the caller holds every slot), then
+    /// stamp a fresh correlation id into `frame`.
+    async fn prepare(
+        &self,
+        mut frame: BytesMut,
+        exclusive: bool,
+    ) -> Result<(Option<OwnedSemaphorePermit>, i32, Bytes)> {
         if self.is_closed() {
             return Err(self.shared.state.error());
         }
-        let permit = Arc::clone(&self.shared.state.in_flight)
-            .acquire_owned()
-            .await
-            .map_err(|_| self.shared.state.error())?;
+        let permit = if exclusive {
+            None
+        } else {
+            Some(
+                Arc::clone(&self.shared.state.in_flight)
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| self.shared.state.error())?,
+            )
+        };
         let correlation_id = self.next_correlation_id();
         // Every request header starts with api_key (2), api_version (2), correlation_id (4),
         // right after the 4-byte size prefix.
@@ -725,14 +840,14 @@ struct Pending {
     api_key: ApiKey,
     header_version: i16,
     tx: oneshot::Sender<Result<Bytes>>,
-    _permit: OwnedSemaphorePermit,
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
 /// A frame handed from a caller to the driver.
 struct Command {
     correlation_id: i32,
     frame: Bytes,
-    permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
     reply: Reply,
 }
 
@@ -795,7 +910,20 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 }
 
 fn write_failure(e: std::io::Error) -> Failure {
-    Failure::new(ErrorKind::Io, format!("write failed: {e}"))
+    Failure::new(io_kind(&e), format!("write failed: {e}"))
+}
+
+/// `Tls` for a TLS-level failure after the handshake (e.g. a server that demands a client
+/// certificate sends its alert on the first read with TLS 1.3), else `Io`.
+fn io_kind(e: &std::io::Error) -> ErrorKind {
+    #[cfg(feature = "tls")]
+    if e.get_ref()
+        .is_some_and(|inner| inner.is::<tokio_rustls::rustls::Error>())
+    {
+        return ErrorKind::Tls;
+    }
+    let _ = e;
+    ErrorKind::Io
 }
 
 async fn write_one<W: AsyncWrite + Unpin>(
@@ -911,7 +1039,7 @@ async fn read_more<R: AsyncRead + Unpin>(
     let n = reader
         .read_buf(buf)
         .await
-        .map_err(|e| Failure::new(ErrorKind::Io, format!("read failed: {e}")))?;
+        .map_err(|e| Failure::new(io_kind(&e), format!("read failed: {e}")))?;
     if n == 0 {
         let message = if buf.is_empty() {
             "connection closed by peer"

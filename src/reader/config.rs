@@ -162,6 +162,13 @@ pub struct ReaderConfig {
     /// How long one request may take; a fetch's `max_wait` is added to it. Default 30 s
     /// (Java `request.timeout.ms`).
     pub request_timeout: Duration,
+    /// TLS for every broker connection; `None` (default) for plain TCP. See
+    /// [`ConnectionConfig::tls`].
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::TlsConfig>,
+    /// SASL mechanism for every broker connection; `None` (default) for none (kafka-go
+    /// `Dialer.SASLMechanism`). See [`ConnectionConfig::sasl`].
+    pub sasl: Option<std::sync::Arc<dyn crate::sasl::Mechanism>>,
 }
 
 impl ReaderConfig {
@@ -189,7 +196,39 @@ impl ReaderConfig {
             client_id: "kafkapipe".to_string(),
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
+            #[cfg(feature = "tls")]
+            tls: None,
+            sasl: None,
         }
+    }
+
+    /// Set [`ReaderConfig::tls`].
+    ///
+    /// ```no_run
+    /// # fn demo() -> kafkapipe::Result<()> {
+    /// use kafkapipe::reader::ReaderConfig;
+    /// use kafkapipe::tls::TlsConfig;
+    /// let tls = TlsConfig::builder().ca_file("ca.pem")?.build()?;
+    /// let config = ReaderConfig::new(["broker:9093"]).topic("events").tls(tls);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Set [`ReaderConfig::sasl`].
+    ///
+    /// ```
+    /// use kafkapipe::reader::ReaderConfig;
+    /// use kafkapipe::sasl::Scram;
+    /// let config = ReaderConfig::new(["broker:9093"]).sasl(Scram::sha256("alice", "secret"));
+    /// assert!(!format!("{config:?}").contains("secret"));
+    /// ```
+    pub fn sasl(mut self, mechanism: impl crate::sasl::Mechanism + 'static) -> Self {
+        self.sasl = Some(std::sync::Arc::new(mechanism));
+        self
     }
 
     /// Read every partition of `topic` (as listed when the reader starts) (kafka-go
@@ -340,6 +379,9 @@ impl ReaderConfig {
             client_id: self.client_id.clone(),
             connect_timeout: self.connect_timeout,
             request_timeout: self.request_timeout.saturating_add(self.max_wait),
+            #[cfg(feature = "tls")]
+            tls: self.tls.clone(),
+            sasl: self.sasl.clone(),
             ..ConnectionConfig::default()
         }
     }

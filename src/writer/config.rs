@@ -94,6 +94,13 @@ pub struct WriterConfig {
     /// (Java `enable.idempotence`). Requires [`RequiredAcks::All`]. Default false (the
     /// Java client defaults to true; kafka-go has no idempotence).
     pub idempotent: bool,
+    /// TLS for every broker connection; `None` (default) for plain TCP. See
+    /// [`ConnectionConfig::tls`].
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::TlsConfig>,
+    /// SASL mechanism for every broker connection; `None` (default) for none. See
+    /// [`ConnectionConfig::sasl`].
+    pub sasl: Option<Arc<dyn crate::sasl::Mechanism>>,
 }
 
 impl fmt::Debug for WriterConfig {
@@ -116,6 +123,7 @@ impl fmt::Debug for WriterConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("allow_auto_topic_creation", &self.allow_auto_topic_creation)
             .field("idempotent", &self.idempotent)
+            .field("sasl", &self.sasl)
             .finish_non_exhaustive()
     }
 }
@@ -146,7 +154,39 @@ impl WriterConfig {
             connect_timeout: Duration::from_secs(10),
             allow_auto_topic_creation: false,
             idempotent: false,
+            #[cfg(feature = "tls")]
+            tls: None,
+            sasl: None,
         }
+    }
+
+    /// Set [`WriterConfig::tls`].
+    ///
+    /// ```no_run
+    /// # fn demo() -> kafkapipe::Result<()> {
+    /// use kafkapipe::tls::TlsConfig;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let tls = TlsConfig::builder().ca_file("ca.pem")?.build()?;
+    /// let config = WriterConfig::new(["broker:9093"]).tls(tls);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Set [`WriterConfig::sasl`].
+    ///
+    /// ```
+    /// use kafkapipe::sasl::Scram;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let config = WriterConfig::new(["broker:9093"]).sasl(Scram::sha512("alice", "secret"));
+    /// assert!(!format!("{config:?}").contains("secret"));
+    /// ```
+    pub fn sasl(mut self, mechanism: impl crate::sasl::Mechanism + 'static) -> Self {
+        self.sasl = Some(Arc::new(mechanism));
+        self
     }
 
     /// Set [`WriterConfig::topic`].
@@ -281,6 +321,9 @@ impl WriterConfig {
             connect_timeout: self.connect_timeout,
             request_timeout: self.write_timeout,
             max_in_flight: self.max_in_flight_per_broker,
+            #[cfg(feature = "tls")]
+            tls: self.tls.clone(),
+            sasl: self.sasl.clone(),
             ..ConnectionConfig::default()
         }
     }

@@ -113,6 +113,118 @@ pub fn tansu_bin() -> PathBuf {
     );
 }
 
+/// How to start a broker with [`TestBroker::start_opts`].
+#[derive(Debug, Clone)]
+pub struct BrokerOptions {
+    /// The tansu binary.
+    pub tansu: PathBuf,
+    /// Address advertised in Metadata instead of the listening one (`host:port`).
+    pub advertised: Option<String>,
+    /// Extra `tansu broker` arguments (`--storage-engine`, `--authentication`…).
+    pub args: Vec<String>,
+    /// Working directory (relative `sqlite://FILE` storage lives here).
+    pub cwd: Option<PathBuf>,
+    /// A fixed port instead of a free one.
+    pub port: Option<u16>,
+}
+
+impl Default for BrokerOptions {
+    fn default() -> Self {
+        BrokerOptions {
+            tansu: tansu_bin(),
+            advertised: None,
+            args: Vec::new(),
+            cwd: None,
+            port: None,
+        }
+    }
+}
+
+/// The tansu built with libsql storage (SCRAM users persist): `TANSU_LIBSQL_BIN`, else
+/// `/opt/tansu-libsql/bin/tansu`. `None` if absent — except under CI (`CI=true`), where a
+/// missing binary fails the test instead of skipping it.
+pub fn tansu_libsql_bin() -> Option<PathBuf> {
+    let candidate = std::env::var_os("TANSU_LIBSQL_BIN")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/tansu-libsql/bin/tansu"));
+    if candidate.is_file() {
+        return Some(candidate);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!(
+            "libsql tansu not found at {} (CI=true): build it with `cargo install tansu \
+             --version 0.6.0 --features dynostore,libsql --root /opt/tansu-libsql` or set \
+             TANSU_LIBSQL_BIN",
+            candidate.display()
+        );
+    }
+    eprintln!(
+        "SKIPPED: libsql tansu not found at {} (set TANSU_LIBSQL_BIN)",
+        candidate.display()
+    );
+    None
+}
+
+/// Runs `program args…` under the same watchdog as the brokers: it dies when the returned
+/// handle is dropped or the test process exits. Output goes to `log`.
+pub struct Watched {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// The log file of the process.
+    pub log: PathBuf,
+}
+
+impl Watched {
+    /// Spawns `program` with `args` in `cwd`.
+    pub fn spawn(program: &str, args: &[&str], cwd: &std::path::Path, log: PathBuf) -> Watched {
+        std::fs::write(&log, b"").expect("create log file");
+        let mut child = Command::new("sh")
+            .current_dir(cwd)
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("watchdog")
+            .arg(&log)
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+        let stdin = child.stdin.take();
+        Watched { child, stdin, log }
+    }
+
+    /// Whether the process already exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+}
+
 /// A loopback port that was free a moment ago (bind port 0, read it, close).
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
@@ -149,12 +261,40 @@ impl TestBroker {
         panic!("tansu did not start; last log:\n{last_log}");
     }
 
-    fn try_start(tansu: &PathBuf) -> Result<TestBroker, String> {
+    fn try_start(tansu: &std::path::Path) -> Result<TestBroker, String> {
         Self::try_start_with(tansu, None)
     }
 
-    fn try_start_with(tansu: &PathBuf, advertised: Option<&str>) -> Result<TestBroker, String> {
-        let port = free_port();
+    fn try_start_with(
+        tansu: &std::path::Path,
+        advertised: Option<&str>,
+    ) -> Result<TestBroker, String> {
+        Self::try_start_opts(&BrokerOptions {
+            tansu: tansu.to_path_buf(),
+            advertised: advertised.map(str::to_string),
+            ..BrokerOptions::default()
+        })
+    }
+
+    /// Starts a broker as `opts` say; retries on a fresh port (unless `opts.port` is
+    /// fixed) if the first one was taken in the meantime.
+    pub fn start_opts(opts: &BrokerOptions) -> TestBroker {
+        let mut last_log = String::new();
+        for _ in 0..3 {
+            match Self::try_start_opts(opts) {
+                Ok(b) => return b,
+                Err(log) => last_log = log,
+            }
+            // A fixed port may still be held by the previous broker for a moment.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("tansu did not start; last log:\n{last_log}");
+    }
+
+    fn try_start_opts(opts: &BrokerOptions) -> Result<TestBroker, String> {
+        let tansu = &opts.tansu;
+        let advertised = opts.advertised.as_deref();
+        let port = opts.port.unwrap_or_else(free_port);
         let addr = format!("127.0.0.1:{port}");
         let url = format!("tcp://{addr}");
         let advertised_url = advertised.map_or_else(|| url.clone(), |a| format!("tcp://{a}"));
@@ -162,7 +302,11 @@ impl TestBroker {
             std::env::temp_dir().join(format!("kafkapipe-tansu-{}-{port}.log", std::process::id()));
         std::fs::write(&log, b"").expect("create tansu log file");
         let started = Instant::now();
-        let mut child = Command::new("sh")
+        let mut command = Command::new("sh");
+        if let Some(dir) = &opts.cwd {
+            command.current_dir(dir);
+        }
+        let mut child = command
             .arg("-c")
             .arg(WATCHDOG)
             .arg("tansu-watchdog")
@@ -175,6 +319,7 @@ impl TestBroker {
                 "--advertised-listener-url",
                 &advertised_url,
             ])
+            .args(&opts.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

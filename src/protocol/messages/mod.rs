@@ -24,6 +24,8 @@
 //! | IncrementalAlterConfigs (44) | 0–1 | 1 |
 //! | OffsetDelete (47) | 0–0 | — |
 //! | DescribeCluster (60) | 0–2 | 0 |
+//! | SaslHandshake (17) | 0–1 | never |
+//! | SaslAuthenticate (36) | 0–2 | 2 |
 
 pub mod alter_configs;
 pub mod api_versions;
@@ -46,6 +48,8 @@ pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
 pub mod produce;
+pub mod sasl_authenticate;
+pub mod sasl_handshake;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
 pub use create_topics::{
@@ -117,6 +121,8 @@ pub use offset_fetch::{
     OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
     OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+pub use sasl_authenticate::{SaslAuthenticateRequest, SaslAuthenticateResponse};
+pub use sasl_handshake::{SaslHandshakeRequest, SaslHandshakeResponse};
 
 use bytes::{Bytes, BytesMut};
 

@@ -1,0 +1,111 @@
+//! SASL authentication mechanisms (KIP-43, KIP-152), in the style of kafka-go's `sasl`
+//! package.
+//!
+//! A [`Mechanism`] is a factory: for every connection (and every KIP-368
+//! re-authentication) the connection calls [`Mechanism::start`], which returns a fresh
+//! [`Session`] — the state machine of one exchange — and the client's first message. The
+//! connection sends each client message in a SaslAuthenticate request and feeds the
+//! broker's answer to [`Session::next`] until the session says it is done.
+//!
+//! Built in: [`Plain`] (PLAIN), [`Scram`] (SCRAM-SHA-256 and SCRAM-SHA-512, cargo feature
+//! `scram`, on by default) and [`OAuthBearer`] (OAUTHBEARER with a user-supplied async
+//! token provider). Set one on [`ConnectionConfig::sasl`](crate::conn::ConnectionConfig::sasl):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use kafkapipe::conn::{Conn, ConnectionConfig};
+//! use kafkapipe::sasl::Scram;
+//!
+//! # async fn demo() -> kafkapipe::Result<()> {
+//! let config = ConnectionConfig {
+//!     sasl: Some(Arc::new(Scram::sha512("alice", "alice-secret"))),
+//!     ..ConnectionConfig::default()
+//! };
+//! let conn = Conn::connect_with("broker:9092", config).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Passwords and tokens never appear in `Debug` output or logs.
+
+use std::fmt;
+
+use futures::future::BoxFuture;
+
+use crate::error::{Error, ErrorKind, Result};
+
+mod oauthbearer;
+mod plain;
+#[cfg(feature = "scram")]
+mod scram;
+
+pub use oauthbearer::{OAuthBearer, OAuthToken, TokenProvider};
+pub use plain::Plain;
+#[cfg(feature = "scram")]
+pub use scram::{Scram, ScramAlgorithm};
+
+/// What [`Mechanism::start`] returns: a future of the new session and the client's first
+/// message.
+pub type StartFuture<'a> = BoxFuture<'a, Result<(Box<dyn Session>, Vec<u8>)>>;
+
+/// A SASL mechanism: a name and a way to start an exchange.
+///
+/// Implement it for mechanisms this crate does not ship (GSSAPI, AWS_MSK_IAM, …).
+///
+/// ```
+/// use kafkapipe::sasl::{Mechanism, Session, StartFuture};
+///
+/// /// ANONYMOUS-like mechanism: one empty message, then done.
+/// #[derive(Debug)]
+/// struct Anonymous;
+/// struct Done;
+/// impl Session for Done {
+///     fn next(&mut self, _challenge: &[u8]) -> kafkapipe::Result<Option<Vec<u8>>> {
+///         Ok(None)
+///     }
+/// }
+/// impl Mechanism for Anonymous {
+///     fn name(&self) -> &str {
+///         "ANONYMOUS"
+///     }
+///     fn start(&self) -> StartFuture<'_> {
+///         Box::pin(async { Ok((Box::new(Done) as Box<dyn Session>, Vec::new())) })
+///     }
+/// }
+/// ```
+pub trait Mechanism: fmt::Debug + Send + Sync {
+    /// The mechanism's IANA name as sent in the SaslHandshake, e.g. `SCRAM-SHA-512`.
+    fn name(&self) -> &str;
+
+    /// Begin one exchange: a fresh session and the client's first message.
+    ///
+    /// Called once per connection and once per re-authentication, so a mechanism can
+    /// fetch fresh credentials here (OAUTHBEARER asks its token provider).
+    fn start(&self) -> StartFuture<'_>;
+}
+
+/// The state machine of one SASL exchange, created by [`Mechanism::start`].
+pub trait Session: Send {
+    /// Handle the broker's message (a challenge, or the final server message) and return
+    /// the next client message, or `None` once the exchange is complete on the client's
+    /// side.
+    ///
+    /// # Errors
+    ///
+    /// A malformed or failed server message, or a server that fails to prove itself (SCRAM
+    /// server signature). The connection attempt then ends with that error.
+    fn next(&mut self, challenge: &[u8]) -> Result<Option<Vec<u8>>>;
+}
+
+/// A client-side authentication failure (bad server message, signature mismatch).
+pub(crate) fn auth_error(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Authentication, message)
+}
+
+/// Hides a secret in `Debug` output.
+pub(crate) struct Redacted;
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
+}
