@@ -327,3 +327,30 @@ async fn resumes_after_a_broker_restart_without_gap_or_repeat() {
     assert_eq!(got, (0..30).collect::<Vec<_>>());
     reader.close().await;
 }
+
+#[tokio::test]
+async fn read_committed_reader_starts_at_the_last_stable_offset() {
+    // A read-committed reader starting "at the end" must ask for the last stable offset
+    // (ListOffsets with isolation level 1), or it would skip transactions still open that
+    // commit later.
+    let fake = FakeCluster::start(1).await;
+    fake.add("t", 0, 1, 0, 15);
+    let mut reader = Reader::new(
+        config(&fake)
+            .partition("t", 0)
+            .start_offset(StartOffset::Last)
+            .isolation_level(kafkapipe::conn::IsolationLevel::ReadCommitted),
+    )
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while fake.state.lock().unwrap().list_offsets_isolation.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ListOffsets request"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(fake.state.lock().unwrap().list_offsets_isolation, vec![1]);
+    reader.close().await;
+}

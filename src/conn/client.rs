@@ -785,15 +785,42 @@ impl Conn {
 
     /// The first offset of `topic`/`partition` (kafka-go `ReadFirstOffset`).
     pub async fn first_offset(&self, topic: &str, partition: i32) -> Result<i64> {
-        self.list_offset(topic, partition, EARLIEST_TIMESTAMP)
-            .await?
-            .ok_or_else(|| self.err(ErrorCode::OffsetNotAvailable, topic, partition))
+        self.list_offset(
+            topic,
+            partition,
+            EARLIEST_TIMESTAMP,
+            IsolationLevel::ReadUncommitted,
+        )
+        .await?
+        .ok_or_else(|| self.err(ErrorCode::OffsetNotAvailable, topic, partition))
     }
 
     /// The offset the next record written to `topic`/`partition` will get — the
     /// high-water mark (kafka-go `ReadLastOffset`).
     pub async fn last_offset(&self, topic: &str, partition: i32) -> Result<i64> {
-        self.list_offset(topic, partition, LATEST_TIMESTAMP)
+        self.last_offset_with(topic, partition, IsolationLevel::ReadUncommitted)
+            .await
+    }
+
+    /// The end of `topic`/`partition` as a consumer with `isolation` sees it: the
+    /// high-water mark under read-uncommitted, the last stable offset (the first offset
+    /// of the oldest open transaction) under read-committed — where a read-committed
+    /// consumer starting "at the end" must begin so it does not skip transactions that
+    /// commit later.
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: &kafkapipe::conn::Conn) -> kafkapipe::Result<()> {
+    /// use kafkapipe::conn::IsolationLevel;
+    /// let lso = conn.last_offset_with("events", 0, IsolationLevel::ReadCommitted).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn last_offset_with(
+        &self,
+        topic: &str,
+        partition: i32,
+        isolation: IsolationLevel,
+    ) -> Result<i64> {
+        self.list_offset(topic, partition, LATEST_TIMESTAMP, isolation)
             .await?
             .ok_or_else(|| self.err(ErrorCode::OffsetNotAvailable, topic, partition))
     }
@@ -809,7 +836,13 @@ impl Conn {
         if timestamp_ms < 0 {
             return Err(Error::config("timestamp must not be negative"));
         }
-        self.list_offset(topic, partition, timestamp_ms).await
+        self.list_offset(
+            topic,
+            partition,
+            timestamp_ms,
+            IsolationLevel::ReadUncommitted,
+        )
+        .await
     }
 
     async fn list_offset(
@@ -817,10 +850,11 @@ impl Conn {
         topic: &str,
         partition: i32,
         timestamp: i64,
+        isolation: IsolationLevel,
     ) -> Result<Option<i64>> {
         let req = ListOffsetsRequest {
             replica_id: -1,
-            isolation_level: 0,
+            isolation_level: isolation.code(),
             topics: vec![ListOffsetsTopic {
                 name: topic.to_string(),
                 partitions: vec![ListOffsetsPartition {

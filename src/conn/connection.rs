@@ -69,10 +69,9 @@ pub struct ConnectionConfig {
     /// How long one request may take, from the call until its response arrives, including
     /// the wait for an in-flight slot. Default 30 s (Java: `request.timeout.ms`).
     ///
-    /// A timed-out request keeps its in-flight slot until its late response arrives (and
-    /// is discarded), so the broker never sees more than `max_in_flight` unanswered
-    /// requests. Unlike the Java client the connection is not closed on a timeout; a
-    /// caller that sees repeated timeouts should close it and reconnect.
+    /// A timeout closes the connection, as in the Java client: a broker that does not
+    /// answer on this socket in time is treated as gone, every other in-flight request
+    /// fails with a retriable `Closed` error, and the cluster layer dials afresh.
     pub request_timeout: Duration,
     /// How many requests may be written and not yet answered at once; further sends wait
     /// for a slot. Must be at least 1. Default 5
@@ -667,7 +666,15 @@ impl Connection {
         match tokio::time::timeout(timeout, work).await {
             Ok(result) => result,
             Err(_) => {
-                debug!(broker = %self.shared.broker, api = %api_key, api_version = version, "request timed out");
+                debug!(broker = %self.shared.broker, api = %api_key, api_version = version, "request timed out; closing the connection");
+                // Like the Java client: a broker that does not answer in time on this
+                // socket is treated as gone. Every other in-flight request fails with
+                // `Closed` (retriable), and the cluster layer dials a fresh connection.
+                self.shared.state.fail(Failure::new(
+                    ErrorKind::Closed,
+                    format!("connection closed after a {api_key} request timed out"),
+                ));
+                self.shared.state.shutdown.notify_one();
                 Err(self.err(Error::timeout(format!(
                     "{api_key} v{version} request timed out after {} ms",
                     timeout.as_millis()
@@ -1509,22 +1516,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn request_timeout_leaves_connection_usable() {
+    async fn request_timeout_closes_the_connection() {
         let (conn, mut peer) = raw_pair(ConnectionConfig {
             request_timeout: Duration::from_millis(100),
             ..config()
         });
-        let (r, first) = tokio::join!(send_tagged(&conn, 1, 3), peer.read_request());
-        let err = r.unwrap_err();
-        assert!(err.is_timeout(), "{err}");
-        assert!(!conn.is_closed());
-        // The late response is read and discarded.
-        peer.answer(&first, 1).await;
-        let (r, ()) = tokio::join!(send_tagged(&conn, 2, 3), async {
-            let s = peer.read_request().await;
-            peer.answer(&s, 2).await;
-        });
-        assert_eq!(r.unwrap().throttle_time_ms, 2);
+        // Two requests in flight; the broker answers neither.
+        let ((r1, r2), _) = tokio::join!(
+            async { tokio::join!(send_tagged(&conn, 1, 3), send_tagged(&conn, 2, 3)) },
+            async {
+                peer.read_request().await;
+                peer.read_request().await;
+            }
+        );
+        let errs = [r1.unwrap_err(), r2.unwrap_err()];
+        // The first to time out reports the timeout; the other fails with the closed
+        // connection (or its own timeout, if both deadlines fired together).
+        assert!(errs.iter().any(Error::is_timeout), "{errs:?}");
+        assert!(
+            errs.iter().all(|e| e.is_timeout() || e.is_closed()),
+            "{errs:?}"
+        );
+        assert!(errs.iter().all(Error::is_retriable));
+        assert!(conn.is_closed());
+        let later = send_tagged(&conn, 3, 3).await.unwrap_err();
+        assert!(later.is_closed(), "{later}");
     }
 
     #[tokio::test]

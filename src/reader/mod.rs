@@ -17,8 +17,12 @@
 //!   [`ReaderConfig::queue_capacity`] messages or
 //!   [`ReaderConfig::queue_capacity_bytes`] bytes. Memory is thus bounded by the
 //!   configuration (capacity plus at most one response per broker, each at most
-//!   [`ReaderConfig::max_bytes`]), not by the backlog. When the application stops
-//!   polling, fetching stops.
+//!   [`ReaderConfig::max_bytes`] on the wire), not by the backlog. When the application
+//!   stops polling, fetching stops. Compressed batches count at their decompressed size
+//!   once buffered, but the response that overshoots the capacity is decompressed whole:
+//!   with highly compressible data the overshoot can reach the compression ratio times
+//!   `max_bytes` (each partition's decompression is capped at 32 × its
+//!   `max_partition_bytes`, at least 64 MiB). Lower `max_bytes` to tighten this.
 //! - **Epochs instead of kafka-go's versions.** Each partition has an epoch bumped by
 //!   [`Reader::seek`], [`Reader::seek_to_time`] and re-assignment; a result that was in
 //!   flight across the change is dropped, and the partition's buffer is cleared under the

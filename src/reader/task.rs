@@ -179,14 +179,23 @@ async fn resolve_one(shared: &Shared, job: &Job) -> Lookup {
         return Ok((leader, None));
     };
     let conn = Conn::from_connection(shared.cluster.connection(leader).await?);
+    // Read-committed readers start "at the end" from the last stable offset, so records of
+    // transactions still open now are delivered once they commit.
+    let isolation = shared.config.isolation_level;
     let offset = match start {
         StartOffset::First => conn.first_offset(topic, job.partition).await?,
-        StartOffset::Last => conn.last_offset(topic, job.partition).await?,
+        StartOffset::Last => {
+            conn.last_offset_with(topic, job.partition, isolation)
+                .await?
+        }
         StartOffset::At(o) => o,
         StartOffset::AtTimestamp(ts) => match conn.offset_for_time(topic, job.partition, ts).await?
         {
             Some(o) => o,
-            None => conn.last_offset(topic, job.partition).await?,
+            None => {
+                conn.last_offset_with(topic, job.partition, isolation)
+                    .await?
+            }
         },
     };
     debug!(

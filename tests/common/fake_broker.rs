@@ -49,6 +49,8 @@ pub struct FakeState {
     pub fetches: HashMap<i32, u64>,
     /// (topic, partition, timestamp) of every ListOffsets partition asked for.
     pub list_offsets: Vec<(String, i32, i64)>,
+    /// The isolation level of every ListOffsets request received.
+    pub list_offsets_isolation: Vec<i8>,
     /// Most records per fetched batch.
     pub batch_records: i64,
 }
@@ -295,6 +297,7 @@ fn metadata(st: &FakeState, req: &MetadataRequest) -> MetadataResponse {
 }
 
 fn list_offsets(st: &mut FakeState, req: &ListOffsetsRequest) -> ListOffsetsResponse {
+    st.list_offsets_isolation.push(req.isolation_level);
     let mut topics = Vec::new();
     for t in &req.topics {
         let mut partitions = Vec::new();

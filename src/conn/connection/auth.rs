@@ -222,9 +222,15 @@ impl Connection {
                 "max_in_flight above u32::MAX: cannot re-authenticate",
             ))
         })?;
-        let _all = Arc::clone(&self.shared.state.in_flight)
-            .acquire_many_owned(slots)
+        let wait = self.config().request_timeout;
+        let acquire = Arc::clone(&self.shared.state.in_flight).acquire_many_owned(slots);
+        let _all = tokio::time::timeout(wait, acquire)
             .await
+            .map_err(|_| {
+                self.err(Error::timeout(
+                    "in-flight requests did not finish in time for SASL re-authentication",
+                ))
+            })?
             .map_err(|_| self.shared.state.error())?;
         debug!(broker = %self.broker(), mechanism = mechanism.name(), "SASL re-authentication");
         self.sasl_exchange(mechanism, true).await
