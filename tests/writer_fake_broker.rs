@@ -469,3 +469,30 @@ async fn extreme_settings_do_not_overflow() {
     writer.close().await.unwrap();
     assert_eq!(fake.state().accepted[&0].len(), 3);
 }
+
+#[tokio::test]
+async fn split_with_deliveries_frees_exactly_the_buffered_bytes() {
+    use futures::StreamExt;
+    let fake = Fake::start(vec![(0, 1)]).await;
+    fake.state().max_records = Some(1);
+    let writer = fake.writer(|c| c.batch_size(2).max_buffered_bytes(1500));
+    let mut deliveries = writer.deliveries();
+    let big = Message::new(vec![b'b'; 1000]).with_partition(0);
+    let small = Message::new(vec![b's'; 22]).with_partition(0);
+    writer.write_messages([big, small]).await.unwrap();
+    for _ in 0..2 {
+        deliveries.next().await.unwrap().result.unwrap();
+    }
+    let stats = writer.stats();
+    assert_eq!((stats.messages, stats.buffered_bytes), (2, 0), "{stats:?}");
+    // The writer still accepts and delivers (the gauge did not wrap).
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        writer.write_messages(numbered(0, 1)),
+    )
+    .await
+    .expect("writer hung after a split")
+    .unwrap();
+    deliveries.next().await.unwrap().result.unwrap();
+    assert_eq!(writer.stats().buffered_bytes, 0);
+}

@@ -207,7 +207,18 @@ impl Shared {
     }
 
     fn release(&self, bytes: usize) {
-        let before = self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+        // Saturating: releasing more than was reserved is a bug (caught in debug builds),
+        // but must not wrap the gauge and block every writer call forever.
+        let before = self
+            .buffered
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                Some(b.saturating_sub(bytes))
+            })
+            .unwrap_or_else(|b| b);
+        debug_assert!(
+            before >= bytes,
+            "writer released {bytes} bytes with only {before} buffered"
+        );
         if before > self.max_buffered && before.saturating_sub(bytes) <= self.max_buffered {
             self.space.notify_waiters();
         }

@@ -1044,7 +1044,7 @@ fn split(
         .into_iter()
         .map(|(i, m, size)| (i - limit, m, size))
         .collect();
-    let bytes1 = b.bytes / b.count * mid;
+    let bytes1 = split_bytes(b.bytes, b.count, mid, &kept1, &kept2);
     Ok((
         Sealed {
             data: first,
@@ -1061,10 +1061,31 @@ fn split(
             kept: kept2,
             stamp: None,
             count: b.count - mid,
-            bytes: b.bytes - bytes1,
+            bytes: b.bytes.saturating_sub(bytes1),
             attempts: 0,
         },
     ))
+}
+
+/// The accounted bytes of the first `mid` of `count` messages totalling `bytes`, when
+/// `kept1`/`kept2` are the messages kept for reports in each half. Each half must hold at
+/// least its kept messages' sizes (those are released one by one as reports are taken),
+/// so only the bytes of messages not kept are shared out, by message count; the halves
+/// then add up to exactly `bytes`.
+fn split_bytes(bytes: usize, count: usize, mid: usize, kept1: &Kept, kept2: &Kept) -> usize {
+    let sum = |k: &Kept| k.iter().map(|(_, _, size)| *size).sum::<usize>();
+    let (k1, k2) = (sum(kept1), sum(kept2));
+    let rest = bytes.saturating_sub(k1.saturating_add(k2));
+    let n1 = mid.saturating_sub(kept1.len());
+    let n2 = count.saturating_sub(mid).saturating_sub(kept2.len());
+    let rest1 = match n1.checked_add(n2) {
+        Some(n) if n > 0 => {
+            let share = u128::from(rest as u64) * n1 as u128 / n as u128;
+            usize::try_from(share).unwrap_or(rest)
+        }
+        _ => 0,
+    };
+    k1.saturating_add(rest1).min(bytes)
 }
 
 /// Close `ps`'s open batch and queue it for sending. If the batch cannot be built its
@@ -1249,6 +1270,60 @@ mod tests {
             idx,
             [0, 1, 2, 3],
             "report indexes restart in the second half"
+        );
+    }
+
+    /// A batch whose messages have different sizes, all kept for reports.
+    fn sealed_sizes(sizes: &[usize]) -> Sealed {
+        let mut builder = RecordBatchBuilder::new(Compression::None);
+        let mut kept = Vec::new();
+        for (i, size) in sizes.iter().enumerate() {
+            let value = vec![b'x'; *size];
+            builder.append(1, None, Some(&value), &[]).unwrap();
+            kept.push((i as u32, Message::new(value), *size));
+        }
+        Sealed {
+            data: builder.build().unwrap(),
+            runs: vec![(Group::open(), sizes.len())],
+            kept,
+            stamp: None,
+            count: sizes.len(),
+            bytes: sizes.iter().sum(),
+            attempts: 1,
+        }
+    }
+
+    /// What `finish` releases for a batch: its bytes not kept, then each kept message.
+    fn released(b: &Sealed) -> usize {
+        let kept: usize = b.kept.iter().map(|(_, _, size)| size).sum();
+        b.bytes.saturating_sub(kept) + kept
+    }
+
+    #[test]
+    fn split_releases_exactly_what_was_reserved() {
+        // 1000 + 22 bytes reserved; an even split of the bytes used to release 1511.
+        let b = sealed_sizes(&[1000, 22]);
+        let reserved = b.bytes;
+        let Ok((first, second)) = split(b, Compression::None) else {
+            panic!("split failed");
+        };
+        assert_eq!((first.bytes, second.bytes), (1000, 22));
+        assert_eq!(released(&first) + released(&second), reserved);
+        // Uneven sizes, some messages kept and some not, split again.
+        let mut b = sealed_sizes(&[7, 1000, 3, 500, 22]);
+        b.kept.retain(|(i, _, _)| i % 2 == 1);
+        let reserved = b.bytes;
+        let Ok((first, second)) = split(b, Compression::None) else {
+            panic!("split failed");
+        };
+        assert_eq!(released(&first) + released(&second), reserved);
+        let Ok((a, c)) = split(second, Compression::None) else {
+            panic!("split failed");
+        };
+        assert_eq!(
+            released(&first) + released(&a) + released(&c),
+            reserved,
+            "nested splits keep the total"
         );
     }
 
