@@ -557,10 +557,11 @@ impl Task {
             if *n >= max {
                 continue;
             }
-            *n += 1;
             let mut batches = Vec::with_capacity(parts.len());
-            for (name, p) in &parts {
-                let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(p)) else {
+            // The partitions actually carried, in the order of `batches`.
+            let mut sent = Vec::with_capacity(parts.len());
+            for (name, p) in parts {
+                let Some(ps) = self.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&p)) else {
                     continue;
                 };
                 let Some(front) = ps.sealed.front_mut() else {
@@ -582,8 +583,14 @@ impl Task {
                 ps.busy = true;
                 ps.retry_at = None;
                 front.attempts += 1;
-                batches.push((name.clone(), *p, front.data.clone()));
+                batches.push((name.clone(), p, front.data.clone()));
+                sent.push((name, p));
             }
+            if batches.is_empty() {
+                continue;
+            }
+            *n += 1;
+            let parts = sent;
             self.requests += 1;
             self.shared.stats.writes.fetch_add(1, Ordering::Relaxed);
             trace!(
@@ -666,16 +673,16 @@ impl Task {
                 warn!(attempts, error = %e, "InitProducerId failed for good");
                 self.producer_attempts = 0;
                 let mut failed = Vec::new();
-                for t in self.topics.values_mut() {
-                    for ps in t.parts.values_mut() {
+                for (name, t) in &mut self.topics {
+                    for (p, ps) in &mut t.parts {
                         if !ps.busy {
-                            failed.extend(ps.sealed.drain(..));
+                            failed.extend(ps.sealed.drain(..).map(|b| (name.clone(), *p, b)));
                             ps.retry_at = None;
                         }
                     }
                 }
-                for b in failed {
-                    self.finish(b, Err(&e));
+                for (name, p, b) in failed {
+                    self.give_up(&name, p, b, &e, false);
                 }
             }
         }
@@ -696,14 +703,25 @@ impl Task {
                 }
                 match result {
                     Ok(outcomes) => {
-                        for ((name, p), outcome) in parts.into_iter().zip(outcomes) {
-                            self.complete(&name, p, outcome);
+                        let mut outcomes = outcomes.into_iter();
+                        for (name, p) in parts {
+                            match outcomes.next() {
+                                Some(outcome) => self.complete(&name, p, outcome, true),
+                                None => {
+                                    let e = Error::protocol(format!(
+                                        "broker {broker} gave no outcome for the partition"
+                                    ))
+                                    .with_topic(&*name)
+                                    .with_partition(p);
+                                    self.complete(&name, p, Err(e), false);
+                                }
+                            }
                         }
                     }
                     Err(e) => {
                         for (name, p) in parts {
                             let e = e.clone().with_topic(&*name).with_partition(p);
-                            self.complete(&name, p, Err(e));
+                            self.complete(&name, p, Err(e), false);
                         }
                     }
                 }
@@ -750,7 +768,7 @@ impl Task {
                         .with_topic(&*topic)
                         .with_partition(p);
                     warn!(topic = %topic, partition = p, "giving up on a partition without leader");
-                    self.finish(b, Err(&e));
+                    self.give_up(&topic, p, b, &e, false);
                 }
                 let ts = now_ms();
                 for m in waiting {
@@ -796,14 +814,16 @@ impl Task {
                     self.reject(m, e.clone());
                 }
                 for (p, b) in stuck {
-                    self.finish(b, Err(&e.clone().with_partition(p)));
+                    self.give_up(&topic, p, b, &e.clone().with_partition(p), false);
                 }
             }
         }
     }
 
-    /// A request for `name`/`p`'s front batch came back with `outcome`.
-    fn complete(&mut self, name: &Arc<str>, p: i32, outcome: Result<i64>) {
+    /// A request for `name`/`p`'s front batch came back with `outcome`; `answered` says
+    /// whether it is the broker's answer for that partition (rather than an error of the
+    /// whole request, or a response that could not be matched to the partition).
+    fn complete(&mut self, name: &Arc<str>, p: i32, outcome: Result<i64>, answered: bool) {
         let max_attempts = self.cfg.max_attempts;
         let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(&p)) else {
             return;
@@ -812,7 +832,9 @@ impl Task {
         let attempts = ps.sealed.front().map_or(0, |b| b.attempts);
         // The broker already has this batch (an earlier attempt got through).
         let outcome = match outcome {
-            Err(e) if e.kafka_code() == Some(ErrorCode::DuplicateSequenceNumber) => Ok(-1),
+            Err(e) if answered && e.kafka_code() == Some(ErrorCode::DuplicateSequenceNumber) => {
+                Ok(-1)
+            }
             other => other,
         };
         match outcome {
@@ -822,7 +844,8 @@ impl Task {
                 }
             }
             Err(e)
-                if e.kafka_code() == Some(ErrorCode::MessageTooLarge)
+                if answered
+                    && e.kafka_code() == Some(ErrorCode::MessageTooLarge)
                     && ps.sealed.front().is_some_and(|b| b.count > 1) =>
             {
                 // The broker's limit is below ours: split the batch in two and send the
@@ -847,7 +870,7 @@ impl Task {
                     Err(failed) => {
                         let (b, split_err) = *failed;
                         warn!(topic = %name, partition = p, error = %split_err, "cannot split a batch the broker rejected");
-                        self.finish(b, Err(&e));
+                        self.give_up(name, p, b, &e, true);
                     }
                 }
             }
@@ -870,32 +893,47 @@ impl Task {
                 if e.is_retriable() {
                     self.cluster.invalidate(name);
                 }
+                // Only the broker's own error code for this partition proves the batch
+                // was not written; anything else after sending (a broken or undecodable
+                // response, a whole-request error, a retriable error) leaves it unknown.
+                let rejected = answered
+                    && e.kafka_code().is_some()
+                    && !e.is_retriable()
+                    && !matches!(
+                        e.kafka_code(),
+                        Some(
+                            ErrorCode::OutOfOrderSequenceNumber
+                                | ErrorCode::UnknownProducerId
+                                | ErrorCode::InvalidProducerEpoch
+                        )
+                    );
                 if let Some(b) = ps.sealed.pop_front() {
-                    if let Some((id, epoch, seq)) = b.stamp {
-                        if self.producer == Some((id, epoch)) {
-                            if e.is_retriable()
-                                || matches!(
-                                    e.kafka_code(),
-                                    Some(
-                                        ErrorCode::OutOfOrderSequenceNumber
-                                            | ErrorCode::UnknownProducerId
-                                            | ErrorCode::InvalidProducerEpoch
-                                    )
-                                )
-                            {
-                                // Unknown whether the broker wrote it, or the broker lost
-                                // track of us: start over with a new producer id.
-                                self.producer = None;
-                            } else {
-                                // Rejected, so not written: reuse its sequence numbers.
-                                ps.next_seq = seq;
-                            }
-                        }
-                    }
-                    self.finish(b, Err(&e));
+                    self.give_up(name, p, b, &e, rejected);
                 }
             }
         }
+    }
+
+    /// `name`/`p`'s batch `b` fails for good with `err`. Every failure path goes through
+    /// here so an idempotent writer's sequence numbers stay gapless: a batch stamped with
+    /// the current producer id was sent, so unless the broker `rejected` it for its
+    /// partition (then its sequence numbers are reused) it may have been written, and the
+    /// writer takes a new producer id, which renumbers every partition. A batch never
+    /// stamped (never sent) used no sequence numbers.
+    fn give_up(&mut self, name: &Arc<str>, p: i32, b: Sealed, err: &Error, rejected: bool) {
+        if let Some((id, epoch, seq)) = b.stamp {
+            if self.producer == Some((id, epoch)) {
+                if rejected {
+                    if let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(&p)) {
+                        ps.next_seq = seq;
+                    }
+                } else {
+                    debug!(topic = %name, partition = p, "batch may have been written: new producer id");
+                    self.producer = None;
+                }
+            }
+        }
+        self.finish(b, Err(err));
     }
 
     /// A batch is done: tell its callers, count it, report its messages if asked, free
