@@ -631,3 +631,41 @@ async fn idempotent_leaderless_give_up_leaves_no_sequence_gap() {
     writer.write_messages(numbered(0, 10)).await.unwrap();
     assert_eq!(fake.state().accepted[&0].len(), 10);
 }
+
+struct PanickingBalancer;
+
+impl kafkapipe::writer::Balancer for PanickingBalancer {
+    fn partition(&self, _: &Message, _: &[i32]) -> i32 {
+        panic!("balancer bug (on purpose)");
+    }
+}
+
+#[tokio::test]
+async fn a_dead_writer_task_fails_poll_ready_and_flush_instead_of_hanging() {
+    use futures::SinkExt;
+    let fake = Fake::start(vec![(0, 1)]).await;
+    let mut writer = fake.writer(|c| c.balancer(PanickingBalancer).max_buffered_bytes(10));
+    // Over the buffer bound at once; the task dies assigning the message, so nothing
+    // will ever free the space.
+    writer.feed(Message::new(vec![b'x'; 100])).await.unwrap();
+    let limit = Duration::from_secs(5);
+    let e = tokio::time::timeout(limit, writer.feed(Message::new("more")))
+        .await
+        .expect("poll_ready hung after the task died")
+        .unwrap_err();
+    assert!(e.is_closed(), "{e}");
+    let e = tokio::time::timeout(limit, writer.flush())
+        .await
+        .expect("flush hung after the task died")
+        .unwrap_err();
+    assert!(e.is_closed(), "{e}");
+    let e = tokio::time::timeout(limit, writer.write_messages([Message::new("x")]))
+        .await
+        .expect("write_messages hung after the task died")
+        .unwrap_err();
+    assert!(e.is_closed(), "{e}");
+    assert!(tokio::time::timeout(limit, writer.close())
+        .await
+        .expect("close hung after the task died")
+        .is_err());
+}

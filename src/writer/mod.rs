@@ -60,7 +60,7 @@ mod task;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
@@ -189,10 +189,22 @@ struct Shared {
     buffered: AtomicUsize,
     max_buffered: usize,
     space: Notify,
+    /// The background task has ended (closed, or died): nothing will free space any more.
+    gone: AtomicBool,
     stats: Counters,
 }
 
 impl Shared {
+    fn new(max_buffered: usize) -> Shared {
+        Shared {
+            buffered: AtomicUsize::new(0),
+            max_buffered,
+            space: Notify::new(),
+            gone: AtomicBool::new(false),
+            stats: Counters::default(),
+        }
+    }
+
     fn reserve(&self, bytes: usize) {
         self.buffered.fetch_add(bytes, Ordering::AcqRel);
         self.stats.queued.fetch_add(1, Ordering::Relaxed);
@@ -228,12 +240,21 @@ impl Shared {
         self.buffered.load(Ordering::Acquire) <= self.max_buffered
     }
 
+    fn task_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+        self.space.notify_waiters();
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
     async fn wait_for_space(self: Arc<Self>) {
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.has_space() {
+            if self.has_space() || self.is_gone() {
                 return;
             }
             notified.await;
@@ -380,12 +401,7 @@ impl Writer {
             .map_err(|_| Error::config("Writer::new must be called within a Tokio runtime"))?;
         let cluster = Cluster::new(config.brokers.clone(), config.connection_config())?
             .with_auto_create_topics(config.allow_auto_topic_creation);
-        let shared = Arc::new(Shared {
-            buffered: AtomicUsize::new(0),
-            max_buffered: config.max_buffered_bytes,
-            space: Notify::new(),
-            stats: Counters::default(),
-        });
+        let shared = Arc::new(Shared::new(config.max_buffered_bytes));
         let (tx, rx) = mpsc::unbounded_channel();
         let task = Task::new(Arc::new(config), cluster, shared.clone(), rx);
         handle.spawn(task.run());
@@ -432,6 +448,9 @@ impl Writer {
             return Err(closed_error());
         }
         self.shared.clone().wait_for_space().await;
+        if self.cmds.is_closed() {
+            return Err(closed_error());
+        }
         let group = Group::open();
         group.add(msgs.len());
         let (tx, rx) = oneshot::channel();
@@ -509,7 +528,7 @@ impl Writer {
 
     fn poll_space(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
-            if self.shared.has_space() {
+            if self.shared.has_space() || self.shared.is_gone() {
                 self.space = None;
                 return Poll::Ready(());
             }
@@ -524,6 +543,12 @@ impl Writer {
     /// Wait for the flush in progress (if any), then flush what was accepted since, until
     /// every accepted message is done. Returns the first error.
     fn poll_flush_inner(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        // The task ended without being closed (it panicked): nothing can be delivered.
+        if !self.closed && self.cmds.is_closed() {
+            self.flushing = None;
+            self.sink_group = None;
+            return Poll::Ready(Err(closed_error()));
+        }
         loop {
             if let Some(rx) = self.flushing.as_mut() {
                 let result = ready!(Pin::new(rx).poll(cx));
@@ -561,6 +586,10 @@ impl futures::Sink<Message> for Writer {
         let coop = ready!(tokio::task::coop::poll_proceed(cx));
         ready!(this.poll_space(cx));
         coop.made_progress();
+        // The task is gone (it panicked): nothing would ever be delivered or free space.
+        if this.cmds.is_closed() {
+            return Poll::Ready(Err(closed_error()));
+        }
         Poll::Ready(Ok(()))
     }
 

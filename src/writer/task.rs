@@ -258,10 +258,14 @@ impl Task {
         }
     }
 
+    /// Nothing left to deliver and no background work (produce request, metadata or
+    /// producer id lookup) that could still dial a broker after close returns.
     fn idle(&self) -> bool {
         self.requests == 0
+            && !self.producer_pending
             && self.topics.values().all(|t| {
-                t.waiting.is_empty()
+                !t.meta_pending
+                    && t.waiting.is_empty()
                     && t.parts
                         .values()
                         .all(|p| p.open.is_none() && p.sealed.is_empty())
@@ -976,6 +980,14 @@ impl Task {
     }
 }
 
+impl Drop for Task {
+    /// However the task ends — closed, or unwinding from a panic (say in a user's
+    /// `Balancer`) — callers waiting for buffer space must wake up and see it is gone.
+    fn drop(&mut self) {
+        self.shared.task_gone();
+    }
+}
+
 /// `now + d`, saturating at a year from now (user durations may be huge).
 pub(crate) fn after(now: Instant, d: Duration) -> Instant {
     now.checked_add(d)
@@ -1391,6 +1403,25 @@ mod tests {
 #[cfg(test)]
 mod idempotence_tests {
     use super::*;
+
+    #[tokio::test]
+    async fn close_waits_for_background_lookups() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]);
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        let mut task = Task::new(Arc::new(cfg), cluster, shared, rx);
+        assert!(task.idle());
+        task.producer_pending = true;
+        assert!(!task.idle(), "an InitProducerId lookup is running");
+        task.producer_pending = false;
+        let topic = TopicState {
+            meta_pending: true,
+            ..TopicState::default()
+        };
+        task.topics.insert(Arc::from("t"), topic);
+        assert!(!task.idle(), "a metadata lookup is running");
+    }
 
     #[test]
     fn stamp_sets_producer_fields_and_a_valid_crc() {
