@@ -669,3 +669,34 @@ async fn a_dead_writer_task_fails_poll_ready_and_flush_instead_of_hanging() {
         .expect("close hung after the task died")
         .is_err());
 }
+
+#[tokio::test]
+async fn produce_requests_are_capped_at_max_request_bytes() {
+    let fake = Fake::start(vec![(0, 1), (1, 1), (2, 1)]).await;
+    // One batch per request: each batch alone is over the limit, yet still sent.
+    let writer = fake.writer(|c| c.batch_size(10).max_request_bytes(1));
+    let msgs: Vec<Message> = (0..3).flat_map(|p| numbered(p, 10)).collect();
+    writer.write_messages(msgs).await.unwrap();
+    {
+        let st = fake.state();
+        assert_eq!(st.requests.len(), 3, "{:?}", st.requests);
+        assert!(
+            st.requests.iter().all(|r| r.len() == 1),
+            "{:?}",
+            st.requests
+        );
+        for p in 0..3 {
+            assert_eq!(st.accepted[&p].len(), 10);
+            assert!(in_order(&st.accepted[&p]));
+        }
+    }
+    // Room for two batches of about 200 bytes: two requests carry the three batches.
+    let fake = Fake::start(vec![(0, 1), (1, 1), (2, 1)]).await;
+    let writer = fake.writer(|c| c.batch_size(10).max_request_bytes(500));
+    let msgs: Vec<Message> = (0..3).flat_map(|p| numbered(p, 10)).collect();
+    writer.write_messages(msgs).await.unwrap();
+    let st = fake.state();
+    let mut sizes: Vec<usize> = st.requests.iter().map(Vec::len).collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [1, 2], "{:?}", st.requests);
+}

@@ -8,7 +8,8 @@
 //!   holds [`WriterConfig::batch_size`] messages or [`WriterConfig::batch_bytes`] bytes, or
 //!   [`WriterConfig::batch_timeout`] after its first message (a timer per open batch).
 //! * The sealed batches of all partitions led by one broker travel in **one** produce
-//!   request (as the Java client and franz-go do; kafka-go sends one per partition), with
+//!   request (as the Java client and franz-go do; kafka-go sends one per partition) of at
+//!   most [`WriterConfig::max_request_bytes`] (the rest go in the next request), with
 //!   at most [`WriterConfig::max_in_flight_per_broker`] requests in flight per broker and
 //!   at most one batch in flight per partition, so per-partition order survives retries.
 //! * [`poll_ready`](futures::Sink::poll_ready) is pending while the bytes accepted but not

@@ -556,80 +556,115 @@ impl Task {
             return;
         }
         let max = self.cfg.max_in_flight_per_broker;
+        let limit = self.cfg.max_request_bytes;
         for (broker, parts) in by_broker {
-            let n = self.in_flight.entry(broker).or_default();
-            if *n >= max {
-                continue;
+            let mut parts = parts.into_iter().peekable();
+            // As many requests as the broker's in-flight limit allows, each of at most
+            // `max_request_bytes` (but at least one batch).
+            while parts.peek().is_some() {
+                if self.in_flight.get(&broker).is_some_and(|n| *n >= max) {
+                    break;
+                }
+                let Some((batches, sent)) = self.build_request(&mut parts, limit) else {
+                    continue;
+                };
+                self.send_request(broker, batches, sent);
             }
-            let mut batches = Vec::with_capacity(parts.len());
-            // The partitions actually carried, in the order of `batches`.
-            let mut sent = Vec::with_capacity(parts.len());
-            for (name, p) in parts {
-                let Some(ps) = self.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&p)) else {
-                    continue;
-                };
-                let Some(front) = ps.sealed.front_mut() else {
-                    continue;
-                };
-                if let Some((id, epoch)) = self.producer {
-                    if front.stamp.map(|(i, e, _)| (i, e)) != Some((id, epoch)) {
-                        let seq = ps.next_seq;
-                        match stamp(&front.data, id, epoch, seq) {
-                            Some(data) => {
-                                front.data = data;
-                                front.stamp = Some((id, epoch, seq));
-                                ps.next_seq = next_sequence(seq, front.count);
-                            }
-                            None => continue,
+        }
+    }
+
+    /// Take partitions from `parts` while their front batches fit in `limit` bytes
+    /// together (the first always does): stamp them (idempotent writers), mark them busy
+    /// and return their data with the partitions carried, in the same order.
+    #[allow(clippy::type_complexity)]
+    fn build_request(
+        &mut self,
+        parts: &mut std::iter::Peekable<std::vec::IntoIter<(Arc<str>, i32)>>,
+        limit: usize,
+    ) -> Option<(Vec<(Arc<str>, i32, Bytes)>, Vec<(Arc<str>, i32)>)> {
+        let mut batches = Vec::new();
+        // The partitions actually carried, in the order of `batches`.
+        let mut sent = Vec::new();
+        let mut size = 0usize;
+        while let Some((name, p)) = parts.peek().cloned() {
+            let Some(ps) = self.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&p)) else {
+                parts.next();
+                continue;
+            };
+            let Some(front) = ps.sealed.front_mut() else {
+                parts.next();
+                continue;
+            };
+            let len = front.data.len();
+            if !batches.is_empty() && size.saturating_add(len) > limit {
+                break;
+            }
+            parts.next();
+            if let Some((id, epoch)) = self.producer {
+                if front.stamp.map(|(i, e, _)| (i, e)) != Some((id, epoch)) {
+                    let seq = ps.next_seq;
+                    match stamp(&front.data, id, epoch, seq) {
+                        Some(data) => {
+                            front.data = data;
+                            front.stamp = Some((id, epoch, seq));
+                            ps.next_seq = next_sequence(seq, front.count);
                         }
+                        None => continue,
                     }
                 }
-                ps.busy = true;
-                ps.retry_at = None;
-                front.attempts += 1;
-                batches.push((name.clone(), p, front.data.clone()));
-                sent.push((name, p));
             }
-            if batches.is_empty() {
-                continue;
-            }
-            *n += 1;
-            let parts = sent;
-            self.requests += 1;
-            self.shared.stats.writes.fetch_add(1, Ordering::Relaxed);
-            trace!(
-                broker_id = broker,
-                partitions = parts.len(),
-                "sending produce request"
-            );
-            let cluster = self.cluster.clone();
-            let tx = self.events_tx.clone();
-            let acks = self.cfg.required_acks;
-            let timeout = self.cfg.write_timeout;
-            let shared = self.shared.clone();
-            tokio::spawn(async move {
-                let started = Instant::now();
-                let result = produce(&cluster, broker, &batches, acks, timeout)
-                    .instrument(tracing::debug_span!(
-                        "produce",
-                        broker_id = broker,
-                        partitions = batches.len()
-                    ))
-                    .await;
-                if result.is_ok() {
-                    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    let c = &shared.stats;
-                    c.answered.fetch_add(1, Ordering::Relaxed);
-                    c.write_micros.fetch_add(micros, Ordering::Relaxed);
-                    c.write_micros_max.fetch_max(micros, Ordering::Relaxed);
-                }
-                let _ = tx.send(Event::Produced {
-                    broker,
-                    parts,
-                    result,
-                });
-            });
+            ps.busy = true;
+            ps.retry_at = None;
+            front.attempts += 1;
+            size = size.saturating_add(len);
+            batches.push((name.clone(), p, front.data.clone()));
+            sent.push((name, p));
         }
+        (!batches.is_empty()).then_some((batches, sent))
+    }
+
+    /// Send one produce request to `broker`; its answer comes back as an event.
+    fn send_request(
+        &mut self,
+        broker: i32,
+        batches: Vec<(Arc<str>, i32, Bytes)>,
+        parts: Vec<(Arc<str>, i32)>,
+    ) {
+        *self.in_flight.entry(broker).or_default() += 1;
+        self.requests += 1;
+        self.shared.stats.writes.fetch_add(1, Ordering::Relaxed);
+        trace!(
+            broker_id = broker,
+            partitions = parts.len(),
+            "sending produce request"
+        );
+        let cluster = self.cluster.clone();
+        let tx = self.events_tx.clone();
+        let acks = self.cfg.required_acks;
+        let timeout = self.cfg.write_timeout;
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let result = produce(&cluster, broker, &batches, acks, timeout)
+                .instrument(tracing::debug_span!(
+                    "produce",
+                    broker_id = broker,
+                    partitions = batches.len()
+                ))
+                .await;
+            if result.is_ok() {
+                let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                let c = &shared.stats;
+                c.answered.fetch_add(1, Ordering::Relaxed);
+                c.write_micros.fetch_add(micros, Ordering::Relaxed);
+                c.write_micros_max.fetch_max(micros, Ordering::Relaxed);
+            }
+            let _ = tx.send(Event::Produced {
+                broker,
+                parts,
+                result,
+            });
+        });
     }
 
     fn spawn_init_producer(&mut self, broker: i32, now: Instant) {
