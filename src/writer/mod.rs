@@ -37,10 +37,11 @@
 //! kafka-go and the Java client with `enable.idempotence=false`. With
 //! [`WriterConfig::idempotent`] the writer obtains a producer id and stamps each batch
 //! with its partition's next sequence number when it is first sent (a retry resends the
-//! same bytes), so the broker drops the duplicates. A batch that fails for good with an
-//! ambiguous error (it may have been written) makes the writer take a new producer id,
-//! which restarts every partition's sequence; a batch rejected outright gives its
-//! sequence numbers back.
+//! same bytes), so the broker drops the duplicates. A sent batch that fails for good with
+//! anything but the broker's own error code for its partition (a broken or unreadable
+//! response, a timeout, no leader any more: it may have been written) makes the writer
+//! take a new producer id, which restarts every partition's sequence; a batch the broker
+//! rejected outright gives its sequence numbers back.
 //!
 //! ```no_run
 //! use futures::{stream, SinkExt, StreamExt};
