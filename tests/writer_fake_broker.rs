@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafkapipe::protocol::messages::{
-    ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, MetadataBroker, MetadataPartition,
-    MetadataRequest, MetadataResponse, MetadataTopic, ProducePartitionResponse, ProduceRequest,
-    ProduceResponse, ProduceTopicResponse,
+    ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, InitProducerIdRequest,
+    InitProducerIdResponse, MetadataBroker, MetadataPartition, MetadataRequest, MetadataResponse,
+    MetadataTopic, ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse,
 };
 use kafkapipe::protocol::{
     ApiKey, Decode, Encode, ErrorCode, Request, RequestHeader, ResponseHeader, TaggedFields,
@@ -43,6 +43,15 @@ struct State {
     metadata_requests: usize,
     /// Answer MessageTooLarge for batches with more records than this.
     max_records: Option<usize>,
+    /// Producer ids handed out by InitProducerId.
+    producer_ids: i64,
+    /// Idempotence per partition: producer id, epoch, base sequence of the last batch
+    /// appended and the next sequence expected.
+    sequences: HashMap<i32, (i64, i16, i32, i32)>,
+    /// Partitions whose next produce is appended but left out of the response.
+    omit_once: std::collections::HashSet<i32>,
+    /// A partition answered with a scripted or `always` error loses its leader.
+    unlead_on_error: bool,
 }
 
 struct Fake {
@@ -143,6 +152,7 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, me: i32) {
                         range(ApiKey::API_VERSIONS, 0, 3),
                         range(ApiKey::METADATA, 4, 12),
                         range(ApiKey::PRODUCE, 3, 9),
+                        range(ApiKey::INIT_PRODUCER_ID, 0, 4),
                     ],
                     ..ApiVersionsResponse::default()
                 };
@@ -186,6 +196,21 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, me: i32) {
                 };
                 frame::<MetadataRequest>(h.correlation_id, version, &resp)
             }
+            ApiKey::INIT_PRODUCER_ID => {
+                let h = RequestHeader::decode(
+                    &mut buf,
+                    InitProducerIdRequest::request_header_version(version),
+                )
+                .unwrap();
+                let mut st = state.lock().unwrap();
+                st.producer_ids += 1;
+                let resp = InitProducerIdResponse {
+                    producer_id: 1000 + st.producer_ids,
+                    producer_epoch: 0,
+                    ..InitProducerIdResponse::default()
+                };
+                frame::<InitProducerIdRequest>(h.correlation_id, version, &resp)
+            }
             ApiKey::PRODUCE => {
                 let h = RequestHeader::decode(
                     &mut buf,
@@ -209,13 +234,51 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, me: i32) {
                             Some(c) => Some(c),
                             None => st.always.get(&p.index).copied(),
                         };
+                        if code.is_some() && st.unlead_on_error {
+                            for (id, l) in &mut st.partitions {
+                                if *id == p.index {
+                                    *l = -1;
+                                }
+                            }
+                        }
                         let base = st.accepted.get(&p.index).map_or(0, Vec::len) as i64;
                         let batches = decode_batches(p.records.clone().unwrap(), 1 << 24).unwrap();
+                        let ids = batches
+                            .batches
+                            .first()
+                            .map(|b| (b.producer_id, b.producer_epoch, b.base_sequence));
                         let records: Vec<_> = batches
                             .batches
                             .into_iter()
                             .flat_map(|b| b.records)
                             .collect();
+                        // Idempotence as a broker applies it.
+                        let code = match (code, ids) {
+                            (None, Some((pid, epoch, seq))) if pid >= 0 => {
+                                let n = records.len() as i32;
+                                match st.sequences.get(&p.index).copied() {
+                                    Some((q, e, last, _))
+                                        if (q, e) == (pid, epoch) && seq == last =>
+                                    {
+                                        Some(ErrorCode::DuplicateSequenceNumber)
+                                    }
+                                    Some((q, e, _, next))
+                                        if (q, e) == (pid, epoch) && seq != next =>
+                                    {
+                                        Some(ErrorCode::OutOfOrderSequenceNumber)
+                                    }
+                                    Some((q, e, _, _)) if (q, e) != (pid, epoch) && seq != 0 => {
+                                        Some(ErrorCode::OutOfOrderSequenceNumber)
+                                    }
+                                    None if seq != 0 => Some(ErrorCode::OutOfOrderSequenceNumber),
+                                    _ => {
+                                        st.sequences.insert(p.index, (pid, epoch, seq, seq + n));
+                                        None
+                                    }
+                                }
+                            }
+                            (code, _) => code,
+                        };
                         let code = match (code, st.max_records) {
                             (None, Some(max)) if records.len() > max => {
                                 Some(ErrorCode::MessageTooLarge)
@@ -225,6 +288,9 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>, me: i32) {
                         if code.is_none() {
                             let values = st.accepted.entry(p.index).or_default();
                             values.extend(records.into_iter().map(|r| r.value.unwrap()));
+                        }
+                        if code.is_none() && st.omit_once.remove(&p.index) {
+                            continue;
                         }
                         parts.push(ProducePartitionResponse {
                             index: p.index,
@@ -468,4 +534,169 @@ async fn extreme_settings_do_not_overflow() {
         .unwrap();
     writer.close().await.unwrap();
     assert_eq!(fake.state().accepted[&0].len(), 3);
+}
+
+#[tokio::test]
+async fn split_with_deliveries_frees_exactly_the_buffered_bytes() {
+    use futures::StreamExt;
+    let fake = Fake::start(vec![(0, 1)]).await;
+    fake.state().max_records = Some(1);
+    let writer = fake.writer(|c| c.batch_size(2).max_buffered_bytes(1500));
+    let mut deliveries = writer.deliveries();
+    let big = Message::new(vec![b'b'; 1000]).with_partition(0);
+    let small = Message::new(vec![b's'; 22]).with_partition(0);
+    writer.write_messages([big, small]).await.unwrap();
+    for _ in 0..2 {
+        deliveries.next().await.unwrap().result.unwrap();
+    }
+    let stats = writer.stats();
+    assert_eq!((stats.messages, stats.buffered_bytes), (2, 0), "{stats:?}");
+    // The writer still accepts and delivers (the gauge did not wrap).
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        writer.write_messages(numbered(0, 1)),
+    )
+    .await
+    .expect("writer hung after a split")
+    .unwrap();
+    deliveries.next().await.unwrap().result.unwrap();
+    assert_eq!(writer.stats().buffered_bytes, 0);
+}
+
+#[tokio::test]
+async fn idempotent_unanswered_partition_does_not_lose_the_next_batch() {
+    let fake = Fake::start(vec![(0, 1)]).await;
+    fake.state().omit_once.insert(0);
+    let writer = fake.writer(|c| c.idempotent(true).batch_size(100));
+    // The broker appends the batch but its answer does not mention the partition: the
+    // writer cannot know it was written and fails it.
+    let first: Vec<Message> = (0..100)
+        .map(|i| Message::new(format!("a{i:03}")).with_partition(0))
+        .collect();
+    let err = writer.write_messages(first).await.unwrap_err();
+    assert_eq!(err.kafka_code(), None, "{err}");
+    // The next batch must not reuse the first one's sequence numbers (the broker would
+    // drop it as a duplicate and the writer report it delivered).
+    let second: Vec<Message> = (0..100)
+        .map(|i| Message::new(format!("b{i:03}")).with_partition(0))
+        .collect();
+    writer.write_messages(second).await.unwrap();
+    let got = fake.state().accepted[&0].clone();
+    assert_eq!(got.len(), 200, "the second batch was not written");
+    assert_eq!(got[199], Bytes::from("b099"));
+    assert_eq!(
+        fake.state().producer_ids,
+        2,
+        "a new producer id after the ambiguity"
+    );
+}
+
+#[tokio::test]
+async fn idempotent_rejected_batch_gives_its_sequence_numbers_back() {
+    let fake = Fake::start(vec![(0, 1)]).await;
+    fake.state()
+        .script
+        .insert(0, VecDeque::from([ErrorCode::InvalidRecord]));
+    let writer = fake.writer(|c| c.idempotent(true));
+    let err = writer.write_messages(numbered(0, 10)).await.unwrap_err();
+    assert_eq!(err.kafka_code(), Some(ErrorCode::InvalidRecord), "{err}");
+    writer.write_messages(numbered(0, 10)).await.unwrap();
+    assert_eq!(fake.state().accepted[&0].len(), 10);
+    assert_eq!(fake.state().producer_ids, 1, "no new producer id needed");
+}
+
+#[tokio::test]
+async fn idempotent_leaderless_give_up_leaves_no_sequence_gap() {
+    let fake = Fake::start(vec![(0, 1)]).await;
+    {
+        let mut st = fake.state();
+        st.script
+            .insert(0, VecDeque::from([ErrorCode::NotLeaderOrFollower]));
+        st.unlead_on_error = true;
+    }
+    let writer = fake.writer(|c| c.idempotent(true).max_attempts(3));
+    // Sent once (stamped), then the partition has no leader until the writer gives up.
+    let err = writer.write_messages(numbered(0, 10)).await.unwrap_err();
+    assert_eq!(
+        err.kafka_code(),
+        Some(ErrorCode::LeaderNotAvailable),
+        "{err}"
+    );
+    {
+        let mut st = fake.state();
+        st.partitions = vec![(0, 1)];
+        st.unlead_on_error = false;
+    }
+    // The next healthy batch must not fail with OutOfOrderSequenceNumber.
+    writer.write_messages(numbered(0, 10)).await.unwrap();
+    assert_eq!(fake.state().accepted[&0].len(), 10);
+}
+
+struct PanickingBalancer;
+
+impl kafkapipe::writer::Balancer for PanickingBalancer {
+    fn partition(&self, _: &Message, _: &[i32]) -> i32 {
+        panic!("balancer bug (on purpose)");
+    }
+}
+
+#[tokio::test]
+async fn a_dead_writer_task_fails_poll_ready_and_flush_instead_of_hanging() {
+    use futures::SinkExt;
+    let fake = Fake::start(vec![(0, 1)]).await;
+    let mut writer = fake.writer(|c| c.balancer(PanickingBalancer).max_buffered_bytes(10));
+    // Over the buffer bound at once; the task dies assigning the message, so nothing
+    // will ever free the space.
+    writer.feed(Message::new(vec![b'x'; 100])).await.unwrap();
+    let limit = Duration::from_secs(5);
+    let e = tokio::time::timeout(limit, writer.feed(Message::new("more")))
+        .await
+        .expect("poll_ready hung after the task died")
+        .unwrap_err();
+    assert!(e.is_closed(), "{e}");
+    let e = tokio::time::timeout(limit, writer.flush())
+        .await
+        .expect("flush hung after the task died")
+        .unwrap_err();
+    assert!(e.is_closed(), "{e}");
+    let e = tokio::time::timeout(limit, writer.write_messages([Message::new("x")]))
+        .await
+        .expect("write_messages hung after the task died")
+        .unwrap_err();
+    assert!(e.is_closed(), "{e}");
+    assert!(tokio::time::timeout(limit, writer.close())
+        .await
+        .expect("close hung after the task died")
+        .is_err());
+}
+
+#[tokio::test]
+async fn produce_requests_are_capped_at_max_request_bytes() {
+    let fake = Fake::start(vec![(0, 1), (1, 1), (2, 1)]).await;
+    // One batch per request: each batch alone is over the limit, yet still sent.
+    let writer = fake.writer(|c| c.batch_size(10).max_request_bytes(1));
+    let msgs: Vec<Message> = (0..3).flat_map(|p| numbered(p, 10)).collect();
+    writer.write_messages(msgs).await.unwrap();
+    {
+        let st = fake.state();
+        assert_eq!(st.requests.len(), 3, "{:?}", st.requests);
+        assert!(
+            st.requests.iter().all(|r| r.len() == 1),
+            "{:?}",
+            st.requests
+        );
+        for p in 0..3 {
+            assert_eq!(st.accepted[&p].len(), 10);
+            assert!(in_order(&st.accepted[&p]));
+        }
+    }
+    // Room for two batches of about 200 bytes: two requests carry the three batches.
+    let fake = Fake::start(vec![(0, 1), (1, 1), (2, 1)]).await;
+    let writer = fake.writer(|c| c.batch_size(10).max_request_bytes(500));
+    let msgs: Vec<Message> = (0..3).flat_map(|p| numbered(p, 10)).collect();
+    writer.write_messages(msgs).await.unwrap();
+    let st = fake.state();
+    let mut sizes: Vec<usize> = st.requests.iter().map(Vec::len).collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [1, 2], "{:?}", st.requests);
 }

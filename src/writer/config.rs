@@ -82,6 +82,14 @@ pub struct WriterConfig {
     /// per-partition order through retries. Default 5 (Java
     /// `max.in.flight.requests.per.connection`).
     pub max_in_flight_per_broker: usize,
+    /// Most record-batch bytes (as encoded, after compression) in one produce request. A
+    /// request carries the ready batches of every partition the broker leads; past this
+    /// limit the rest wait for the next request (a request always carries at least one
+    /// batch). Keeps requests under the broker's `socket.request.max.bytes` (100 MiB by
+    /// default), above which the broker drops the connection. Default 64 MiB. The Java
+    /// client's `max.request.size` (default 1 MiB) is the same per-request cap, but it
+    /// also caps a single record; here [`WriterConfig::batch_bytes`] does that.
+    pub max_request_bytes: usize,
     /// How long establishing a broker connection may take. Default 10 s (Java
     /// `socket.connection.setup.timeout.ms`).
     pub connect_timeout: Duration,
@@ -120,6 +128,7 @@ impl fmt::Debug for WriterConfig {
             .field("compression", &self.compression)
             .field("client_id", &self.client_id)
             .field("max_in_flight_per_broker", &self.max_in_flight_per_broker)
+            .field("max_request_bytes", &self.max_request_bytes)
             .field("connect_timeout", &self.connect_timeout)
             .field("allow_auto_topic_creation", &self.allow_auto_topic_creation)
             .field("idempotent", &self.idempotent)
@@ -151,6 +160,7 @@ impl WriterConfig {
             compression: Compression::None,
             client_id: "kafkapipe".to_string(),
             max_in_flight_per_broker: 5,
+            max_request_bytes: 64 * 1024 * 1024,
             connect_timeout: Duration::from_secs(10),
             allow_auto_topic_creation: false,
             idempotent: false,
@@ -280,6 +290,12 @@ impl WriterConfig {
         self
     }
 
+    /// Set [`WriterConfig::max_request_bytes`].
+    pub fn max_request_bytes(mut self, n: usize) -> Self {
+        self.max_request_bytes = n;
+        self
+    }
+
     /// Set [`WriterConfig::idempotent`].
     pub fn idempotent(mut self, on: bool) -> Self {
         self.idempotent = on;
@@ -305,6 +321,9 @@ impl WriterConfig {
         }
         if self.max_in_flight_per_broker == 0 {
             return fail("WriterConfig::max_in_flight_per_broker must be at least 1");
+        }
+        if self.max_request_bytes == 0 {
+            return fail("WriterConfig::max_request_bytes must be at least 1");
         }
         if self.idempotent && self.required_acks != RequiredAcks::All {
             return fail("WriterConfig::idempotent requires required_acks = All");
@@ -363,6 +382,7 @@ mod tests {
             ok.clone().max_buffered_bytes(0),
             ok.clone().max_attempts(0),
             ok.clone().max_in_flight_per_broker(0),
+            ok.clone().max_request_bytes(0),
             ok.clone()
                 .backoff(Duration::from_secs(2), Duration::from_secs(1)),
             ok.clone()

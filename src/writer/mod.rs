@@ -8,7 +8,8 @@
 //!   holds [`WriterConfig::batch_size`] messages or [`WriterConfig::batch_bytes`] bytes, or
 //!   [`WriterConfig::batch_timeout`] after its first message (a timer per open batch).
 //! * The sealed batches of all partitions led by one broker travel in **one** produce
-//!   request (as the Java client and franz-go do; kafka-go sends one per partition), with
+//!   request (as the Java client and franz-go do; kafka-go sends one per partition) of at
+//!   most [`WriterConfig::max_request_bytes`] (the rest go in the next request), with
 //!   at most [`WriterConfig::max_in_flight_per_broker`] requests in flight per broker and
 //!   at most one batch in flight per partition, so per-partition order survives retries.
 //! * [`poll_ready`](futures::Sink::poll_ready) is pending while the bytes accepted but not
@@ -36,10 +37,11 @@
 //! kafka-go and the Java client with `enable.idempotence=false`. With
 //! [`WriterConfig::idempotent`] the writer obtains a producer id and stamps each batch
 //! with its partition's next sequence number when it is first sent (a retry resends the
-//! same bytes), so the broker drops the duplicates. A batch that fails for good with an
-//! ambiguous error (it may have been written) makes the writer take a new producer id,
-//! which restarts every partition's sequence; a batch rejected outright gives its
-//! sequence numbers back.
+//! same bytes), so the broker drops the duplicates. A sent batch that fails for good with
+//! anything but the broker's own error code for its partition (a broken or unreadable
+//! response, a timeout, no leader any more: it may have been written) makes the writer
+//! take a new producer id, which restarts every partition's sequence; a batch the broker
+//! rejected outright gives its sequence numbers back.
 //!
 //! ```no_run
 //! use futures::{stream, SinkExt, StreamExt};
@@ -60,7 +62,7 @@ mod task;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
@@ -189,10 +191,22 @@ struct Shared {
     buffered: AtomicUsize,
     max_buffered: usize,
     space: Notify,
+    /// The background task has ended (closed, or died): nothing will free space any more.
+    gone: AtomicBool,
     stats: Counters,
 }
 
 impl Shared {
+    fn new(max_buffered: usize) -> Shared {
+        Shared {
+            buffered: AtomicUsize::new(0),
+            max_buffered,
+            space: Notify::new(),
+            gone: AtomicBool::new(false),
+            stats: Counters::default(),
+        }
+    }
+
     fn reserve(&self, bytes: usize) {
         self.buffered.fetch_add(bytes, Ordering::AcqRel);
         self.stats.queued.fetch_add(1, Ordering::Relaxed);
@@ -207,7 +221,18 @@ impl Shared {
     }
 
     fn release(&self, bytes: usize) {
-        let before = self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+        // Saturating: releasing more than was reserved is a bug (caught in debug builds),
+        // but must not wrap the gauge and block every writer call forever.
+        let before = self
+            .buffered
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                Some(b.saturating_sub(bytes))
+            })
+            .unwrap_or_else(|b| b);
+        debug_assert!(
+            before >= bytes,
+            "writer released {bytes} bytes with only {before} buffered"
+        );
         if before > self.max_buffered && before.saturating_sub(bytes) <= self.max_buffered {
             self.space.notify_waiters();
         }
@@ -217,12 +242,21 @@ impl Shared {
         self.buffered.load(Ordering::Acquire) <= self.max_buffered
     }
 
+    fn task_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+        self.space.notify_waiters();
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
     async fn wait_for_space(self: Arc<Self>) {
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.has_space() {
+            if self.has_space() || self.is_gone() {
                 return;
             }
             notified.await;
@@ -369,12 +403,7 @@ impl Writer {
             .map_err(|_| Error::config("Writer::new must be called within a Tokio runtime"))?;
         let cluster = Cluster::new(config.brokers.clone(), config.connection_config())?
             .with_auto_create_topics(config.allow_auto_topic_creation);
-        let shared = Arc::new(Shared {
-            buffered: AtomicUsize::new(0),
-            max_buffered: config.max_buffered_bytes,
-            space: Notify::new(),
-            stats: Counters::default(),
-        });
+        let shared = Arc::new(Shared::new(config.max_buffered_bytes));
         let (tx, rx) = mpsc::unbounded_channel();
         let task = Task::new(Arc::new(config), cluster, shared.clone(), rx);
         handle.spawn(task.run());
@@ -421,6 +450,9 @@ impl Writer {
             return Err(closed_error());
         }
         self.shared.clone().wait_for_space().await;
+        if self.cmds.is_closed() {
+            return Err(closed_error());
+        }
         let group = Group::open();
         group.add(msgs.len());
         let (tx, rx) = oneshot::channel();
@@ -498,7 +530,7 @@ impl Writer {
 
     fn poll_space(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
-            if self.shared.has_space() {
+            if self.shared.has_space() || self.shared.is_gone() {
                 self.space = None;
                 return Poll::Ready(());
             }
@@ -513,6 +545,12 @@ impl Writer {
     /// Wait for the flush in progress (if any), then flush what was accepted since, until
     /// every accepted message is done. Returns the first error.
     fn poll_flush_inner(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        // The task ended without being closed (it panicked): nothing can be delivered.
+        if !self.closed && self.cmds.is_closed() {
+            self.flushing = None;
+            self.sink_group = None;
+            return Poll::Ready(Err(closed_error()));
+        }
         loop {
             if let Some(rx) = self.flushing.as_mut() {
                 let result = ready!(Pin::new(rx).poll(cx));
@@ -550,6 +588,10 @@ impl futures::Sink<Message> for Writer {
         let coop = ready!(tokio::task::coop::poll_proceed(cx));
         ready!(this.poll_space(cx));
         coop.made_progress();
+        // The task is gone (it panicked): nothing would ever be delivered or free space.
+        if this.cmds.is_closed() {
+            return Poll::Ready(Err(closed_error()));
+        }
         Poll::Ready(Ok(()))
     }
 

@@ -258,10 +258,14 @@ impl Task {
         }
     }
 
+    /// Nothing left to deliver and no background work (produce request, metadata or
+    /// producer id lookup) that could still dial a broker after close returns.
     fn idle(&self) -> bool {
         self.requests == 0
+            && !self.producer_pending
             && self.topics.values().all(|t| {
-                t.waiting.is_empty()
+                !t.meta_pending
+                    && t.waiting.is_empty()
                     && t.parts
                         .values()
                         .all(|p| p.open.is_none() && p.sealed.is_empty())
@@ -552,73 +556,115 @@ impl Task {
             return;
         }
         let max = self.cfg.max_in_flight_per_broker;
+        let limit = self.cfg.max_request_bytes;
         for (broker, parts) in by_broker {
-            let n = self.in_flight.entry(broker).or_default();
-            if *n >= max {
-                continue;
+            let mut parts = parts.into_iter().peekable();
+            // As many requests as the broker's in-flight limit allows, each of at most
+            // `max_request_bytes` (but at least one batch).
+            while parts.peek().is_some() {
+                if self.in_flight.get(&broker).is_some_and(|n| *n >= max) {
+                    break;
+                }
+                let Some((batches, sent)) = self.build_request(&mut parts, limit) else {
+                    continue;
+                };
+                self.send_request(broker, batches, sent);
             }
-            *n += 1;
-            let mut batches = Vec::with_capacity(parts.len());
-            for (name, p) in &parts {
-                let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(p)) else {
-                    continue;
-                };
-                let Some(front) = ps.sealed.front_mut() else {
-                    continue;
-                };
-                if let Some((id, epoch)) = self.producer {
-                    if front.stamp.map(|(i, e, _)| (i, e)) != Some((id, epoch)) {
-                        let seq = ps.next_seq;
-                        match stamp(&front.data, id, epoch, seq) {
-                            Some(data) => {
-                                front.data = data;
-                                front.stamp = Some((id, epoch, seq));
-                                ps.next_seq = next_sequence(seq, front.count);
-                            }
-                            None => continue,
+        }
+    }
+
+    /// Take partitions from `parts` while their front batches fit in `limit` bytes
+    /// together (the first always does): stamp them (idempotent writers), mark them busy
+    /// and return their data with the partitions carried, in the same order.
+    #[allow(clippy::type_complexity)]
+    fn build_request(
+        &mut self,
+        parts: &mut std::iter::Peekable<std::vec::IntoIter<(Arc<str>, i32)>>,
+        limit: usize,
+    ) -> Option<(Vec<(Arc<str>, i32, Bytes)>, Vec<(Arc<str>, i32)>)> {
+        let mut batches = Vec::new();
+        // The partitions actually carried, in the order of `batches`.
+        let mut sent = Vec::new();
+        let mut size = 0usize;
+        while let Some((name, p)) = parts.peek().cloned() {
+            let Some(ps) = self.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&p)) else {
+                parts.next();
+                continue;
+            };
+            let Some(front) = ps.sealed.front_mut() else {
+                parts.next();
+                continue;
+            };
+            let len = front.data.len();
+            if !batches.is_empty() && size.saturating_add(len) > limit {
+                break;
+            }
+            parts.next();
+            if let Some((id, epoch)) = self.producer {
+                if front.stamp.map(|(i, e, _)| (i, e)) != Some((id, epoch)) {
+                    let seq = ps.next_seq;
+                    match stamp(&front.data, id, epoch, seq) {
+                        Some(data) => {
+                            front.data = data;
+                            front.stamp = Some((id, epoch, seq));
+                            ps.next_seq = next_sequence(seq, front.count);
                         }
+                        None => continue,
                     }
                 }
-                ps.busy = true;
-                ps.retry_at = None;
-                front.attempts += 1;
-                batches.push((name.clone(), *p, front.data.clone()));
             }
-            self.requests += 1;
-            self.shared.stats.writes.fetch_add(1, Ordering::Relaxed);
-            trace!(
-                broker_id = broker,
-                partitions = parts.len(),
-                "sending produce request"
-            );
-            let cluster = self.cluster.clone();
-            let tx = self.events_tx.clone();
-            let acks = self.cfg.required_acks;
-            let timeout = self.cfg.write_timeout;
-            let shared = self.shared.clone();
-            tokio::spawn(async move {
-                let started = Instant::now();
-                let result = produce(&cluster, broker, &batches, acks, timeout)
-                    .instrument(tracing::debug_span!(
-                        "produce",
-                        broker_id = broker,
-                        partitions = batches.len()
-                    ))
-                    .await;
-                if result.is_ok() {
-                    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    let c = &shared.stats;
-                    c.answered.fetch_add(1, Ordering::Relaxed);
-                    c.write_micros.fetch_add(micros, Ordering::Relaxed);
-                    c.write_micros_max.fetch_max(micros, Ordering::Relaxed);
-                }
-                let _ = tx.send(Event::Produced {
-                    broker,
-                    parts,
-                    result,
-                });
-            });
+            ps.busy = true;
+            ps.retry_at = None;
+            front.attempts += 1;
+            size = size.saturating_add(len);
+            batches.push((name.clone(), p, front.data.clone()));
+            sent.push((name, p));
         }
+        (!batches.is_empty()).then_some((batches, sent))
+    }
+
+    /// Send one produce request to `broker`; its answer comes back as an event.
+    fn send_request(
+        &mut self,
+        broker: i32,
+        batches: Vec<(Arc<str>, i32, Bytes)>,
+        parts: Vec<(Arc<str>, i32)>,
+    ) {
+        *self.in_flight.entry(broker).or_default() += 1;
+        self.requests += 1;
+        self.shared.stats.writes.fetch_add(1, Ordering::Relaxed);
+        trace!(
+            broker_id = broker,
+            partitions = parts.len(),
+            "sending produce request"
+        );
+        let cluster = self.cluster.clone();
+        let tx = self.events_tx.clone();
+        let acks = self.cfg.required_acks;
+        let timeout = self.cfg.write_timeout;
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let result = produce(&cluster, broker, &batches, acks, timeout)
+                .instrument(tracing::debug_span!(
+                    "produce",
+                    broker_id = broker,
+                    partitions = batches.len()
+                ))
+                .await;
+            if result.is_ok() {
+                let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                let c = &shared.stats;
+                c.answered.fetch_add(1, Ordering::Relaxed);
+                c.write_micros.fetch_add(micros, Ordering::Relaxed);
+                c.write_micros_max.fetch_max(micros, Ordering::Relaxed);
+            }
+            let _ = tx.send(Event::Produced {
+                broker,
+                parts,
+                result,
+            });
+        });
     }
 
     fn spawn_init_producer(&mut self, broker: i32, now: Instant) {
@@ -666,16 +712,16 @@ impl Task {
                 warn!(attempts, error = %e, "InitProducerId failed for good");
                 self.producer_attempts = 0;
                 let mut failed = Vec::new();
-                for t in self.topics.values_mut() {
-                    for ps in t.parts.values_mut() {
+                for (name, t) in &mut self.topics {
+                    for (p, ps) in &mut t.parts {
                         if !ps.busy {
-                            failed.extend(ps.sealed.drain(..));
+                            failed.extend(ps.sealed.drain(..).map(|b| (name.clone(), *p, b)));
                             ps.retry_at = None;
                         }
                     }
                 }
-                for b in failed {
-                    self.finish(b, Err(&e));
+                for (name, p, b) in failed {
+                    self.give_up(&name, p, b, &e, false);
                 }
             }
         }
@@ -696,14 +742,25 @@ impl Task {
                 }
                 match result {
                     Ok(outcomes) => {
-                        for ((name, p), outcome) in parts.into_iter().zip(outcomes) {
-                            self.complete(&name, p, outcome);
+                        let mut outcomes = outcomes.into_iter();
+                        for (name, p) in parts {
+                            match outcomes.next() {
+                                Some(outcome) => self.complete(&name, p, outcome, true),
+                                None => {
+                                    let e = Error::protocol(format!(
+                                        "broker {broker} gave no outcome for the partition"
+                                    ))
+                                    .with_topic(&*name)
+                                    .with_partition(p);
+                                    self.complete(&name, p, Err(e), false);
+                                }
+                            }
                         }
                     }
                     Err(e) => {
                         for (name, p) in parts {
                             let e = e.clone().with_topic(&*name).with_partition(p);
-                            self.complete(&name, p, Err(e));
+                            self.complete(&name, p, Err(e), false);
                         }
                     }
                 }
@@ -750,7 +807,7 @@ impl Task {
                         .with_topic(&*topic)
                         .with_partition(p);
                     warn!(topic = %topic, partition = p, "giving up on a partition without leader");
-                    self.finish(b, Err(&e));
+                    self.give_up(&topic, p, b, &e, false);
                 }
                 let ts = now_ms();
                 for m in waiting {
@@ -796,14 +853,16 @@ impl Task {
                     self.reject(m, e.clone());
                 }
                 for (p, b) in stuck {
-                    self.finish(b, Err(&e.clone().with_partition(p)));
+                    self.give_up(&topic, p, b, &e.clone().with_partition(p), false);
                 }
             }
         }
     }
 
-    /// A request for `name`/`p`'s front batch came back with `outcome`.
-    fn complete(&mut self, name: &Arc<str>, p: i32, outcome: Result<i64>) {
+    /// A request for `name`/`p`'s front batch came back with `outcome`; `answered` says
+    /// whether it is the broker's answer for that partition (rather than an error of the
+    /// whole request, or a response that could not be matched to the partition).
+    fn complete(&mut self, name: &Arc<str>, p: i32, outcome: Result<i64>, answered: bool) {
         let max_attempts = self.cfg.max_attempts;
         let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(&p)) else {
             return;
@@ -812,7 +871,9 @@ impl Task {
         let attempts = ps.sealed.front().map_or(0, |b| b.attempts);
         // The broker already has this batch (an earlier attempt got through).
         let outcome = match outcome {
-            Err(e) if e.kafka_code() == Some(ErrorCode::DuplicateSequenceNumber) => Ok(-1),
+            Err(e) if answered && e.kafka_code() == Some(ErrorCode::DuplicateSequenceNumber) => {
+                Ok(-1)
+            }
             other => other,
         };
         match outcome {
@@ -822,7 +883,8 @@ impl Task {
                 }
             }
             Err(e)
-                if e.kafka_code() == Some(ErrorCode::MessageTooLarge)
+                if answered
+                    && e.kafka_code() == Some(ErrorCode::MessageTooLarge)
                     && ps.sealed.front().is_some_and(|b| b.count > 1) =>
             {
                 // The broker's limit is below ours: split the batch in two and send the
@@ -847,7 +909,7 @@ impl Task {
                     Err(failed) => {
                         let (b, split_err) = *failed;
                         warn!(topic = %name, partition = p, error = %split_err, "cannot split a batch the broker rejected");
-                        self.finish(b, Err(&e));
+                        self.give_up(name, p, b, &e, true);
                     }
                 }
             }
@@ -870,32 +932,47 @@ impl Task {
                 if e.is_retriable() {
                     self.cluster.invalidate(name);
                 }
+                // Only the broker's own error code for this partition proves the batch
+                // was not written; anything else after sending (a broken or undecodable
+                // response, a whole-request error, a retriable error) leaves it unknown.
+                let rejected = answered
+                    && e.kafka_code().is_some()
+                    && !e.is_retriable()
+                    && !matches!(
+                        e.kafka_code(),
+                        Some(
+                            ErrorCode::OutOfOrderSequenceNumber
+                                | ErrorCode::UnknownProducerId
+                                | ErrorCode::InvalidProducerEpoch
+                        )
+                    );
                 if let Some(b) = ps.sealed.pop_front() {
-                    if let Some((id, epoch, seq)) = b.stamp {
-                        if self.producer == Some((id, epoch)) {
-                            if e.is_retriable()
-                                || matches!(
-                                    e.kafka_code(),
-                                    Some(
-                                        ErrorCode::OutOfOrderSequenceNumber
-                                            | ErrorCode::UnknownProducerId
-                                            | ErrorCode::InvalidProducerEpoch
-                                    )
-                                )
-                            {
-                                // Unknown whether the broker wrote it, or the broker lost
-                                // track of us: start over with a new producer id.
-                                self.producer = None;
-                            } else {
-                                // Rejected, so not written: reuse its sequence numbers.
-                                ps.next_seq = seq;
-                            }
-                        }
-                    }
-                    self.finish(b, Err(&e));
+                    self.give_up(name, p, b, &e, rejected);
                 }
             }
         }
+    }
+
+    /// `name`/`p`'s batch `b` fails for good with `err`. Every failure path goes through
+    /// here so an idempotent writer's sequence numbers stay gapless: a batch stamped with
+    /// the current producer id was sent, so unless the broker `rejected` it for its
+    /// partition (then its sequence numbers are reused) it may have been written, and the
+    /// writer takes a new producer id, which renumbers every partition. A batch never
+    /// stamped (never sent) used no sequence numbers.
+    fn give_up(&mut self, name: &Arc<str>, p: i32, b: Sealed, err: &Error, rejected: bool) {
+        if let Some((id, epoch, seq)) = b.stamp {
+            if self.producer == Some((id, epoch)) {
+                if rejected {
+                    if let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(&p)) {
+                        ps.next_seq = seq;
+                    }
+                } else {
+                    debug!(topic = %name, partition = p, "batch may have been written: new producer id");
+                    self.producer = None;
+                }
+            }
+        }
+        self.finish(b, Err(err));
     }
 
     /// A batch is done: tell its callers, count it, report its messages if asked, free
@@ -935,6 +1012,14 @@ impl Task {
             };
             self.report(Delivery { message, result }, size);
         }
+    }
+}
+
+impl Drop for Task {
+    /// However the task ends — closed, or unwinding from a panic (say in a user's
+    /// `Balancer`) — callers waiting for buffer space must wake up and see it is gone.
+    fn drop(&mut self) {
+        self.shared.task_gone();
     }
 }
 
@@ -1044,7 +1129,7 @@ fn split(
         .into_iter()
         .map(|(i, m, size)| (i - limit, m, size))
         .collect();
-    let bytes1 = b.bytes / b.count * mid;
+    let bytes1 = split_bytes(b.bytes, b.count, mid, &kept1, &kept2);
     Ok((
         Sealed {
             data: first,
@@ -1061,10 +1146,31 @@ fn split(
             kept: kept2,
             stamp: None,
             count: b.count - mid,
-            bytes: b.bytes - bytes1,
+            bytes: b.bytes.saturating_sub(bytes1),
             attempts: 0,
         },
     ))
+}
+
+/// The accounted bytes of the first `mid` of `count` messages totalling `bytes`, when
+/// `kept1`/`kept2` are the messages kept for reports in each half. Each half must hold at
+/// least its kept messages' sizes (those are released one by one as reports are taken),
+/// so only the bytes of messages not kept are shared out, by message count; the halves
+/// then add up to exactly `bytes`.
+fn split_bytes(bytes: usize, count: usize, mid: usize, kept1: &Kept, kept2: &Kept) -> usize {
+    let sum = |k: &Kept| k.iter().map(|(_, _, size)| *size).sum::<usize>();
+    let (k1, k2) = (sum(kept1), sum(kept2));
+    let rest = bytes.saturating_sub(k1.saturating_add(k2));
+    let n1 = mid.saturating_sub(kept1.len());
+    let n2 = count.saturating_sub(mid).saturating_sub(kept2.len());
+    let rest1 = match n1.checked_add(n2) {
+        Some(n) if n > 0 => {
+            let share = u128::from(rest as u64) * n1 as u128 / n as u128;
+            usize::try_from(share).unwrap_or(rest)
+        }
+        _ => 0,
+    };
+    k1.saturating_add(rest1).min(bytes)
 }
 
 /// Close `ps`'s open batch and queue it for sending. If the batch cannot be built its
@@ -1252,6 +1358,60 @@ mod tests {
         );
     }
 
+    /// A batch whose messages have different sizes, all kept for reports.
+    fn sealed_sizes(sizes: &[usize]) -> Sealed {
+        let mut builder = RecordBatchBuilder::new(Compression::None);
+        let mut kept = Vec::new();
+        for (i, size) in sizes.iter().enumerate() {
+            let value = vec![b'x'; *size];
+            builder.append(1, None, Some(&value), &[]).unwrap();
+            kept.push((i as u32, Message::new(value), *size));
+        }
+        Sealed {
+            data: builder.build().unwrap(),
+            runs: vec![(Group::open(), sizes.len())],
+            kept,
+            stamp: None,
+            count: sizes.len(),
+            bytes: sizes.iter().sum(),
+            attempts: 1,
+        }
+    }
+
+    /// What `finish` releases for a batch: its bytes not kept, then each kept message.
+    fn released(b: &Sealed) -> usize {
+        let kept: usize = b.kept.iter().map(|(_, _, size)| size).sum();
+        b.bytes.saturating_sub(kept) + kept
+    }
+
+    #[test]
+    fn split_releases_exactly_what_was_reserved() {
+        // 1000 + 22 bytes reserved; an even split of the bytes used to release 1511.
+        let b = sealed_sizes(&[1000, 22]);
+        let reserved = b.bytes;
+        let Ok((first, second)) = split(b, Compression::None) else {
+            panic!("split failed");
+        };
+        assert_eq!((first.bytes, second.bytes), (1000, 22));
+        assert_eq!(released(&first) + released(&second), reserved);
+        // Uneven sizes, some messages kept and some not, split again.
+        let mut b = sealed_sizes(&[7, 1000, 3, 500, 22]);
+        b.kept.retain(|(i, _, _)| i % 2 == 1);
+        let reserved = b.bytes;
+        let Ok((first, second)) = split(b, Compression::None) else {
+            panic!("split failed");
+        };
+        assert_eq!(released(&first) + released(&second), reserved);
+        let Ok((a, c)) = split(second, Compression::None) else {
+            panic!("split failed");
+        };
+        assert_eq!(
+            released(&first) + released(&a) + released(&c),
+            reserved,
+            "nested splits keep the total"
+        );
+    }
+
     #[test]
     fn split_cuts_a_run_in_the_middle() {
         let g = Group::open();
@@ -1278,6 +1438,25 @@ mod tests {
 #[cfg(test)]
 mod idempotence_tests {
     use super::*;
+
+    #[tokio::test]
+    async fn close_waits_for_background_lookups() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]);
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        let mut task = Task::new(Arc::new(cfg), cluster, shared, rx);
+        assert!(task.idle());
+        task.producer_pending = true;
+        assert!(!task.idle(), "an InitProducerId lookup is running");
+        task.producer_pending = false;
+        let topic = TopicState {
+            meta_pending: true,
+            ..TopicState::default()
+        };
+        task.topics.insert(Arc::from("t"), topic);
+        assert!(!task.idle(), "a metadata lookup is running");
+    }
 
     #[test]
     fn stamp_sets_producer_fields_and_a_valid_crc() {
