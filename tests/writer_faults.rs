@@ -136,17 +136,37 @@ async fn cut_connections_mid_stream(idempotent: bool) -> (usize, u64) {
             .idempotent(idempotent),
     )
     .unwrap();
+    let mut stalled = false;
     for i in 0..N {
         if i > 0 && i % (N / 5) == 0 {
-            proxy.cut();
+            // Stall the proxy so produce requests are stuck in it when it cuts: every cut
+            // then hits requests in flight, and the writer must retry them.
+            proxy.pause(true);
+            stalled = true;
         }
-        writer
-            .feed(Message::keyed(
-                format!("key-{}", i % KEYS),
-                format!("{}", i / KEYS),
-            ))
-            .await
-            .unwrap();
+        let msg = Message::keyed(format!("key-{}", i % KEYS), format!("{}", i / KEYS));
+        loop {
+            let fed =
+                tokio::time::timeout(Duration::from_millis(200), writer.feed(msg.clone())).await;
+            match fed {
+                Ok(r) => {
+                    r.unwrap();
+                    break;
+                }
+                // The buffer is full of unacknowledged messages: requests are stuck in
+                // the stalled proxy. Cut them, resume, and feed this message again.
+                Err(_) if stalled => {
+                    proxy.cut();
+                    proxy.pause(false);
+                    stalled = false;
+                }
+                Err(_) => panic!("writer stalled without a stalled proxy"),
+            }
+        }
+    }
+    if stalled {
+        proxy.cut();
+        proxy.pause(false);
     }
     writer.close().await.unwrap();
     let stats = writer.stats();
