@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Producer throughput: starts a throw-away tansu, runs benches/throughput.rs against it,
-# then (unless BENCH_BASELINE=0) the same workload with librdkafka via confluent-kafka, and
-# prints both JSON lines and the kafkapipe/librdkafka msgs/s ratio.
+# Producer and consumer throughput: starts a throw-away tansu, runs benches/throughput.rs
+# against it, then (unless BENCH_BASELINE=0) the same workload with librdkafka via
+# confluent-kafka, and prints both JSON lines and the kafkapipe/librdkafka msgs/s ratio;
+# then benches/consume.rs (Reader vs librdkafka consumer on the same topic, same run).
 #
 #   scripts/bench.sh                       # 1M x 100 B
 #   KAFKAPIPE_BENCH_MSGS=200000 KAFKAPIPE_BENCH_SIZE=1000 scripts/bench.sh
@@ -23,7 +24,7 @@ export KAFKAPIPE_BENCH_MSGS="$msgs" KAFKAPIPE_BENCH_SIZE="$size" \
     KAFKAPIPE_BENCH_PARTITIONS="$partitions" KAFKAPIPE_BENCH_BATCH="$batch" \
     KAFKAPIPE_BENCH_COMPRESSION="$compression" KAFKAPIPE_BENCH_ACKS="$acks"
 
-cargo build --release --bench throughput >&2
+cargo build --release --bench throughput --bench consume >&2
 tansu_start
 trap tansu_stop EXIT
 export KAFKAPIPE_BENCH_BROKER="$TANSU_ADDR"
@@ -48,3 +49,10 @@ print(json.dumps({
 }))
 PY
 fi
+
+echo "# consumer" >&2
+if [[ "${BENCH_BASELINE:-1}" == 0 ]]; then
+    export KAFKAPIPE_BENCH_BASELINE=0
+fi
+KAFKAPIPE_BENCH_MESSAGES="$msgs" KAFKAPIPE_BENCH_VALUE_LEN="$size" \
+    cargo bench --bench consume 2>/dev/null | grep '^{'
