@@ -10,6 +10,10 @@
 //! | OffsetCommit (8) | 2–9 | 8 |
 //! | OffsetFetch (9) | 1–9 | 6 |
 //! | FindCoordinator (10) | 0–6 | 3 |
+//! | JoinGroup (11) | 0–9 | 6 |
+//! | Heartbeat (12) | 0–4 | 4 |
+//! | LeaveGroup (13) | 0–5 | 4 |
+//! | SyncGroup (14) | 0–5 | 4 |
 //! | DescribeGroups (15) | 0–6 | 5 |
 //! | ListGroups (16) | 0–5 | 3 |
 //! | ApiVersions (18) | 0–4 | 3 |
@@ -37,8 +41,11 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod heartbeat;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
@@ -46,6 +53,7 @@ pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
 pub mod produce;
+pub mod sync_group;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
 pub use create_topics::{
@@ -98,11 +106,16 @@ pub use describe_groups::{
     DescribeGroupsRequest, DescribeGroupsResponse, DescribedGroup, DescribedGroupMember,
 };
 pub use find_coordinator::{Coordinator, FindCoordinatorRequest, FindCoordinatorResponse};
+pub use heartbeat::{HeartbeatRequest, HeartbeatResponse};
 pub use incremental_alter_configs::{
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResource,
     IncrementalAlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
     IncrementalAlterableConfig,
 };
+pub use join_group::{
+    JoinGroupRequest, JoinGroupRequestProtocol, JoinGroupResponse, JoinGroupResponseMember,
+};
+pub use leave_group::{LeaveGroupRequest, LeaveGroupResponse, MemberIdentity, MemberResponse};
 pub use list_groups::{ListGroupsRequest, ListGroupsResponse, ListedGroup};
 pub use offset_commit::{
     OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
@@ -117,6 +130,7 @@ pub use offset_fetch::{
     OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
     OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+pub use sync_group::{SyncGroupRequest, SyncGroupRequestAssignment, SyncGroupResponse};
 
 use bytes::{Bytes, BytesMut};
 
