@@ -63,7 +63,10 @@ use crate::cluster::Cluster;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::protocol::ErrorCode;
-use state::{Counters, Position, Shared, State};
+pub(crate) use state::Shared;
+use state::{Counters, Position, State};
+
+use crate::group::{Committer, GroupEvents, GroupShared, GroupTask};
 
 /// A snapshot of a reader's counters and gauges (like kafka-go's `ReaderStats`; the
 /// counters here are cumulative, not reset by reading them).
@@ -135,6 +138,8 @@ pub struct ReaderStats {
 pub struct Reader {
     shared: Arc<Shared>,
     task: Option<JoinHandle<()>>,
+    group: Option<Arc<GroupShared>>,
+    group_task: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -173,7 +178,12 @@ impl Reader {
         let cluster = Cluster::new(config.brokers.clone(), config.connection_config())?
             .with_refresh_backoff(config.read_backoff_min);
         let mut state = State::default();
-        for sel in &config.topics {
+        let group_topics: &[_] = if config.group_id.is_some() {
+            &[]
+        } else {
+            &config.topics
+        };
+        for sel in group_topics {
             let partitions = match &sel.partitions {
                 Some(p) => p.clone(),
                 None => topic_partitions(&cluster, &config, &sel.topic).await?,
@@ -189,15 +199,67 @@ impl Reader {
             cluster,
             counters: Counters::default(),
         });
+        let group = shared.config.group_id.clone().map(|id| {
+            let admin = crate::admin::Admin::new(shared.cluster.clone());
+            Arc::new(GroupShared::new(&shared.config, id, admin))
+        });
         let task = tokio::spawn(task::run(shared.clone()));
+        let group_task = group.clone().map(|group| {
+            tokio::spawn(
+                GroupTask {
+                    group,
+                    reader: shared.clone(),
+                }
+                .run(),
+            )
+        });
         Ok(Reader {
             shared,
             task: Some(task),
+            group,
+            group_task,
         })
     }
 
+    /// The commit sink of a group reader (see [`Committer`]); `None` without
+    /// [`ReaderConfig::group_id`]. Creating one turns on contiguous-ack tracking (with
+    /// [`ReaderConfig::commit_contiguous`]) for messages yielded from then on.
+    ///
+    /// ```no_run
+    /// use futures::{SinkExt, TryStreamExt};
+    /// # async fn demo(mut reader: kafkapipe::reader::Reader) -> kafkapipe::Result<()> {
+    /// let Some(mut committer) = reader.committer() else { return Ok(()) };
+    /// while let Some(m) = reader.try_next().await? {
+    ///     // ... process m ...
+    ///     committer.feed(&m).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn committer(&self) -> Option<Committer> {
+        self.group.clone().map(Committer::new)
+    }
+
+    /// The rebalance events of a group reader (see [`GroupEvents`]); `None` without
+    /// [`ReaderConfig::group_id`].
+    ///
+    /// ```no_run
+    /// use futures::StreamExt;
+    /// # async fn demo(reader: kafkapipe::reader::Reader) {
+    /// if let Some(mut events) = reader.events() {
+    ///     tokio::spawn(async move {
+    ///         while let Some(e) = events.next().await {
+    ///             println!("{e:?}");
+    ///         }
+    ///     });
+    /// }
+    /// # }
+    /// ```
+    pub fn events(&self) -> Option<GroupEvents> {
+        self.group.clone().map(GroupEvents::new)
+    }
+
     /// The next message (kafka-go `ReadMessage` / `FetchMessage`, which are the same here:
-    /// offsets are committed by consumer groups, not by this reader).
+    /// offsets are committed through [`Reader::committer`] after processing).
     ///
     /// ```no_run
     /// # async fn demo(mut reader: kafkapipe::reader::Reader) -> kafkapipe::Result<()> {
@@ -455,6 +517,17 @@ impl Reader {
     /// If dropped midway the task is already aborted; only closing the connections may
     /// not have happened (they close when their last handle is dropped).
     pub async fn close(&mut self) {
+        if let (Some(group), Some(mut task)) = (&self.group, self.group_task.take()) {
+            // the group task commits what is pending and leaves the group
+            group.closing.store(true, Ordering::SeqCst);
+            group.wake.notify_one();
+            let limit = self.shared.config.request_timeout.saturating_mul(2);
+            if tokio::time::timeout(limit, &mut task).await.is_err() {
+                tracing::warn!(group = %group.group_id, "group task did not stop in time; aborted");
+                task.abort();
+            }
+            group.close_events();
+        }
         let waker = {
             let mut st = self.shared.lock();
             st.closed = true;
@@ -513,6 +586,9 @@ impl Drop for Reader {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        if let Some(task) = self.group_task.take() {
+            task.abort();
+        }
     }
 }
 
@@ -530,6 +606,9 @@ impl Stream for Reader {
         }
         if let Some((m, freed)) = st.pop(&shared.config) {
             drop(st);
+            if let Some(g) = &self.group {
+                g.delivered(&m.topic, m.partition, m.offset);
+            }
             if freed {
                 shared.wake_task.notify_one();
             }
