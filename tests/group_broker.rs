@@ -10,8 +10,10 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashSet};
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 use kafkapipe::admin::Admin;
@@ -19,6 +21,16 @@ use kafkapipe::conn::{Conn, ProduceOptions};
 use kafkapipe::group::{CommitMode, GroupEvent};
 use kafkapipe::reader::{Message, Reader, ReaderConfig, TopicPartition};
 use kafkapipe::record::Record;
+
+/// `KAFKAPIPE_TEST_LOG=1`: print the client's group logs (info and above).
+fn init_log() {
+    if std::env::var_os("KAFKAPIPE_TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_test_writer()
+            .try_init();
+    }
+}
 
 async fn conn() -> Conn {
     Conn::connect(&common::shared().addr).await.unwrap()
@@ -128,4 +140,177 @@ async fn single_member_commits_on_close_and_restarts_from_commit() {
         again.insert((m.partition, m.offset));
     }
     reader.close().await;
+}
+
+type Seen = Arc<Mutex<HashMap<(i32, i64), u32>>>;
+
+/// One group member: reads, records and acks every message until told to stop, then
+/// closes (committing and leaving the group).
+fn spawn_member(
+    config: ReaderConfig,
+    seen: Seen,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut reader = Reader::new(config).await.unwrap();
+        let mut committer = reader.committer().unwrap();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                m = reader.next_message() => match m {
+                    Ok(m) => {
+                        *seen.lock().unwrap().entry((m.partition, m.offset)).or_default() += 1;
+                        committer.feed(&m).await.unwrap();
+                    }
+                    Err(e) => eprintln!("member error: {e}"),
+                },
+            }
+        }
+        reader.close().await;
+    })
+}
+
+/// Polls the group's committed offsets until stopped; panics if one ever goes backwards.
+fn watch_commits(
+    group: String,
+    topic: String,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let admin = Admin::connect([common::shared().addr.clone()]).unwrap();
+        let mut last: HashMap<i32, i64> = HashMap::new();
+        let mut polls = 0;
+        while !stop.load(Ordering::SeqCst) {
+            if let Ok(offsets) = admin.fetch_group_offsets(&group, Some(&[&topic])).await {
+                for (tp, r) in offsets {
+                    let Ok(c) = r else { continue };
+                    let prev = last.entry(tp.partition).or_insert(-1);
+                    assert!(
+                        c.offset >= *prev,
+                        "{tp}: commit went from {prev} to {}",
+                        c.offset
+                    );
+                    *prev = c.offset;
+                }
+                polls += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        polls
+    })
+}
+
+async fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Produces 50 records to each partition every 50 ms until stopped; returns how many
+/// each partition got.
+fn spawn_producer(
+    topic: String,
+    partitions: i32,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut n = 0;
+        while !stop.load(Ordering::SeqCst) {
+            produce(&topic, partitions, n, 50).await;
+            n += 50;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        n
+    })
+}
+
+/// One, two, then three members over 6 partitions while messages flow; then one leaves.
+/// Every message is processed at least once, no commit ever regresses, and after the
+/// members close the committed offsets are the log end.
+///
+/// tansu 0.6 quirk: when the group *leader* leaves while the group is forming, tansu keeps
+/// it as leader and the group never forms again (no one may sync), so the member that
+/// leaves here is the last to join (a follower: tansu makes the first member leader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn members_join_and_leave_while_messages_flow() {
+    init_log();
+    let topic = new_topic("group-flow", 6).await;
+    let group = common::unique_topic("group-flow-g");
+    produce(&topic, 6, 0, 1_000).await;
+    let stop_producer = Arc::new(AtomicBool::new(false));
+    let producer = spawn_producer(topic.clone(), 6, stop_producer.clone());
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    let watcher = watch_commits(group.clone(), topic.clone(), stop_watch.clone());
+    let config = || {
+        group_config(&group, &topic).commit_mode(CommitMode::Interval(Duration::from_millis(100)))
+    };
+    let seen: [Seen; 3] = Default::default();
+    let count = |i: usize| seen[i].lock().unwrap().len();
+
+    let (stop_a, rx) = tokio::sync::watch::channel(false);
+    let a = spawn_member(config(), seen[0].clone(), rx);
+    wait_until("a's first messages", Duration::from_secs(30), || {
+        count(0) >= 1_000
+    })
+    .await;
+    let (stop_b, rx) = tokio::sync::watch::channel(false);
+    let b = spawn_member(config(), seen[1].clone(), rx);
+    wait_until("b's first messages", Duration::from_secs(30), || {
+        count(1) >= 100
+    })
+    .await;
+    let (stop_c, rx) = tokio::sync::watch::channel(false);
+    let c = spawn_member(config(), seen[2].clone(), rx);
+    wait_until("c's first messages", Duration::from_secs(30), || {
+        count(2) >= 100
+    })
+    .await;
+    // c leaves gracefully; a and b take over its partitions from its commits
+    stop_c.send(true).unwrap();
+    c.await.unwrap();
+    let after_c = (count(0), count(1));
+    wait_until("a and b to go on", Duration::from_secs(30), || {
+        count(0) > after_c.0 + 100 && count(1) > after_c.1 + 100
+    })
+    .await;
+    stop_producer.store(true, Ordering::SeqCst);
+    let per = 1_000 + producer.await.unwrap();
+    let all = |seen: &[Seen; 3]| {
+        let mut all: HashMap<(i32, i64), u32> = HashMap::new();
+        for s in seen {
+            for (k, n) in s.lock().unwrap().iter() {
+                *all.entry(*k).or_default() += n;
+            }
+        }
+        all
+    };
+    wait_until("every message", Duration::from_secs(30), || {
+        all(&seen).len() >= 6 * per
+    })
+    .await;
+    stop_a.send(true).unwrap();
+    stop_b.send(true).unwrap();
+    a.await.unwrap();
+    b.await.unwrap();
+    stop_watch.store(true, Ordering::SeqCst);
+    assert!(watcher.await.unwrap() > 0);
+
+    let all = all(&seen);
+    for p in 0..6 {
+        for o in 0..per as i64 {
+            assert!(all.contains_key(&(p, o)), "{p}@{o} never processed");
+        }
+    }
+    let duplicates: u32 = all.values().map(|n| n - 1).sum();
+    eprintln!(
+        "{} messages (a {}, b {}, c {}), {duplicates} redelivered",
+        all.len(),
+        count(0),
+        count(1),
+        count(2)
+    );
+    let expected: BTreeMap<i32, i64> = (0..6).map(|p| (p, per as i64)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
 }

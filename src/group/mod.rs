@@ -378,6 +378,16 @@ impl GroupTask {
                     failures = 0;
                     v
                 }
+                Err(e) if e.kafka_code() == Some(ErrorCode::RebalanceInProgress) => {
+                    // another member joined or left between our JoinGroup and SyncGroup (or,
+                    // with tansu, the leader has not synced yet): rejoin soon
+                    debug!(group = %g.group_id, error = %e, "rebalance in progress; joining again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                        _ = g.wake.notified() => {}
+                    }
+                    continue;
+                }
                 Err(e) => {
                     failures += 1;
                     warn!(group = %g.group_id, failures, error = %e, "joining the group failed");
@@ -444,6 +454,7 @@ impl GroupTask {
             generation = joined.generation,
             member_id = %joined.member_id,
             leader = is_leader,
+            leader_id = %joined.leader,
             protocol = %joined.protocol,
             members = joined.members.len(),
             "joined group"
