@@ -314,3 +314,163 @@ async fn members_join_and_leave_while_messages_flow() {
     let expected: BTreeMap<i32, i64> = (0..6).map(|p| (p, per as i64)).collect();
     assert_eq!(committed(&group, &topic).await, expected);
 }
+
+async fn next_event(events: &mut kafkapipe::group::GroupEvents, within: Duration) -> GroupEvent {
+    tokio::time::timeout(within, events.next())
+        .await
+        .expect("a group event in time")
+        .expect("events go on while the reader is open")
+}
+
+/// A member with a full prefetch buffer loses partitions to a second member: after the
+/// rebalance it yields nothing of the partitions it lost (their buffered messages were
+/// dropped), and the new owner reads them from the last commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rebalance_drops_buffered_messages_of_revoked_partitions() {
+    let topic = new_topic("group-revoke", 6).await;
+    let group = common::unique_topic("group-revoke-g");
+    produce(&topic, 6, 0, 1_000).await;
+    let mut a = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut events = a.events().unwrap();
+    let first = next(&mut a, Duration::from_secs(30)).await;
+    match next_event(&mut events, Duration::from_secs(5)).await {
+        GroupEvent::Assigned { partitions, .. } => assert_eq!(partitions.len(), 6),
+        other => panic!("{other:?}"),
+    }
+    wait_until("a full buffer", Duration::from_secs(10), || {
+        a.stats().queue_length >= 3_000
+    })
+    .await;
+    // commit where a stands on the first message's partition, nothing elsewhere
+    let mut committer = a.committer().unwrap();
+    committer.send(&first).await.unwrap();
+
+    let mut b = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut b_events = b.events().unwrap();
+    match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Revoked { partitions } => assert_eq!(partitions.len(), 6),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        a.stats().queue_length,
+        0,
+        "revoked partitions' messages dropped"
+    );
+    let kept = match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(kept.len(), 3);
+    for _ in 0..500 {
+        let m = next(&mut a, Duration::from_secs(10)).await;
+        assert!(
+            kept.contains(&TopicPartition::new(&topic, m.partition)),
+            "{m:?} is not a's any more"
+        );
+    }
+    let taken = match next_event(&mut b_events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(taken.len(), 3);
+    // b starts each partition at the commit: first.offset + 1 on first's partition, else 0
+    let mut starts: HashMap<i32, i64> = HashMap::new();
+    while starts.len() < 3 {
+        let m = next(&mut b, Duration::from_secs(10)).await;
+        starts.entry(m.partition).or_insert(m.offset);
+    }
+    for (p, o) in starts {
+        let want = if p == first.partition {
+            first.offset + 1
+        } else {
+            0
+        };
+        assert_eq!(o, want, "b's first offset on partition {p}");
+    }
+    a.close().await;
+    b.close().await;
+}
+
+/// Acks out of order: only the contiguous acked prefix is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_order_acks_commit_only_the_contiguous_prefix() {
+    let topic = new_topic("group-contiguous", 1).await;
+    let group = common::unique_topic("group-contiguous-g");
+    produce(&topic, 1, 0, 10).await;
+    let mut reader = Reader::new(group_config(&group, &topic).commit_mode(CommitMode::Sync))
+        .await
+        .unwrap();
+    let mut committer = reader.committer().unwrap();
+    let mut msgs = Vec::new();
+    for _ in 0..10 {
+        msgs.push(next(&mut reader, Duration::from_secs(30)).await);
+    }
+    for i in [5, 3, 9, 1, 2] {
+        committer.send(&msgs[i]).await.unwrap();
+    }
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, -1)]));
+    committer.send(&msgs[0]).await.unwrap(); // 0..=3 acked
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 4)]));
+    for i in [4, 6, 7, 8] {
+        committer.send(&msgs[i]).await.unwrap();
+    }
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 10)]));
+    // acking an old message again never moves the commit back
+    committer.send(&msgs[2]).await.unwrap();
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 10)]));
+    reader.close().await;
+}
+
+/// A member dropped without close (no LeaveGroup, no final commit): after the session
+/// timeout the other member reads its partitions from its last commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crashed_member_partitions_move_after_the_session_timeout() {
+    let topic = new_topic("group-crash", 4).await;
+    let group = common::unique_topic("group-crash-g");
+    produce(&topic, 4, 0, 100).await;
+    let mut a = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut a_events = a.events().unwrap();
+    let mut a_commit = a.committer().unwrap();
+    next_event(&mut a_events, Duration::from_secs(30)).await;
+    let mut b = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut b_events = b.events().unwrap();
+    // a: revoked, then assigned half
+    next_event(&mut a_events, Duration::from_secs(30)).await;
+    let a_parts = match next_event(&mut a_events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(a_parts.len(), 2);
+    // a processes and commits 10 messages, then crashes
+    for _ in 0..10 {
+        let m = next(&mut a, Duration::from_secs(10)).await;
+        a_commit.feed(&m).await.unwrap();
+    }
+    a_commit.commit().await.unwrap();
+    let at_crash = committed(&group, &topic).await;
+    drop(a_commit);
+    drop(a);
+    let crashed = Instant::now();
+    // b: assigned 2, then (after the session timeout) all 4
+    loop {
+        match next_event(&mut b_events, Duration::from_secs(30)).await {
+            GroupEvent::Assigned { partitions, .. } if partitions.len() == 4 => break,
+            _ => {}
+        }
+    }
+    eprintln!("partitions moved {:?} after the crash", crashed.elapsed());
+    let mut starts: HashMap<i32, i64> = HashMap::new();
+    while starts.len() < 4 {
+        let m = next(&mut b, Duration::from_secs(10)).await;
+        starts.entry(m.partition).or_insert(m.offset);
+    }
+    for tp in a_parts {
+        let c = at_crash[&tp.partition];
+        assert_eq!(
+            starts[&tp.partition],
+            c.max(0),
+            "{tp} resumes at a's commit"
+        );
+    }
+    b.close().await;
+}

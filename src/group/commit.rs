@@ -135,11 +135,19 @@ impl PartCommit {
                 }
             }
             Err(_) => {
-                debug!(
-                    offset,
-                    "ack of an offset not delivered (or already committed) ignored"
-                );
-                return false;
+                // Not tracked: delivered before tracking began (before the first
+                // committer), already committed, or never delivered. Below the first
+                // tracked delivery it is merged without passing that delivery.
+                match self.delivered.front() {
+                    Some(&(front, _)) if offset >= front => {
+                        debug!(offset, "ack of an offset this reader did not yield ignored");
+                    }
+                    Some(&(front, _)) => {
+                        self.pending = self.pending.max(offset.saturating_add(1).min(front));
+                    }
+                    None => self.pending = self.pending.max(offset.saturating_add(1)),
+                }
+                return self.pending != before;
             }
         }
         while let Some(&(o, true)) = self.delivered.front() {
@@ -374,10 +382,25 @@ mod tests {
         assert_eq!(p.due(), Some(7));
         assert!(p.ack(8, true));
         assert_eq!(p.due(), Some(10));
-        // acks of unknown or already-covered offsets change nothing
-        assert!(!p.ack(100, true));
+        // acks of already-covered offsets change nothing
         assert!(!p.ack(5, true));
         assert_eq!(p.due(), Some(10));
+        // nothing tracked: merged like an untracked ack
+        assert!(p.ack(100, true));
+        assert_eq!(p.due(), Some(101));
+    }
+
+    #[test]
+    fn acks_of_messages_yielded_before_tracking_never_pass_a_tracked_one() {
+        let mut p = PartCommit::new();
+        p.delivered(10); // tracking began at 10; 0..10 were yielded before
+        assert!(p.ack(4, true));
+        assert_eq!(p.due(), Some(5));
+        assert!(!p.ack(12, true)); // beyond what was yielded: ignored
+        assert!(p.ack(9, true));
+        assert_eq!(p.due(), Some(10));
+        assert!(p.ack(10, true));
+        assert_eq!(p.due(), Some(11));
     }
 
     #[test]

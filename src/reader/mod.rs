@@ -223,7 +223,8 @@ impl Reader {
 
     /// The commit sink of a group reader (see [`Committer`]); `None` without
     /// [`ReaderConfig::group_id`]. Creating one turns on contiguous-ack tracking (with
-    /// [`ReaderConfig::commit_contiguous`]) for messages yielded from then on.
+    /// [`ReaderConfig::commit_contiguous`]) for messages yielded from then on; acks of
+    /// messages yielded before are merged, but never past the first tracked message.
     ///
     /// ```no_run
     /// use futures::{SinkExt, TryStreamExt};
