@@ -474,3 +474,113 @@ async fn crashed_member_partitions_move_after_the_session_timeout() {
     }
     b.close().await;
 }
+
+/// A kafkapipe member (the leader: tansu makes the first member leader) and a librdkafka
+/// member (python confluent-kafka, `partition.assignment.strategy=range`) share a group:
+/// librdkafka's subscription is decoded by our assignor, our assignment bytes by
+/// librdkafka; the partitions are split 3/3 and every message is processed at least once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shares_a_group_with_a_librdkafka_member() {
+    let topic = new_topic("group-interop", 6).await;
+    let group = common::unique_topic("group-interop-g");
+    produce(&topic, 6, 0, 200).await;
+    let mut k = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut events = k.events().unwrap();
+    let mut committer = k.committer().unwrap();
+    match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => assert_eq!(partitions.len(), 6),
+        other => panic!("{other:?}"),
+    }
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!(
+        "{}/tests/interop/group_member.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let child = tokio::process::Command::new(python)
+        .args([
+            &script,
+            "--broker",
+            &common::shared().addr,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--duration",
+            "10",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run group_member.py");
+    let mut seen: HashMap<(i32, i64), u32> = HashMap::new();
+    let mut mine = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    // read and ack until the librdkafka member has come and gone (k owns all 6 again)
+    let mut phases = Vec::new();
+    loop {
+        assert!(Instant::now() < deadline, "phases so far: {phases:?}");
+        tokio::select! {
+            m = k.next_message() => {
+                let m = m.unwrap();
+                *seen.entry((m.partition, m.offset)).or_default() += 1;
+                committer.feed(&m).await.unwrap();
+            }
+            e = events.next() => {
+                if let GroupEvent::Assigned { partitions, .. } = e.unwrap() {
+                    phases.push(partitions.len());
+                    if partitions.len() == 3 {
+                        mine = partitions;
+                    } else if partitions.len() == 6 && !mine.is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "librdkafka member failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    let theirs: Vec<i32> = lines
+        .iter()
+        .find_map(|l| l.get("assigned"))
+        .map(|a| {
+            a.as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_i64().unwrap() as i32)
+                .collect()
+        })
+        .expect("librdkafka was assigned partitions");
+    let mine: Vec<i32> = mine.iter().map(|tp| tp.partition).collect();
+    assert_eq!(
+        theirs.len(),
+        3,
+        "range over 2 members: {theirs:?} / {mine:?}"
+    );
+    assert!(theirs.iter().all(|p| !mine.contains(p)));
+    for l in &lines {
+        if let (Some(p), Some(o)) = (l.get("partition"), l.get("offset")) {
+            *seen
+                .entry((p.as_i64().unwrap() as i32, o.as_i64().unwrap()))
+                .or_default() += 1;
+        }
+    }
+    // k reads the rest after the librdkafka member left
+    produce(&topic, 6, 200, 10).await;
+    while (0..6).any(|p| (0..210).any(|o| !seen.contains_key(&(p, o)))) {
+        let m = next(&mut k, Duration::from_secs(10)).await;
+        *seen.entry((m.partition, m.offset)).or_default() += 1;
+        committer.feed(&m).await.unwrap();
+    }
+    k.close().await;
+    let expected: BTreeMap<i32, i64> = (0..6).map(|p| (p, 210)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+}
