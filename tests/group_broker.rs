@@ -584,3 +584,90 @@ async fn shares_a_group_with_a_librdkafka_member() {
     let expected: BTreeMap<i32, i64> = (0..6).map(|p| (p, 210)).collect();
     assert_eq!(committed(&group, &topic).await, expected);
 }
+
+/// The other way round: a librdkafka member leads (it joins first) and runs its
+/// `roundrobin` assignor; the kafkapipe member decodes librdkafka's assignment and reads
+/// its partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn follows_a_librdkafka_leader() {
+    init_log();
+    let topic = new_topic("group-interop-follow", 6).await;
+    let group = common::unique_topic("group-interop-follow-g");
+    produce(&topic, 6, 0, 50).await;
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!(
+        "{}/tests/interop/group_member.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut child = tokio::process::Command::new(python)
+        .args([
+            &script,
+            "--broker",
+            &common::shared().addr,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--duration",
+            "14",
+            "--strategy",
+            "roundrobin",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run group_member.py");
+    // wait until librdkafka owns the group
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut theirs = Vec::new();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("librdkafka joins in time")
+        .unwrap()
+        .unwrap();
+    assert!(first.contains("assigned"), "{first}");
+    let mut k = Reader::new(
+        group_config(&group, &topic)
+            .assignors(vec![Arc::new(kafkapipe::group::RoundRobinAssignor)]),
+    )
+    .await
+    .unwrap();
+    let mut events = k.events().unwrap();
+    let mine = match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(mine.len(), 3, "{mine:?}");
+    let mine: Vec<i32> = mine.iter().map(|tp| tp.partition).collect();
+    // librdkafka may have consumed and committed everything so far: produce more
+    produce(&topic, 6, 50, 50).await;
+    let mut got: HashSet<(i32, i64)> = HashSet::new();
+    while got.len() < 150 {
+        let m = next(&mut k, Duration::from_secs(10)).await;
+        assert!(mine.contains(&m.partition));
+        got.insert((m.partition, m.offset));
+    }
+    k.close().await;
+    // librdkafka's view: at some point it held exactly the other three
+    while let Ok(Some(l)) = lines.next_line().await {
+        let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+        if let Some(a) = v.get("assigned") {
+            theirs.push(
+                a.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.as_i64().unwrap() as i32)
+                    .collect::<Vec<i32>>(),
+            );
+        }
+    }
+    let status = child.wait().await.unwrap();
+    assert!(status.success());
+    let other: Vec<i32> = (0..6).filter(|p| !mine.contains(p)).collect();
+    assert!(
+        theirs.contains(&other),
+        "librdkafka assignments {theirs:?}, ours {mine:?}"
+    );
+}
