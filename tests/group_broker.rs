@@ -671,3 +671,40 @@ async fn follows_a_librdkafka_leader() {
         "librdkafka assignments {theirs:?}, ours {mine:?}"
     );
 }
+
+/// A static member (group instance id) does not leave the group on close, and a restart
+/// with the same instance id gets its partitions back and resumes at its commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_member_stays_in_the_group_across_a_restart() {
+    let topic = new_topic("group-static", 2).await;
+    let group = common::unique_topic("group-static-g");
+    produce(&topic, 2, 0, 20).await;
+    let config = || group_config(&group, &topic).group_instance_id("instance-1");
+    let mut a = Reader::new(config()).await.unwrap();
+    let mut committer = a.committer().unwrap();
+    for _ in 0..10 {
+        let m = next(&mut a, Duration::from_secs(30)).await;
+        committer.feed(&m).await.unwrap();
+    }
+    a.close().await;
+    let admin = Admin::connect([common::shared().addr.clone()]).unwrap();
+    let described = admin.describe_groups(&[&group]).await.unwrap();
+    let d = described[0].1.as_ref().unwrap();
+    assert_eq!(
+        d.members.len(),
+        1,
+        "no LeaveGroup for a static member: {d:?}"
+    );
+    let at_close = committed(&group, &topic).await;
+    assert_eq!(at_close.values().map(|o| o.max(&0)).sum::<i64>(), 10);
+
+    let mut a = Reader::new(config()).await.unwrap();
+    let mut events = a.events().unwrap();
+    match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => assert_eq!(partitions.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    let m = next(&mut a, Duration::from_secs(10)).await;
+    assert_eq!(m.offset, at_close[&m.partition].max(0));
+    a.close().await;
+}
