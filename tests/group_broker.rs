@@ -698,13 +698,20 @@ async fn static_member_stays_in_the_group_across_a_restart() {
     let at_close = committed(&group, &topic).await;
     assert_eq!(at_close.values().map(|o| o.max(&0)).sum::<i64>(), 10);
 
-    let mut a = Reader::new(config()).await.unwrap();
+    let mut a = Reader::new(config().commit_mode(CommitMode::Sync))
+        .await
+        .unwrap();
     let mut events = a.events().unwrap();
     match next_event(&mut events, Duration::from_secs(30)).await {
         GroupEvent::Assigned { partitions, .. } => assert_eq!(partitions.len(), 2),
         other => panic!("{other:?}"),
     }
-    let m = next(&mut a, Duration::from_secs(10)).await;
+    let m = tokio::time::timeout(Duration::from_secs(10), a.read_message())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(m.offset, at_close[&m.partition].max(0));
+    // read_message in sync mode: committed before it returns
+    assert_eq!(committed(&group, &topic).await[&m.partition], m.offset + 1);
     a.close().await;
 }

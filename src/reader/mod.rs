@@ -240,6 +240,41 @@ impl Reader {
         self.group.clone().map(Committer::new)
     }
 
+    /// The next message, acked to the group's commits as it is returned (kafka-go
+    /// `ReadMessage` in a group): committed by the next interval tick, or, with
+    /// [`CommitMode::Sync`](crate::group::CommitMode::Sync), before this returns. The
+    /// message counts as processed before the application has seen it, so a crash
+    /// while processing loses it (at most once for that message). The recommended path
+    /// is [`Reader::next_message`] (or the stream) plus [`Reader::committer`] after
+    /// processing. Without a group this is [`Reader::next_message`].
+    ///
+    /// ```no_run
+    /// # async fn demo(mut reader: kafkapipe::reader::Reader) -> kafkapipe::Result<()> {
+    /// let m = reader.read_message().await?;
+    /// println!("{}@{} (already marked processed)", m.partition, m.offset);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As for [`Reader::next_message`]; in sync mode also the commit's error (the message
+    /// is then not returned, but stays acked).
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancel safe until a message is taken; in sync mode a call dropped while
+    /// committing loses that message (it stays acked and is committed later).
+    pub async fn read_message(&mut self) -> Result<Message> {
+        let m = self.next_message().await?;
+        if let Some(g) = &self.group {
+            g.ack(crate::group::Offset::from(&m));
+            if g.mode == crate::group::CommitMode::Sync {
+                g.commit_pending(None).await?;
+            }
+        }
+        Ok(m)
+    }
+
     /// The rebalance events of a group reader (see [`GroupEvents`]); `None` without
     /// [`ReaderConfig::group_id`].
     ///
