@@ -676,6 +676,7 @@ async fn follows_a_librdkafka_leader() {
 /// with the same instance id gets its partitions back and resumes at its commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_member_stays_in_the_group_across_a_restart() {
+    init_log();
     let topic = new_topic("group-static", 2).await;
     let group = common::unique_topic("group-static-g");
     produce(&topic, 2, 0, 20).await;
@@ -713,5 +714,33 @@ async fn static_member_stays_in_the_group_across_a_restart() {
     assert_eq!(m.offset, at_close[&m.partition].max(0));
     // read_message in sync mode: committed before it returns
     assert_eq!(committed(&group, &topic).await[&m.partition], m.offset + 1);
+    a.close().await;
+}
+
+/// Group errors are yielded by the stream, not swallowed: a member offering only an
+/// assignor the group does not use is refused with INCONSISTENT_GROUP_PROTOCOL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_errors_surface_in_the_stream() {
+    let topic = new_topic("group-errors", 1).await;
+    let group = common::unique_topic("group-errors-g");
+    let mut a = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut a_events = a.events().unwrap();
+    next_event(&mut a_events, Duration::from_secs(30)).await;
+    let mut b = Reader::new(
+        group_config(&group, &topic)
+            .assignors(vec![Arc::new(kafkapipe::group::RoundRobinAssignor)]),
+    )
+    .await
+    .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(30), b.next_message())
+        .await
+        .expect("an error in time")
+        .expect_err("no partitions for b");
+    assert_eq!(
+        err.kafka_code(),
+        Some(kafkapipe::protocol::ErrorCode::InconsistentGroupProtocol),
+        "{err}"
+    );
+    b.close().await;
     a.close().await;
 }
