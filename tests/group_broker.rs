@@ -428,11 +428,15 @@ async fn crashed_member_partitions_move_after_the_session_timeout() {
     let topic = new_topic("group-crash", 4).await;
     let group = common::unique_topic("group-crash-g");
     produce(&topic, 4, 0, 100).await;
-    let mut a = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut a = Reader::new(group_config(&group, &topic).session_timeout(Duration::from_secs(3)))
+        .await
+        .unwrap();
     let mut a_events = a.events().unwrap();
     let mut a_commit = a.committer().unwrap();
     next_event(&mut a_events, Duration::from_secs(30)).await;
-    let mut b = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut b = Reader::new(group_config(&group, &topic).session_timeout(Duration::from_secs(3)))
+        .await
+        .unwrap();
     let mut b_events = b.events().unwrap();
     // a: revoked, then assigned half
     next_event(&mut a_events, Duration::from_secs(30)).await;
@@ -743,4 +747,34 @@ async fn group_errors_surface_in_the_stream() {
     );
     b.close().await;
     a.close().await;
+}
+
+/// A pipeline ending in `.forward(committer)`: closing the sink at the end of the stream
+/// commits everything it was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_forwards_into_the_committer() {
+    use futures::TryStreamExt;
+    let topic = new_topic("group-forward", 3).await;
+    let group = common::unique_topic("group-forward-g");
+    produce(&topic, 3, 0, 10).await;
+    let mut reader = Reader::new(
+        group_config(&group, &topic).commit_mode(CommitMode::Interval(Duration::from_secs(60))),
+    )
+    .await
+    .unwrap();
+    let committer = reader.committer().unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        (&mut reader)
+            .take(30)
+            .try_filter(|m| futures::future::ready(m.offset >= 0))
+            .forward(committer),
+    )
+    .await
+    .expect("30 messages in time")
+    .unwrap();
+    // the interval (60 s) never ticked: the sink's close committed
+    let expected: BTreeMap<i32, i64> = (0..3).map(|p| (p, 10)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+    reader.close().await;
 }

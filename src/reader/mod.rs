@@ -322,6 +322,9 @@ impl Reader {
     /// partitions already assigned. A partition that is already assigned is reset to the
     /// given start, dropping its buffered messages.
     ///
+    /// A group reader's assignment belongs to its group: calling this (or
+    /// [`Reader::unassign`]) there reads partitions the group did not give this member.
+    ///
     /// ```no_run
     /// # use kafkapipe::reader::{Reader, StartOffset, TopicPartition};
     /// # fn demo(reader: &Reader) {
