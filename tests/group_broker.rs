@@ -3,8 +3,8 @@
 //! dropping revoked partitions' buffered messages, commit on close and restart from the
 //! committed offsets.
 //!
-//! tansu's first group join takes a few seconds, so each test sizes its timeouts
-//! generously and the tests run concurrently (one topic and group each).
+//! tansu's first group sync takes a few seconds, so each scenario sizes its timeouts
+//! generously, and `group_scenarios` runs them all concurrently (one topic and group each).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -95,7 +95,6 @@ async fn next(reader: &mut Reader, within: Duration) -> Message {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_member_commits_on_close_and_restarts_from_commit() {
     let topic = new_topic("group-single", 2).await;
     let group = common::unique_topic("group-single-g");
@@ -233,7 +232,6 @@ fn spawn_producer(
 /// tansu 0.6 quirk: when the group *leader* leaves while the group is forming, tansu keeps
 /// it as leader and the group never forms again (no one may sync), so the member that
 /// leaves here is the last to join (a follower: tansu makes the first member leader).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn members_join_and_leave_while_messages_flow() {
     init_log();
     let topic = new_topic("group-flow", 6).await;
@@ -325,7 +323,6 @@ async fn next_event(events: &mut kafkapipe::group::GroupEvents, within: Duration
 /// A member with a full prefetch buffer loses partitions to a second member: after the
 /// rebalance it yields nothing of the partitions it lost (their buffered messages were
 /// dropped), and the new owner reads them from the last commit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rebalance_drops_buffered_messages_of_revoked_partitions() {
     let topic = new_topic("group-revoke", 6).await;
     let group = common::unique_topic("group-revoke-g");
@@ -392,7 +389,6 @@ async fn rebalance_drops_buffered_messages_of_revoked_partitions() {
 }
 
 /// Acks out of order: only the contiguous acked prefix is committed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_order_acks_commit_only_the_contiguous_prefix() {
     let topic = new_topic("group-contiguous", 1).await;
     let group = common::unique_topic("group-contiguous-g");
@@ -423,7 +419,6 @@ async fn out_of_order_acks_commit_only_the_contiguous_prefix() {
 
 /// A member dropped without close (no LeaveGroup, no final commit): after the session
 /// timeout the other member reads its partitions from its last commit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crashed_member_partitions_move_after_the_session_timeout() {
     let topic = new_topic("group-crash", 4).await;
     let group = common::unique_topic("group-crash-g");
@@ -483,7 +478,6 @@ async fn crashed_member_partitions_move_after_the_session_timeout() {
 /// member (python confluent-kafka, `partition.assignment.strategy=range`) share a group:
 /// librdkafka's subscription is decoded by our assignor, our assignment bytes by
 /// librdkafka; the partitions are split 3/3 and every message is processed at least once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shares_a_group_with_a_librdkafka_member() {
     let topic = new_topic("group-interop", 6).await;
     let group = common::unique_topic("group-interop-g");
@@ -592,7 +586,6 @@ async fn shares_a_group_with_a_librdkafka_member() {
 /// The other way round: a librdkafka member leads (it joins first) and runs its
 /// `roundrobin` assignor; the kafkapipe member decodes librdkafka's assignment and reads
 /// its partitions.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn follows_a_librdkafka_leader() {
     init_log();
     let topic = new_topic("group-interop-follow", 6).await;
@@ -678,7 +671,6 @@ async fn follows_a_librdkafka_leader() {
 
 /// A static member (group instance id) does not leave the group on close, and a restart
 /// with the same instance id gets its partitions back and resumes at its commits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_member_stays_in_the_group_across_a_restart() {
     init_log();
     let topic = new_topic("group-static", 2).await;
@@ -723,7 +715,6 @@ async fn static_member_stays_in_the_group_across_a_restart() {
 
 /// Group errors are yielded by the stream, not swallowed: a member offering only an
 /// assignor the group does not use is refused with INCONSISTENT_GROUP_PROTOCOL.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_errors_surface_in_the_stream() {
     let topic = new_topic("group-errors", 1).await;
     let group = common::unique_topic("group-errors-g");
@@ -751,7 +742,6 @@ async fn group_errors_surface_in_the_stream() {
 
 /// A pipeline ending in `.forward(committer)`: closing the sink at the end of the stream
 /// commits everything it was sent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_forwards_into_the_committer() {
     use futures::TryStreamExt;
     let topic = new_topic("group-forward", 3).await;
@@ -777,4 +767,87 @@ async fn pipeline_forwards_into_the_committer() {
     let expected: BTreeMap<i32, i64> = (0..3).map(|p| (p, 10)).collect();
     assert_eq!(committed(&group, &topic).await, expected);
     reader.close().await;
+}
+
+/// The scenarios above, all at once: they mostly wait on the broker (tansu's ~3 s first
+/// sync, session timeouts, rebalances), and the test harness would run only as many
+/// tests at a time as there are CPUs. Each runs in its own task on its own topic and
+/// group; every failure is reported by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_scenarios() {
+    init_log();
+    type Scenario = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+    let scenarios: Vec<(&str, Scenario)> = vec![
+        (
+            "single_member_commits_on_close_and_restarts_from_commit",
+            Box::pin(single_member_commits_on_close_and_restarts_from_commit()),
+        ),
+        (
+            "members_join_and_leave_while_messages_flow",
+            Box::pin(members_join_and_leave_while_messages_flow()),
+        ),
+        (
+            "rebalance_drops_buffered_messages_of_revoked_partitions",
+            Box::pin(rebalance_drops_buffered_messages_of_revoked_partitions()),
+        ),
+        (
+            "out_of_order_acks_commit_only_the_contiguous_prefix",
+            Box::pin(out_of_order_acks_commit_only_the_contiguous_prefix()),
+        ),
+        (
+            "crashed_member_partitions_move_after_the_session_timeout",
+            Box::pin(crashed_member_partitions_move_after_the_session_timeout()),
+        ),
+        (
+            "shares_a_group_with_a_librdkafka_member",
+            Box::pin(shares_a_group_with_a_librdkafka_member()),
+        ),
+        (
+            "follows_a_librdkafka_leader",
+            Box::pin(follows_a_librdkafka_leader()),
+        ),
+        (
+            "static_member_stays_in_the_group_across_a_restart",
+            Box::pin(static_member_stays_in_the_group_across_a_restart()),
+        ),
+        (
+            "group_errors_surface_in_the_stream",
+            Box::pin(group_errors_surface_in_the_stream()),
+        ),
+        (
+            "pipeline_forwards_into_the_committer",
+            Box::pin(pipeline_forwards_into_the_committer()),
+        ),
+    ];
+    let started = Instant::now();
+    let tasks: Vec<_> = scenarios
+        .into_iter()
+        .map(|(name, f)| {
+            (
+                name,
+                tokio::spawn(async move {
+                    let t = Instant::now();
+                    f.await;
+                    t.elapsed()
+                }),
+            )
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for (name, task) in tasks {
+        match task.await {
+            Ok(took) => eprintln!("{name}: ok in {took:?}"),
+            Err(e) => {
+                let msg = e.try_into_panic().ok().and_then(|p| {
+                    p.downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                });
+                eprintln!("{name}: FAILED: {msg:?}");
+                failed.push(name);
+            }
+        }
+    }
+    eprintln!("all scenarios in {:?}", started.elapsed());
+    assert!(failed.is_empty(), "failed scenarios: {failed:?}");
 }

@@ -256,7 +256,9 @@ type CommitFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 /// may still reach the broker.
 pub struct Committer {
     shared: Arc<GroupShared>,
-    flushing: Option<CommitFuture>,
+    /// The commit `poll_flush` drives; in a mutex (only ever used through `get_mut`, so
+    /// never contended) so that `Committer` is `Sync` although the future is not.
+    flushing: std::sync::Mutex<Option<CommitFuture>>,
 }
 
 impl std::fmt::Debug for Committer {
@@ -280,7 +282,7 @@ impl Committer {
         }
         Committer {
             shared,
-            flushing: None,
+            flushing: std::sync::Mutex::new(None),
         }
     }
 
@@ -316,12 +318,17 @@ impl Committer {
     }
 
     fn poll_commit(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        let fut = self.flushing.get_or_insert_with(|| {
-            let shared = self.shared.clone();
+        let shared = &self.shared;
+        let flushing = self
+            .flushing
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let fut = flushing.get_or_insert_with(|| {
+            let shared = shared.clone();
             Box::pin(async move { shared.commit_pending(None).await })
         });
         let r = futures::ready!(fut.as_mut().poll(cx));
-        self.flushing = None;
+        *flushing = None;
         Poll::Ready(r)
     }
 }
@@ -354,6 +361,12 @@ impl<T: Into<Offset>> Sink<T> for Committer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn committer_is_send_and_sync() {
+        fn check<T: Send + Sync + Unpin>() {}
+        check::<Committer>();
+    }
 
     #[test]
     fn merge_never_regresses() {
