@@ -710,16 +710,25 @@ impl GroupTask {
         let mut commit = tokio::time::interval(commit_every.unwrap_or(Duration::from_secs(3600)));
         commit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_ok = Instant::now();
+        // The interval commit in flight: polled alongside the heartbeats, so a slow
+        // commit never delays a heartbeat. Dropping it (on return) loses nothing: offsets
+        // count as committed only once the broker accepted them.
+        type Commit<'a> = Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + 'a>>;
+        let mut inflight: Option<Commit<'_>> = None;
         loop {
             if g.closing() {
                 return End::Close;
             }
             tokio::select! {
                 _ = g.wake.notified() => {}
-                _ = commit.tick(), if commit_every.is_some() => {
-                    if let Err(e) = g.commit_pending(None).await {
+                Some(r) = futures::future::OptionFuture::from(inflight.as_mut()), if inflight.is_some() => {
+                    inflight = None;
+                    if let Err(e) = r {
                         warn!(group = %g.group_id, error = %e, "interval commit failed");
                     }
+                }
+                _ = commit.tick(), if commit_every.is_some() && inflight.is_none() => {
+                    inflight = Some(Box::pin(g.commit_pending(None)));
                 }
                 _ = beat.tick() => {
                     let req = HeartbeatRequest {
