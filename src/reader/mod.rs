@@ -544,6 +544,14 @@ impl Reader {
     /// Stop fetching, drop buffered messages and close the broker connections. When this
     /// returns the fetch task has ended; the stream then yields `None`.
     ///
+    /// A group reader first commits every pending offset (what its committers were sent)
+    /// and leaves the group — static members (with
+    /// [`ReaderConfig::group_instance_id`]) stay, so a restart keeps their partitions —
+    /// waiting at most twice [`ReaderConfig::request_timeout`] for that; the
+    /// [`Reader::events`] stream then ends. Dropping a group reader without closing it is
+    /// a crash as far as the group knows: no final commit, and its partitions move only
+    /// after the session timeout.
+    ///
     /// ```no_run
     /// # async fn demo(mut reader: kafkapipe::reader::Reader) {
     /// reader.close().await;
@@ -554,7 +562,8 @@ impl Reader {
     /// # Cancellation safety
     ///
     /// If dropped midway the task is already aborted; only closing the connections may
-    /// not have happened (they close when their last handle is dropped).
+    /// not have happened (they close when their last handle is dropped). A group task
+    /// told to close finishes its commit and LeaveGroup on its own.
     pub async fn close(&mut self) {
         if let (Some(group), Some(mut task)) = (&self.group, self.group_task.take()) {
             // the group task commits what is pending and leaves the group
