@@ -31,7 +31,9 @@
 //!
 //! Eager rebalancing only: no CooperativeSticky assignor / incremental rebalance yet; no
 //! regex subscriptions; new partitions of subscribed topics do not trigger a rebalance;
-//! the leader does not re-check metadata during a generation.
+//! the leader does not re-check metadata during a generation. Heartbeats run on the group
+//! task whether or not the application polls the reader (no `max.poll.interval.ms`
+//! liveness check): a stuck application keeps its partitions.
 
 mod assignor;
 mod commit;
