@@ -46,6 +46,14 @@ MESSAGES = [
      "commit offsets for a group."),
     ("offset_delete", "OffsetDelete", 0, 0,
      "delete committed offsets of a group for some partitions (KIP-496)."),
+    ("join_group", "JoinGroup", 0, 9,
+     "join a classic group, offering protocols (assignors) with their metadata."),
+    ("sync_group", "SyncGroup", 0, 5,
+     "send (leader) or receive (followers) the assignments of a generation."),
+    ("heartbeat", "Heartbeat", 0, 4,
+     "keep a group membership alive; learn of rebalances."),
+    ("leave_group", "LeaveGroup", 0, 5,
+     "leave a group (several members per request from v3, KIP-345)."),
 ]
 
 # struct names that would otherwise clash once re-exported from `messages`

@@ -45,6 +45,7 @@ pub mod cluster;
 pub mod compression;
 pub mod conn;
 mod error;
+pub mod group;
 pub mod protocol;
 pub mod reader;
 pub mod record;

@@ -110,9 +110,34 @@ async fn topics_produce_consume_offsets_groups() {
     let out = ok(&["offsets", &topic], "").await;
     assert_eq!(out, "0\t0\t1\n1\t0\t5\n");
 
-    let o = kafkapipe(&["consume", &topic, "--group", "g"], "").await;
-    let e = o.ok.unwrap_err();
-    assert!(e.contains("consumer groups are not supported yet"), "{e}");
+    // As a group member: every record once, committed after printing.
+    let member = common::unique_topic("cli-member");
+    let out = ok(
+        &[
+            "consume",
+            &topic,
+            "--group",
+            &member,
+            "-o",
+            "beginning",
+            "-c",
+            "6",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(out.lines().count(), 6, "{out}");
+    let admin = kafkapipe::admin::Admin::connect([common::shared().addr.clone()]).unwrap();
+    let committed: i64 = admin
+        .fetch_group_offsets(&member, Some(&[&topic]))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, r)| r.unwrap().offset.max(0))
+        .sum();
+    assert_eq!(committed, 6);
+    let o = kafkapipe(&["consume", &topic, "-g", &member, "-e"], "").await;
+    assert!(o.ok.unwrap_err().contains("-e do not apply"));
 
     // A group with committed offsets: describe shows them with the lag.
     let group = common::unique_topic("cli-group");

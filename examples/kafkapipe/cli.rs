@@ -27,6 +27,9 @@ commands:
                                                beginning, end, N, -N (N before the end)
                                                or @MS (first record at/after a time);
                                                -e exits at the end of every partition
+  consume TOPIC -g GROUP [-o beginning|end] [-c COUNT] [-k SEP]
+                                               as a group member, committing each
+                                               record after printing it
   groups [list]                                list consumer groups
   groups describe GROUP                        members, assignments, committed offsets, lag
   groups delete GROUP...                       delete groups
@@ -344,16 +347,12 @@ async fn consume(
     err: &mut dyn Write,
 ) -> Result<(), String> {
     let f = parse(args, &["-p", "-o", "-c", "-k", "-g", "--group"], &["-e"])?;
-    if f.get("-g").is_some() || f.get("--group").is_some() {
-        return Err(
-            "consumer groups are not supported yet: consume reads partitions directly \
-             (use -p and -o, and `groups` to inspect groups)"
-                .into(),
-        );
-    }
     let [topic] = f.positional.as_slice() else {
         return Err("consume TOPIC [-p P,P..] [-o OFFSET] [-c COUNT] [-e] [-k SEP]".into());
     };
+    if let Some(group) = f.get("-g").or(f.get("--group")) {
+        return consume_group(admin, topic, group, &f, out, err).await;
+    }
     let cluster: &Cluster = admin.cluster();
     let all = cluster.partitions(topic).await.map_err(kerr)?;
     let partitions: Vec<i32> = match f.get("-p") {
@@ -508,6 +507,60 @@ async fn consume(
     }
     out.flush().map_err(io)?;
     writeln!(err, "% {} from {topic}", progress.line()).map_err(io)?;
+    Ok(())
+}
+
+/// `consume TOPIC -g GROUP`: read as a member of GROUP, printing each record and
+/// committing it after it is printed; committed on exit (after COUNT records).
+async fn consume_group(
+    admin: &Admin,
+    topic: &str,
+    group: &str,
+    f: &Flags,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), String> {
+    use kafkapipe::reader::{Reader, ReaderConfig, StartOffset};
+    if f.get("-p").is_some() || f.has("-e") {
+        return Err("with -g the group assigns the partitions: -p and -e do not apply".into());
+    }
+    let start = match f.get("-o").unwrap_or("end") {
+        "beginning" => StartOffset::First,
+        "end" => StartOffset::Last,
+        o => return Err(format!("with -g, -o is beginning or end (not {o:?})")),
+    };
+    let limit: Option<u64> = f.num("-c")?;
+    let sep = f.get("-k");
+    let mut reader = Reader::new(
+        ReaderConfig::new(admin.cluster().bootstrap().to_vec())
+            .group_id(group)
+            .topic(topic)
+            .start_offset(start),
+    )
+    .await
+    .map_err(kerr)?;
+    let Some(mut committer) = reader.committer() else {
+        return Err("no committer for a group reader".into());
+    };
+    let mut progress = Progress::new("consumed");
+    let mut printed: u64 = 0;
+    while limit.map_or(true, |l| printed < l) {
+        let m = reader.next_message().await.map_err(kerr)?;
+        let value = String::from_utf8_lossy(m.value.as_deref().unwrap_or_default());
+        match sep {
+            Some(s) => {
+                let key = String::from_utf8_lossy(m.key.as_deref().unwrap_or_default());
+                writeln!(out, "{key}{s}{value}").map_err(io)?;
+            }
+            None => writeln!(out, "{value}").map_err(io)?,
+        }
+        committer.feed(&m).await.map_err(kerr)?;
+        printed += 1;
+        progress.add(1, err);
+    }
+    out.flush().map_err(io)?;
+    reader.close().await;
+    writeln!(err, "% {} from {topic} in group {group}", progress.line()).map_err(io)?;
     Ok(())
 }
 

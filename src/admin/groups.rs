@@ -447,11 +447,24 @@ impl Admin {
         group: &str,
         offsets: &[(TopicPartition, i64)],
     ) -> Result<Results<TopicPartition>> {
+        self.commit_offsets_as(group, -1, "", None, offsets).await
+    }
+
+    /// Commit `offsets` for `group` as member `member_id` of `generation` (a consumer
+    /// group member's commit; `-1` and `""` for an admin commit).
+    pub(crate) async fn commit_offsets_as(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<Results<TopicPartition>> {
         let req = OffsetCommitRequest {
             group_id: group.to_string(),
-            generation_id_or_member_epoch: -1,
-            member_id: String::new(),
-            group_instance_id: None,
+            generation_id_or_member_epoch: generation,
+            member_id: member_id.to_string(),
+            group_instance_id: group_instance_id.map(str::to_string),
             retention_time_ms: -1,
             topics: by_topic(offsets)
                 .into_iter()

@@ -169,6 +169,36 @@ pub struct ReaderConfig {
     /// SASL mechanism for every broker connection; `None` (default) for none (kafka-go
     /// `Dialer.SASLMechanism`). See [`ConnectionConfig::sasl`].
     pub sasl: Option<std::sync::Arc<dyn crate::sasl::Mechanism>>,
+    /// Consumer group to join (kafka-go `GroupID`, Java `group.id`). With a group the
+    /// reader reads the partitions the group assigns it of the topics given with
+    /// [`ReaderConfig::topic`] (explicit partitions are not allowed), resumes at the
+    /// group's committed offsets (else at `start_offset`), and offers
+    /// [`Reader::committer`](super::Reader::committer) and
+    /// [`Reader::events`](super::Reader::events). Default none.
+    pub group_id: Option<String>,
+    /// Static membership (KIP-345): a stable id per consumer instance, so a restart
+    /// within the session timeout keeps its partitions without a rebalance; close then
+    /// skips LeaveGroup (Java `group.instance.id`). Default none.
+    pub group_instance_id: Option<String>,
+    /// How long the coordinator waits for a heartbeat before evicting the member.
+    /// Default 10 s (kafka-go `SessionTimeout`; Java `session.timeout.ms` is 45 s).
+    pub session_timeout: Duration,
+    /// How long the coordinator waits for members to rejoin during a rebalance.
+    /// Default 30 s (kafka-go `RebalanceTimeout`; Java `max.poll.interval.ms`).
+    pub rebalance_timeout: Duration,
+    /// Heartbeat period. Default 3 s (kafka-go `HeartbeatInterval`, Java
+    /// `heartbeat.interval.ms`).
+    pub heartbeat_interval: Duration,
+    /// Pause before retrying a failed join. Default 500 ms (kafka-go `JoinGroupBackoff`).
+    pub join_backoff: Duration,
+    /// How the [`Committer`](crate::group::Committer) commits. Default
+    /// [`CommitMode::Interval`](crate::group::CommitMode::Interval) of 1 s.
+    pub commit_mode: crate::group::CommitMode,
+    /// Commit, per partition, only up to the lowest yielded message not yet acked to the
+    /// committer, so acks may arrive out of order. Default true.
+    pub commit_contiguous: bool,
+    /// Assignors offered in JoinGroup, preferred first. Default range, then roundrobin.
+    pub assignors: Vec<std::sync::Arc<dyn crate::group::Assignor>>,
 }
 
 impl ReaderConfig {
@@ -199,6 +229,18 @@ impl ReaderConfig {
             #[cfg(feature = "tls")]
             tls: None,
             sasl: None,
+            group_id: None,
+            group_instance_id: None,
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(3),
+            join_backoff: Duration::from_millis(500),
+            commit_mode: crate::group::CommitMode::default(),
+            commit_contiguous: true,
+            assignors: vec![
+                std::sync::Arc::new(crate::group::RangeAssignor),
+                std::sync::Arc::new(crate::group::RoundRobinAssignor),
+            ],
         }
     }
 
@@ -344,6 +386,66 @@ impl ReaderConfig {
         self
     }
 
+    /// Join consumer group `id` (see [`ReaderConfig::group_id`](ReaderConfig#structfield.group_id)).
+    ///
+    /// ```
+    /// use kafkapipe::reader::ReaderConfig;
+    /// let c = ReaderConfig::new(["127.0.0.1:9092"]).group_id("billing").topic("events");
+    /// assert_eq!(c.group_id.as_deref(), Some("billing"));
+    /// ```
+    pub fn group_id(mut self, id: impl Into<String>) -> Self {
+        self.group_id = Some(id.into());
+        self
+    }
+
+    /// Set [`ReaderConfig::group_instance_id`] (static membership).
+    pub fn group_instance_id(mut self, id: impl Into<String>) -> Self {
+        self.group_instance_id = Some(id.into());
+        self
+    }
+
+    /// Set [`ReaderConfig::session_timeout`].
+    pub fn session_timeout(mut self, d: Duration) -> Self {
+        self.session_timeout = d;
+        self
+    }
+
+    /// Set [`ReaderConfig::rebalance_timeout`].
+    pub fn rebalance_timeout(mut self, d: Duration) -> Self {
+        self.rebalance_timeout = d;
+        self
+    }
+
+    /// Set [`ReaderConfig::heartbeat_interval`].
+    pub fn heartbeat_interval(mut self, d: Duration) -> Self {
+        self.heartbeat_interval = d;
+        self
+    }
+
+    /// Set [`ReaderConfig::join_backoff`].
+    pub fn join_backoff(mut self, d: Duration) -> Self {
+        self.join_backoff = d;
+        self
+    }
+
+    /// Set [`ReaderConfig::commit_mode`].
+    pub fn commit_mode(mut self, mode: crate::group::CommitMode) -> Self {
+        self.commit_mode = mode;
+        self
+    }
+
+    /// Set [`ReaderConfig::commit_contiguous`].
+    pub fn commit_contiguous(mut self, on: bool) -> Self {
+        self.commit_contiguous = on;
+        self
+    }
+
+    /// Replace [`ReaderConfig::assignors`] (preferred first).
+    pub fn assignors(mut self, assignors: Vec<std::sync::Arc<dyn crate::group::Assignor>>) -> Self {
+        self.assignors = assignors;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let fail = |m: &str| Err(Error::config(m.to_string()));
         if self.brokers.is_empty() {
@@ -366,6 +468,20 @@ impl ReaderConfig {
         if self.read_backoff_min > self.read_backoff_max {
             return fail("ReaderConfig::read_backoff_min must not exceed read_backoff_max");
         }
+        if self.group_id.is_some() {
+            if self.topics.is_empty() || self.topics.iter().any(|t| t.partitions.is_some()) {
+                return fail("a group reader needs topics given with ReaderConfig::topic (no explicit partitions)");
+            }
+            if self.assignors.is_empty() {
+                return fail("ReaderConfig::assignors must not be empty");
+            }
+            if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.session_timeout
+            {
+                return fail(
+                    "ReaderConfig::heartbeat_interval must be positive and below session_timeout",
+                );
+            }
+        }
         if let StartOffset::At(o) | StartOffset::AtTimestamp(o) = self.start_offset {
             if o < 0 {
                 return fail("ReaderConfig::start_offset must not be negative");
@@ -378,7 +494,17 @@ impl ReaderConfig {
         ConnectionConfig {
             client_id: self.client_id.clone(),
             connect_timeout: self.connect_timeout,
-            request_timeout: self.request_timeout.saturating_add(self.max_wait),
+            // a JoinGroup may wait up to the rebalance timeout for the other members
+            request_timeout: if self.group_id.is_some() {
+                self.request_timeout
+                    .max(
+                        self.rebalance_timeout
+                            .saturating_add(Duration::from_secs(5)),
+                    )
+                    .saturating_add(self.max_wait)
+            } else {
+                self.request_timeout.saturating_add(self.max_wait)
+            },
             #[cfg(feature = "tls")]
             tls: self.tls.clone(),
             sasl: self.sasl.clone(),

@@ -67,7 +67,10 @@ use crate::cluster::Cluster;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::protocol::ErrorCode;
-use state::{Counters, Position, Shared, State};
+pub(crate) use state::Shared;
+use state::{Counters, Position, State};
+
+use crate::group::{Committer, GroupEvents, GroupShared, GroupTask};
 
 /// A snapshot of a reader's counters and gauges (like kafka-go's `ReaderStats`; the
 /// counters here are cumulative, not reset by reading them).
@@ -139,6 +142,8 @@ pub struct ReaderStats {
 pub struct Reader {
     shared: Arc<Shared>,
     task: Option<JoinHandle<()>>,
+    group: Option<Arc<GroupShared>>,
+    group_task: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -177,7 +182,12 @@ impl Reader {
         let cluster = Cluster::new(config.brokers.clone(), config.connection_config())?
             .with_refresh_backoff(config.read_backoff_min);
         let mut state = State::default();
-        for sel in &config.topics {
+        let group_topics: &[_] = if config.group_id.is_some() {
+            &[]
+        } else {
+            &config.topics
+        };
+        for sel in group_topics {
             let partitions = match &sel.partitions {
                 Some(p) => p.clone(),
                 None => topic_partitions(&cluster, &config, &sel.topic).await?,
@@ -193,15 +203,103 @@ impl Reader {
             cluster,
             counters: Counters::default(),
         });
+        let group = shared.config.group_id.clone().map(|id| {
+            let admin = crate::admin::Admin::new(shared.cluster.clone());
+            Arc::new(GroupShared::new(&shared.config, id, admin))
+        });
         let task = tokio::spawn(task::run(shared.clone()));
+        let group_task = group.clone().map(|group| {
+            tokio::spawn(
+                GroupTask {
+                    group,
+                    reader: shared.clone(),
+                }
+                .run(),
+            )
+        });
         Ok(Reader {
             shared,
             task: Some(task),
+            group,
+            group_task,
         })
     }
 
+    /// The commit sink of a group reader (see [`Committer`]); `None` without
+    /// [`ReaderConfig::group_id`]. Creating one turns on contiguous-ack tracking (with
+    /// [`ReaderConfig::commit_contiguous`]) for messages yielded from then on; acks of
+    /// messages yielded before are merged, but never past the first tracked message.
+    ///
+    /// ```no_run
+    /// use futures::{SinkExt, TryStreamExt};
+    /// # async fn demo(mut reader: kafkapipe::reader::Reader) -> kafkapipe::Result<()> {
+    /// let Some(mut committer) = reader.committer() else { return Ok(()) };
+    /// while let Some(m) = reader.try_next().await? {
+    ///     // ... process m ...
+    ///     committer.feed(&m).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn committer(&self) -> Option<Committer> {
+        self.group.clone().map(Committer::new)
+    }
+
+    /// The next message, acked to the group's commits as it is returned (kafka-go
+    /// `ReadMessage` in a group): committed by the next interval tick, or, with
+    /// [`CommitMode::Sync`](crate::group::CommitMode::Sync), before this returns. The
+    /// message counts as processed before the application has seen it, so a crash
+    /// while processing loses it (at most once for that message). The recommended path
+    /// is [`Reader::next_message`] (or the stream) plus [`Reader::committer`] after
+    /// processing. Without a group this is [`Reader::next_message`].
+    ///
+    /// ```no_run
+    /// # async fn demo(mut reader: kafkapipe::reader::Reader) -> kafkapipe::Result<()> {
+    /// let m = reader.read_message().await?;
+    /// println!("{}@{} (already marked processed)", m.partition, m.offset);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As for [`Reader::next_message`]; in sync mode also the commit's error (the message
+    /// is then not returned, but stays acked).
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancel safe until a message is taken; in sync mode a call dropped while
+    /// committing loses that message (it stays acked and is committed later).
+    pub async fn read_message(&mut self) -> Result<Message> {
+        let m = self.next_message().await?;
+        if let Some(g) = &self.group {
+            g.ack(crate::group::Offset::from(&m));
+            if g.mode == crate::group::CommitMode::Sync {
+                g.commit_pending(None).await?;
+            }
+        }
+        Ok(m)
+    }
+
+    /// The rebalance events of a group reader (see [`GroupEvents`]); `None` without
+    /// [`ReaderConfig::group_id`].
+    ///
+    /// ```no_run
+    /// use futures::StreamExt;
+    /// # async fn demo(reader: kafkapipe::reader::Reader) {
+    /// if let Some(mut events) = reader.events() {
+    ///     tokio::spawn(async move {
+    ///         while let Some(e) = events.next().await {
+    ///             println!("{e:?}");
+    ///         }
+    ///     });
+    /// }
+    /// # }
+    /// ```
+    pub fn events(&self) -> Option<GroupEvents> {
+        self.group.clone().map(GroupEvents::new)
+    }
+
     /// The next message (kafka-go `ReadMessage` / `FetchMessage`, which are the same here:
-    /// offsets are committed by consumer groups, not by this reader).
+    /// offsets are committed through [`Reader::committer`] after processing).
     ///
     /// ```no_run
     /// # async fn demo(mut reader: kafkapipe::reader::Reader) -> kafkapipe::Result<()> {
@@ -227,6 +325,9 @@ impl Reader {
     /// Start reading `partitions`, each from its own start offset, without disturbing the
     /// partitions already assigned. A partition that is already assigned is reset to the
     /// given start, dropping its buffered messages.
+    ///
+    /// A group reader's assignment belongs to its group: calling this (or
+    /// [`Reader::unassign`]) there reads partitions the group did not give this member.
     ///
     /// ```no_run
     /// # use kafkapipe::reader::{Reader, StartOffset, TopicPartition};
@@ -447,6 +548,14 @@ impl Reader {
     /// Stop fetching, drop buffered messages and close the broker connections. When this
     /// returns the fetch task has ended; the stream then yields `None`.
     ///
+    /// A group reader first commits every pending offset (what its committers were sent)
+    /// and leaves the group — static members (with
+    /// [`ReaderConfig::group_instance_id`]) stay, so a restart keeps their partitions —
+    /// waiting at most twice [`ReaderConfig::request_timeout`] for that; the
+    /// [`Reader::events`] stream then ends. Dropping a group reader without closing it is
+    /// a crash as far as the group knows: no final commit, and its partitions move only
+    /// after the session timeout.
+    ///
     /// ```no_run
     /// # async fn demo(mut reader: kafkapipe::reader::Reader) {
     /// reader.close().await;
@@ -457,8 +566,20 @@ impl Reader {
     /// # Cancellation safety
     ///
     /// If dropped midway the task is already aborted; only closing the connections may
-    /// not have happened (they close when their last handle is dropped).
+    /// not have happened (they close when their last handle is dropped). A group task
+    /// told to close finishes its commit and LeaveGroup on its own.
     pub async fn close(&mut self) {
+        if let (Some(group), Some(mut task)) = (&self.group, self.group_task.take()) {
+            // the group task commits what is pending and leaves the group
+            group.closing.store(true, Ordering::SeqCst);
+            group.wake.notify_one();
+            let limit = self.shared.config.request_timeout.saturating_mul(2);
+            if tokio::time::timeout(limit, &mut task).await.is_err() {
+                tracing::warn!(group = %group.group_id, "group task did not stop in time; aborted");
+                task.abort();
+            }
+            group.close_events();
+        }
         let waker = {
             let mut st = self.shared.lock();
             st.closed = true;
@@ -517,6 +638,9 @@ impl Drop for Reader {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        if let Some(task) = self.group_task.take() {
+            task.abort();
+        }
     }
 }
 
@@ -534,6 +658,9 @@ impl Stream for Reader {
         }
         if let Some((m, freed)) = st.pop(&shared.config) {
             drop(st);
+            if let Some(g) = &self.group {
+                g.delivered(&m.topic, m.partition, m.offset);
+            }
             if freed {
                 shared.wake_task.notify_one();
             }

@@ -997,3 +997,258 @@ mod offset_delete {
         }
     }
 }
+
+mod join_group {
+    use super::*;
+
+    fn flex(v: i16) -> bool {
+        v >= 6
+    }
+
+    fn sample_join_group_request(v: i16) -> JoinGroupRequest {
+        let mut x = JoinGroupRequest::default();
+        x.group_id = "group_id0".to_string();
+        x.session_timeout_ms = 1001;
+        if v >= 1 {
+            x.rebalance_timeout_ms = 1002;
+        }
+        x.member_id = "member_id3".to_string();
+        if v >= 5 {
+            x.group_instance_id = Some("group_instance_id4".to_string());
+        }
+        x.protocol_type = "protocol_type5".to_string();
+        x.protocols = vec![sample_join_group_request_protocol(v)];
+        if v >= 8 {
+            x.reason = Some("reason7".to_string());
+        }
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    fn sample_join_group_request_protocol(v: i16) -> JoinGroupRequestProtocol {
+        let mut x = JoinGroupRequestProtocol::default();
+        x.name = "name0".to_string();
+        x.metadata = Bytes::from_static(b"\x00\x01data");
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    fn sample_join_group_response(v: i16) -> JoinGroupResponse {
+        let mut x = JoinGroupResponse::default();
+        if v >= 2 {
+            x.throttle_time_ms = 1000;
+        }
+        x.error_code = 31;
+        x.generation_id = 1002;
+        if v >= 7 {
+            x.protocol_type = Some("protocol_type3".to_string());
+        }
+        x.protocol_name = Some("protocol_name4".to_string());
+        x.leader = "leader5".to_string();
+        if v >= 9 {
+            x.skip_assignment = true;
+        }
+        x.member_id = "member_id7".to_string();
+        x.members = vec![sample_join_group_response_member(v)];
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    fn sample_join_group_response_member(v: i16) -> JoinGroupResponseMember {
+        let mut x = JoinGroupResponseMember::default();
+        x.member_id = "member_id0".to_string();
+        if v >= 5 {
+            x.group_instance_id = Some("group_instance_id1".to_string());
+        }
+        x.metadata = Bytes::from_static(b"\x00\x01data");
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    #[test]
+    fn all_versions() {
+        for v in 0..=9 {
+            let _: kp::JoinGroupRequest = check(&sample_join_group_request(v), v);
+            let _: kp::JoinGroupResponse = check(&sample_join_group_response(v), v);
+        }
+    }
+}
+
+mod sync_group {
+    use super::*;
+
+    fn flex(v: i16) -> bool {
+        v >= 4
+    }
+
+    fn sample_sync_group_request(v: i16) -> SyncGroupRequest {
+        let mut x = SyncGroupRequest::default();
+        x.group_id = "group_id0".to_string();
+        x.generation_id = 1001;
+        x.member_id = "member_id2".to_string();
+        if v >= 3 {
+            x.group_instance_id = Some("group_instance_id3".to_string());
+        }
+        if v >= 5 {
+            x.protocol_type = Some("protocol_type4".to_string());
+        }
+        if v >= 5 {
+            x.protocol_name = Some("protocol_name5".to_string());
+        }
+        x.assignments = vec![sample_sync_group_request_assignment(v)];
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    fn sample_sync_group_request_assignment(v: i16) -> SyncGroupRequestAssignment {
+        let mut x = SyncGroupRequestAssignment::default();
+        x.member_id = "member_id0".to_string();
+        x.assignment = Bytes::from_static(b"\x00\x01data");
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    fn sample_sync_group_response(v: i16) -> SyncGroupResponse {
+        let mut x = SyncGroupResponse::default();
+        if v >= 1 {
+            x.throttle_time_ms = 1000;
+        }
+        x.error_code = 31;
+        if v >= 5 {
+            x.protocol_type = Some("protocol_type2".to_string());
+        }
+        if v >= 5 {
+            x.protocol_name = Some("protocol_name3".to_string());
+        }
+        x.assignment = Bytes::from_static(b"\x00\x01data");
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    #[test]
+    fn all_versions() {
+        for v in 0..=5 {
+            let _: kp::SyncGroupRequest = check(&sample_sync_group_request(v), v);
+            let _: kp::SyncGroupResponse = check(&sample_sync_group_response(v), v);
+            // and the all-defaults values
+            let _: kp::SyncGroupRequest = check(&SyncGroupRequest::default(), v);
+            let _: kp::SyncGroupResponse = check(&SyncGroupResponse::default(), v);
+        }
+    }
+}
+
+mod heartbeat {
+    use super::*;
+
+    fn flex(v: i16) -> bool {
+        v >= 4
+    }
+
+    fn sample_heartbeat_request(v: i16) -> HeartbeatRequest {
+        let mut x = HeartbeatRequest::default();
+        x.group_id = "group_id0".to_string();
+        x.generation_id = 1001;
+        x.member_id = "member_id2".to_string();
+        if v >= 3 {
+            x.group_instance_id = Some("group_instance_id3".to_string());
+        }
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    fn sample_heartbeat_response(v: i16) -> HeartbeatResponse {
+        let mut x = HeartbeatResponse::default();
+        if v >= 1 {
+            x.throttle_time_ms = 1000;
+        }
+        x.error_code = 31;
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    #[test]
+    fn all_versions() {
+        for v in 0..=4 {
+            let _: kp::HeartbeatRequest = check(&sample_heartbeat_request(v), v);
+            let _: kp::HeartbeatResponse = check(&sample_heartbeat_response(v), v);
+            // and the all-defaults values
+            let _: kp::HeartbeatRequest = check(&HeartbeatRequest::default(), v);
+            let _: kp::HeartbeatResponse = check(&HeartbeatResponse::default(), v);
+        }
+    }
+}
+
+mod leave_group {
+    use super::*;
+
+    fn flex(v: i16) -> bool {
+        v >= 4
+    }
+
+    fn sample_leave_group_request(v: i16) -> LeaveGroupRequest {
+        let mut x = LeaveGroupRequest::default();
+        x.group_id = "group_id0".to_string();
+        if v <= 2 {
+            x.member_id = "member_id1".to_string();
+        }
+        if v >= 3 {
+            x.members = vec![sample_member_identity(v)];
+        }
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    fn sample_member_identity(v: i16) -> MemberIdentity {
+        let mut x = MemberIdentity::default();
+        if v >= 3 {
+            x.member_id = "member_id0".to_string();
+        }
+        if v >= 3 {
+            x.group_instance_id = Some("group_instance_id1".to_string());
+        }
+        if v >= 5 {
+            x.reason = Some("reason2".to_string());
+        }
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    fn sample_leave_group_response(v: i16) -> LeaveGroupResponse {
+        let mut x = LeaveGroupResponse::default();
+        if v >= 1 {
+            x.throttle_time_ms = 1000;
+        }
+        x.error_code = 31;
+        if v >= 3 {
+            x.members = vec![sample_member_response(v)];
+        }
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    fn sample_member_response(v: i16) -> MemberResponse {
+        let mut x = MemberResponse::default();
+        if v >= 3 {
+            x.member_id = "member_id0".to_string();
+        }
+        if v >= 3 {
+            x.group_instance_id = Some("group_instance_id1".to_string());
+        }
+        if v >= 3 {
+            x.error_code = 32;
+        }
+        x.tagged_fields = unknown(flex(v));
+        x
+    }
+
+    #[test]
+    fn all_versions() {
+        for v in 0..=5 {
+            let _: kp::LeaveGroupRequest = check(&sample_leave_group_request(v), v);
+            let _: kp::LeaveGroupResponse = check(&sample_leave_group_response(v), v);
+            // and the all-defaults values
+            let _: kp::LeaveGroupRequest = check(&LeaveGroupRequest::default(), v);
+            let _: kp::LeaveGroupResponse = check(&LeaveGroupResponse::default(), v);
+        }
+    }
+}

@@ -10,6 +10,10 @@
 //! | OffsetCommit (8) | 2–9 | 8 |
 //! | OffsetFetch (9) | 1–9 | 6 |
 //! | FindCoordinator (10) | 0–6 | 3 |
+//! | JoinGroup (11) | 0–9 | 6 |
+//! | Heartbeat (12) | 0–4 | 4 |
+//! | LeaveGroup (13) | 0–5 | 4 |
+//! | SyncGroup (14) | 0–5 | 4 |
 //! | DescribeGroups (15) | 0–6 | 5 |
 //! | ListGroups (16) | 0–5 | 3 |
 //! | ApiVersions (18) | 0–4 | 3 |
@@ -39,8 +43,11 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod heartbeat;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
@@ -50,6 +57,7 @@ pub mod offset_fetch;
 pub mod produce;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
+pub mod sync_group;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
 pub use create_topics::{
@@ -102,11 +110,16 @@ pub use describe_groups::{
     DescribeGroupsRequest, DescribeGroupsResponse, DescribedGroup, DescribedGroupMember,
 };
 pub use find_coordinator::{Coordinator, FindCoordinatorRequest, FindCoordinatorResponse};
+pub use heartbeat::{HeartbeatRequest, HeartbeatResponse};
 pub use incremental_alter_configs::{
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResource,
     IncrementalAlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
     IncrementalAlterableConfig,
 };
+pub use join_group::{
+    JoinGroupRequest, JoinGroupRequestProtocol, JoinGroupResponse, JoinGroupResponseMember,
+};
+pub use leave_group::{LeaveGroupRequest, LeaveGroupResponse, MemberIdentity, MemberResponse};
 pub use list_groups::{ListGroupsRequest, ListGroupsResponse, ListedGroup};
 pub use offset_commit::{
     OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
@@ -123,6 +136,7 @@ pub use offset_fetch::{
 };
 pub use sasl_authenticate::{SaslAuthenticateRequest, SaslAuthenticateResponse};
 pub use sasl_handshake::{SaslHandshakeRequest, SaslHandshakeResponse};
+pub use sync_group::{SyncGroupRequest, SyncGroupRequestAssignment, SyncGroupResponse};
 
 use bytes::{Bytes, BytesMut};
 

@@ -1,0 +1,809 @@
+//! Consumer groups: membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), the
+//! [`Assignor`]s the leader runs, and the [`Committer`] sink. A group is used through a
+//! [`Reader`](crate::reader::Reader) configured with
+//! [`ReaderConfig::group_id`](crate::reader::ReaderConfig::group_id).
+//!
+//! # Rebalance design
+//!
+//! One group task per reader runs kafka-go's `run` loop with the Java client's eager
+//! protocol: find the coordinator, JoinGroup (retrying once with the member id the broker
+//! hands out on `MEMBER_ID_REQUIRED`), the leader runs the assignor chosen by the
+//! coordinator over every member's [`Subscription`], SyncGroup, then heartbeat every
+//! `heartbeat_interval` (and commit every commit interval) until the coordinator says
+//! `REBALANCE_IN_PROGRESS` (rejoin), `ILLEGAL_GENERATION` / `UNKNOWN_MEMBER_ID` /
+//! `FENCED_INSTANCE_ID` (the partitions are lost), or the reader closes.
+//!
+//! On assignment the committed offsets are fetched (OffsetFetch) and the partitions are
+//! [`assign`](crate::reader::Reader::assign)ed at them (at `start_offset` where nothing is
+//! committed). Before the next JoinGroup every owned partition is first
+//! [`unassign`](crate::reader::Reader::unassign)ed — its buffered messages are dropped, so
+//! nothing stale is yielded after a rebalance (kafka-go's failure) — then the offsets
+//! acked for it so far are committed with the old generation, and only then is the
+//! partition given up and a [`GroupEvent::Revoked`] emitted. Lost partitions
+//! ([`GroupEvent::Lost`]) are dropped without committing, as the broker would refuse.
+//! Close commits every pending offset, then leaves the group (static members do not).
+//!
+//! Errors of the group (e.g. `GroupAuthorizationFailed`, no coordinator after the
+//! retries) are yielded by the reader's stream; the task keeps retrying after
+//! `join_backoff`.
+//!
+//! # Limits
+//!
+//! Eager rebalancing only: no CooperativeSticky assignor / incremental rebalance yet; no
+//! regex subscriptions; new partitions of subscribed topics do not trigger a rebalance;
+//! the leader does not re-check metadata during a generation. Heartbeats run on the group
+//! task whether or not the application polls the reader (no `max.poll.interval.ms`
+//! liveness check): a stuck application keeps its partitions.
+
+mod assignor;
+mod commit;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+pub use assignor::{Assignor, GroupMember, RangeAssignor, RoundRobinAssignor};
+pub(crate) use commit::Commits;
+pub use commit::{CommitMode, Committer, Offset};
+
+use crate::admin::Admin;
+use crate::conn::Connection;
+use crate::error::{Error, Result};
+use crate::protocol::consumer_protocol::{
+    Assignment, Subscription, TopicPartitions, ASSIGNMENT_VERSION, SUBSCRIPTION_VERSION,
+};
+use crate::protocol::messages::{
+    HeartbeatRequest, JoinGroupRequest, JoinGroupRequestProtocol, JoinGroupResponseMember,
+    LeaveGroupRequest, MemberIdentity, SyncGroupRequest, SyncGroupRequestAssignment,
+};
+use crate::protocol::ErrorCode;
+use crate::reader::{ReaderConfig, StartOffset, TopicPartition};
+
+/// A change of a group reader's assignment, from [`Reader::events`](crate::reader::Reader::events).
+///
+/// ```
+/// use kafkapipe::group::GroupEvent;
+/// use kafkapipe::reader::TopicPartition;
+/// let e = GroupEvent::Revoked { partitions: vec![TopicPartition::new("events", 0)] };
+/// assert!(matches!(e, GroupEvent::Revoked { .. }));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupEvent {
+    /// The partitions of a new generation are assigned and will be read from their
+    /// committed offsets.
+    Assigned {
+        /// The group generation.
+        generation: i32,
+        /// The member id the coordinator gave this reader.
+        member_id: String,
+        /// The assigned partitions, sorted.
+        partitions: Vec<TopicPartition>,
+    },
+    /// A rebalance took these partitions away: their buffered messages were dropped and
+    /// the offsets acked so far were committed first.
+    Revoked {
+        /// The revoked partitions.
+        partitions: Vec<TopicPartition>,
+    },
+    /// The membership was lost (session expired, fenced): the partitions were dropped
+    /// without committing; acks for them since the last commit are lost.
+    Lost {
+        /// The lost partitions.
+        partitions: Vec<TopicPartition>,
+    },
+}
+
+const MAX_EVENTS: usize = 1024;
+
+#[derive(Default)]
+struct Events {
+    queue: VecDeque<GroupEvent>,
+    waker: Option<Waker>,
+    closed: bool,
+}
+
+/// State shared by a group reader, its committers and its group task.
+pub(crate) struct GroupShared {
+    pub(crate) group_id: String,
+    pub(crate) instance_id: Option<String>,
+    pub(crate) admin: Admin,
+    pub(crate) mode: CommitMode,
+    pub(crate) contiguous: bool,
+    commits: Mutex<Commits>,
+    /// Generation and member id of the current membership.
+    member: Mutex<(i32, String)>,
+    events: Mutex<Events>,
+    commit_lock: tokio::sync::Mutex<()>,
+    pub(crate) closing: AtomicBool,
+    pub(crate) wake: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl GroupShared {
+    pub(crate) fn new(config: &ReaderConfig, group_id: String, admin: Admin) -> Self {
+        GroupShared {
+            group_id,
+            instance_id: config.group_instance_id.clone(),
+            admin,
+            mode: config.commit_mode,
+            contiguous: config.commit_contiguous,
+            commits: Mutex::default(),
+            member: Mutex::new((-1, String::new())),
+            events: Mutex::default(),
+            commit_lock: tokio::sync::Mutex::new(()),
+            closing: AtomicBool::new(false),
+            wake: Notify::new(),
+        }
+    }
+
+    pub(crate) fn commits(&self) -> MutexGuard<'_, Commits> {
+        lock(&self.commits)
+    }
+
+    /// The reader yielded this message.
+    pub(crate) fn delivered(&self, topic: &str, partition: i32, offset: i64) {
+        let mut c = self.commits();
+        if c.tracking {
+            if let Some(p) = c.get_mut(topic, partition) {
+                p.delivered(offset);
+            }
+        }
+    }
+
+    pub(crate) fn ack(&self, o: Offset) {
+        let contiguous = self.contiguous;
+        let mut c = self.commits();
+        let contiguous = contiguous && c.tracking;
+        match c.get_mut(&o.topic, o.partition) {
+            Some(p) => {
+                p.ack(o.offset, contiguous);
+            }
+            None => debug!(
+                group = %self.group_id,
+                topic = %o.topic,
+                partition = o.partition,
+                offset = o.offset,
+                "ack for a partition this member does not own dropped"
+            ),
+        }
+    }
+
+    pub(crate) fn has_due(&self) -> bool {
+        !self.commits().due(None).is_empty()
+    }
+
+    /// Commit every pending offset (of `only`, if given) and wait for the broker.
+    pub(crate) async fn commit_pending(&self, only: Option<&[TopicPartition]>) -> Result<()> {
+        let _serial = self.commit_lock.lock().await;
+        let due = self.commits().due(only);
+        if due.is_empty() {
+            return Ok(());
+        }
+        let (generation, member_id) = lock(&self.member).clone();
+        let offsets: Vec<(crate::admin::TopicPartition, i64)> = due
+            .iter()
+            .map(|(tp, o)| {
+                (
+                    crate::admin::TopicPartition::new(&tp.topic, tp.partition),
+                    *o,
+                )
+            })
+            .collect();
+        let results = self
+            .admin
+            .commit_offsets_as(
+                &self.group_id,
+                generation,
+                &member_id,
+                self.instance_id.as_deref(),
+                &offsets,
+            )
+            .await?;
+        let mut first_err = None;
+        let mut c = self.commits();
+        for ((tp, r), (_, offset)) in results.into_iter().zip(due.iter()) {
+            match r {
+                Ok(()) => {
+                    if let Some(p) = c.get_mut(&tp.topic, tp.partition) {
+                        p.committed(*offset);
+                    }
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        drop(c);
+        debug!(group = %self.group_id, generation, partitions = due.len(), "committed offsets");
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn push_event(&self, e: GroupEvent) {
+        let mut ev = lock(&self.events);
+        if ev.queue.len() >= MAX_EVENTS {
+            warn!(group = %self.group_id, "group event queue full; dropping the oldest event");
+            ev.queue.pop_front();
+        }
+        ev.queue.push_back(e);
+        if let Some(w) = ev.waker.take() {
+            w.wake();
+        }
+    }
+
+    pub(crate) fn close_events(&self) {
+        let mut ev = lock(&self.events);
+        ev.closed = true;
+        if let Some(w) = ev.waker.take() {
+            w.wake();
+        }
+    }
+
+    fn closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+}
+
+/// The stream of a group reader's [`GroupEvent`]s, from
+/// [`Reader::events`](crate::reader::Reader::events). Events are queued from the reader's
+/// start (the oldest are dropped beyond 1024 unread events); every handle shares the one
+/// queue, so use one. It ends after the reader is closed and the queue is drained.
+///
+/// ```no_run
+/// use futures::StreamExt;
+/// # async fn demo(reader: kafkapipe::reader::Reader) {
+/// let Some(mut events) = reader.events() else { return };
+/// while let Some(e) = events.next().await {
+///     println!("{e:?}");
+/// }
+/// # }
+/// ```
+///
+/// # Cancellation safety
+///
+/// Cancel safe: an event leaves the queue only when it is returned.
+pub struct GroupEvents {
+    shared: Arc<GroupShared>,
+}
+
+impl std::fmt::Debug for GroupEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupEvents")
+            .field("group_id", &self.shared.group_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupEvents {
+    pub(crate) fn new(shared: Arc<GroupShared>) -> Self {
+        GroupEvents { shared }
+    }
+}
+
+impl Stream for GroupEvents {
+    type Item = GroupEvent;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<GroupEvent>> {
+        let mut ev = lock(&self.shared.events);
+        if let Some(e) = ev.queue.pop_front() {
+            return Poll::Ready(Some(e));
+        }
+        if ev.closed {
+            return Poll::Ready(None);
+        }
+        ev.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+/// What the reader's group task works with.
+pub(crate) struct GroupTask {
+    pub(crate) group: Arc<GroupShared>,
+    pub(crate) reader: Arc<crate::reader::Shared>,
+}
+
+struct Joined {
+    generation: i32,
+    member_id: String,
+    leader: String,
+    protocol: String,
+    members: Vec<JoinGroupResponseMember>,
+}
+
+/// Why a generation ended.
+enum End {
+    /// Rejoin, committing first.
+    Rejoin,
+    /// The membership is gone: drop the partitions without committing.
+    Lost {
+        forget_member_id: bool,
+    },
+    Close,
+}
+
+fn code(c: i16) -> Option<ErrorCode> {
+    (c != 0).then(|| ErrorCode::from(c))
+}
+
+impl GroupTask {
+    fn config(&self) -> &ReaderConfig {
+        &self.reader.config
+    }
+
+    fn topics(&self) -> Vec<String> {
+        let mut t: Vec<String> = self
+            .config()
+            .topics
+            .iter()
+            .map(|s| s.topic.clone())
+            .collect();
+        t.sort();
+        t.dedup();
+        t
+    }
+
+    /// Yield `e` from the reader's stream.
+    fn report(&self, e: Error) {
+        let waker = {
+            let mut st = self.reader.lock();
+            if st.errors.len() < 16 {
+                st.errors.push_back(e);
+            }
+            st.consumer.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// The group task: join, read, rejoin, until the reader closes.
+    pub(crate) async fn run(self) {
+        let g = self.group.clone();
+        let mut member_id = String::new();
+        let mut failures = 0u32;
+        while !g.closing() {
+            let joined = tokio::select! {
+                r = self.join_and_sync(&mut member_id) => r,
+                _ = g.wake.notified() => continue,
+            };
+            let (conn, generation, assigned) = match joined {
+                Ok(v) => {
+                    failures = 0;
+                    v
+                }
+                Err(e) if e.kafka_code() == Some(ErrorCode::RebalanceInProgress) => {
+                    // another member joined or left between our JoinGroup and SyncGroup (or,
+                    // with tansu, the leader has not synced yet): rejoin soon
+                    debug!(group = %g.group_id, error = %e, "rebalance in progress; joining again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                        _ = g.wake.notified() => {}
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    failures += 1;
+                    warn!(group = %g.group_id, failures, error = %e, "joining the group failed");
+                    if !e.is_retriable() || failures % self.config().max_attempts.max(1) == 0 {
+                        self.report(e);
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.config().join_backoff) => {}
+                        _ = g.wake.notified() => {}
+                    }
+                    continue;
+                }
+            };
+            *lock(&g.member) = (generation, member_id.clone());
+            if let Err(e) = self.take(generation, &member_id, &assigned).await {
+                warn!(group = %g.group_id, error = %e, "fetching committed offsets failed; rejoining");
+                self.report(e);
+                self.give_up(&assigned, true).await;
+                tokio::time::sleep(self.config().join_backoff).await;
+                continue;
+            }
+            match self.heartbeat_loop(&conn, generation, &member_id).await {
+                End::Rejoin => self.give_up(&assigned, false).await,
+                End::Lost { forget_member_id } => {
+                    if forget_member_id {
+                        member_id.clear();
+                    }
+                    self.give_up(&assigned, true).await;
+                }
+                End::Close => {
+                    if let Err(e) = g.commit_pending(None).await {
+                        warn!(group = %g.group_id, error = %e, "committing on close failed");
+                    }
+                    break;
+                }
+            }
+        }
+        self.leave(&member_id).await;
+        g.close_events();
+    }
+
+    async fn coordinator(&self) -> Result<Connection> {
+        let node = self
+            .group
+            .admin
+            .find_coordinator(&self.group.group_id)
+            .await?;
+        self.reader.cluster.connection(node).await
+    }
+
+    /// JoinGroup and SyncGroup: the coordinator connection, the generation and this
+    /// member's partitions.
+    async fn join_and_sync(
+        &self,
+        member_id: &mut String,
+    ) -> Result<(Connection, i32, Vec<TopicPartition>)> {
+        let g = &self.group;
+        let conn = self.coordinator().await?;
+        let joined = self.join(&conn, member_id).await?;
+        *member_id = joined.member_id.clone();
+        let is_leader = joined.leader == joined.member_id;
+        info!(
+            group = %g.group_id,
+            generation = joined.generation,
+            member_id = %joined.member_id,
+            leader = is_leader,
+            leader_id = %joined.leader,
+            protocol = %joined.protocol,
+            members = joined.members.len(),
+            "joined group"
+        );
+        let assignments = if is_leader {
+            self.assign(&joined).await?
+        } else {
+            Vec::new()
+        };
+        let req = SyncGroupRequest {
+            group_id: g.group_id.clone(),
+            generation_id: joined.generation,
+            member_id: joined.member_id.clone(),
+            group_instance_id: g.instance_id.clone(),
+            protocol_type: Some("consumer".into()),
+            protocol_name: Some(joined.protocol.clone()),
+            assignments,
+            ..Default::default()
+        };
+        let resp = conn.send(&req).await?;
+        if let Some(c) = code(resp.error_code) {
+            if c == ErrorCode::UnknownMemberId {
+                member_id.clear();
+            }
+            return Err(Error::kafka(c)
+                .with_broker(conn.broker())
+                .with_message("SyncGroup failed"));
+        }
+        let mut partitions = Vec::new();
+        if !resp.assignment.is_empty() {
+            let a = Assignment::decode(resp.assignment)?;
+            for t in a.partitions {
+                for p in t.partitions {
+                    partitions.push(TopicPartition::new(t.topic.clone(), p));
+                }
+            }
+        }
+        partitions.sort();
+        Ok((conn, joined.generation, partitions))
+    }
+
+    async fn join(&self, conn: &Connection, member_id: &mut String) -> Result<Joined> {
+        let g = &self.group;
+        let config = self.config();
+        let subscription = Subscription {
+            version: SUBSCRIPTION_VERSION,
+            topics: self.topics(),
+            ..Subscription::default()
+        }
+        .encode(SUBSCRIPTION_VERSION)?;
+        let ms = |d: Duration| i32::try_from(d.as_millis()).unwrap_or(i32::MAX);
+        // MEMBER_ID_REQUIRED (and UNKNOWN_MEMBER_ID after a lost membership) ask for
+        // another join with the id the broker returned.
+        for _ in 0..3 {
+            let req = JoinGroupRequest {
+                group_id: g.group_id.clone(),
+                session_timeout_ms: ms(config.session_timeout),
+                rebalance_timeout_ms: ms(config.rebalance_timeout),
+                member_id: member_id.clone(),
+                group_instance_id: g.instance_id.clone(),
+                protocol_type: "consumer".into(),
+                protocols: config
+                    .assignors
+                    .iter()
+                    .map(|a| JoinGroupRequestProtocol {
+                        name: a.name().to_string(),
+                        metadata: subscription.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            let resp = conn.send(&req).await?;
+            match code(resp.error_code) {
+                None => {
+                    return Ok(Joined {
+                        generation: resp.generation_id,
+                        member_id: resp.member_id,
+                        leader: resp.leader,
+                        protocol: resp.protocol_name.unwrap_or_default(),
+                        members: resp.members,
+                    })
+                }
+                Some(ErrorCode::MemberIdRequired) => {
+                    debug!(group = %g.group_id, member_id = %resp.member_id, "member id required; joining again");
+                    *member_id = resp.member_id;
+                }
+                Some(ErrorCode::UnknownMemberId) => member_id.clear(),
+                Some(c) => {
+                    return Err(Error::kafka(c)
+                        .with_broker(conn.broker())
+                        .with_message("JoinGroup failed"))
+                }
+            }
+        }
+        Err(Error::kafka(ErrorCode::MemberIdRequired)
+            .with_message("JoinGroup kept asking for a member id"))
+    }
+
+    /// The leader's part: run the chosen assignor over the members' subscriptions.
+    async fn assign(&self, joined: &Joined) -> Result<Vec<SyncGroupRequestAssignment>> {
+        let config = self.config();
+        let assignor = config
+            .assignors
+            .iter()
+            .find(|a| a.name() == joined.protocol)
+            .ok_or_else(|| {
+                Error::protocol(format!(
+                    "the coordinator chose protocol {:?}, which this reader does not offer",
+                    joined.protocol
+                ))
+            })?;
+        let mut members = Vec::new();
+        for m in &joined.members {
+            let subscription = Subscription::decode(m.metadata.clone())?;
+            members.push(GroupMember {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                subscription,
+            });
+        }
+        let mut topics: Vec<&String> = members
+            .iter()
+            .flat_map(|m| m.subscription.topics.iter())
+            .collect();
+        topics.sort();
+        topics.dedup();
+        let mut partitions = BTreeMap::new();
+        for t in topics {
+            match self.reader.cluster.partitions(t).await {
+                Ok(ps) => {
+                    partitions.insert(t.clone(), i32::try_from(ps.len()).unwrap_or(i32::MAX));
+                }
+                Err(e) => {
+                    warn!(group = %self.group.group_id, topic = %t, error = %e, "subscribed topic not assignable")
+                }
+            }
+        }
+        let result = assignor.assign(&members, &partitions);
+        let mut out = Vec::new();
+        for m in &members {
+            let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+            for tp in result.get(&m.member_id).into_iter().flatten() {
+                by_topic.entry(&tp.topic).or_default().push(tp.partition);
+            }
+            let a = Assignment {
+                version: ASSIGNMENT_VERSION,
+                partitions: by_topic
+                    .into_iter()
+                    .map(|(t, partitions)| TopicPartitions {
+                        topic: t.to_string(),
+                        partitions,
+                    })
+                    .collect(),
+                user_data: None,
+            };
+            out.push(SyncGroupRequestAssignment {
+                member_id: m.member_id.clone(),
+                assignment: a.encode(ASSIGNMENT_VERSION)?,
+                ..Default::default()
+            });
+        }
+        debug!(group = %self.group.group_id, assignor = assignor.name(), members = members.len(), "assigned partitions");
+        Ok(out)
+    }
+
+    /// Start reading `partitions` at their committed offsets.
+    async fn take(
+        &self,
+        generation: i32,
+        member_id: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<()> {
+        let g = &self.group;
+        let mut committed = BTreeMap::new();
+        if !partitions.is_empty() {
+            let mut topics: Vec<&str> = partitions.iter().map(|tp| tp.topic.as_str()).collect();
+            topics.dedup();
+            for (tp, r) in g
+                .admin
+                .fetch_group_offsets(&g.group_id, Some(&topics))
+                .await?
+            {
+                committed.insert(TopicPartition::new(tp.topic, tp.partition), r?.offset);
+            }
+        }
+        let start = self.config().start_offset;
+        {
+            let mut c = g.commits();
+            let mut st = self.reader.lock();
+            for tp in partitions {
+                let at = committed.get(tp).copied().unwrap_or(-1);
+                c.own(tp, at);
+                st.assign(
+                    tp.clone(),
+                    if at >= 0 { StartOffset::At(at) } else { start },
+                );
+            }
+        }
+        self.reader.wake_task.notify_one();
+        info!(group = %g.group_id, generation, partitions = partitions.len(), "partitions assigned");
+        g.push_event(GroupEvent::Assigned {
+            generation,
+            member_id: member_id.to_string(),
+            partitions: partitions.to_vec(),
+        });
+        Ok(())
+    }
+
+    /// Stop reading `partitions` (dropping their buffered messages), commit what was
+    /// acked for them unless `lost`, forget them.
+    async fn give_up(&self, partitions: &[TopicPartition], lost: bool) {
+        let g = &self.group;
+        {
+            let mut st = self.reader.lock();
+            for tp in partitions {
+                st.unassign(tp);
+            }
+        }
+        self.reader.wake_task.notify_one();
+        if !lost {
+            if let Err(e) = g.commit_pending(Some(partitions)).await {
+                warn!(group = %g.group_id, error = %e, "committing revoked partitions failed");
+            }
+        }
+        {
+            let mut c = g.commits();
+            for tp in partitions {
+                c.disown(tp);
+            }
+        }
+        info!(group = %g.group_id, partitions = partitions.len(), lost, "partitions revoked");
+        g.push_event(if lost {
+            GroupEvent::Lost {
+                partitions: partitions.to_vec(),
+            }
+        } else {
+            GroupEvent::Revoked {
+                partitions: partitions.to_vec(),
+            }
+        });
+    }
+
+    async fn heartbeat_loop(&self, conn: &Connection, generation: i32, member_id: &str) -> End {
+        let g = &self.group;
+        let config = self.config();
+        let mut beat = tokio::time::interval(config.heartbeat_interval);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let commit_every = match g.mode {
+            CommitMode::Interval(d) if !d.is_zero() => Some(d),
+            _ => None,
+        };
+        let mut commit = tokio::time::interval(commit_every.unwrap_or(Duration::from_secs(3600)));
+        commit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_ok = Instant::now();
+        // The interval commit in flight: polled alongside the heartbeats, so a slow
+        // commit never delays a heartbeat. Dropping it (on return) loses nothing: offsets
+        // count as committed only once the broker accepted them.
+        type Commit<'a> = Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + 'a>>;
+        let mut inflight: Option<Commit<'_>> = None;
+        loop {
+            if g.closing() {
+                return End::Close;
+            }
+            tokio::select! {
+                _ = g.wake.notified() => {}
+                Some(r) = futures::future::OptionFuture::from(inflight.as_mut()), if inflight.is_some() => {
+                    inflight = None;
+                    if let Err(e) = r {
+                        warn!(group = %g.group_id, error = %e, "interval commit failed");
+                    }
+                }
+                _ = commit.tick(), if commit_every.is_some() && inflight.is_none() => {
+                    inflight = Some(Box::pin(g.commit_pending(None)));
+                }
+                _ = beat.tick() => {
+                    let req = HeartbeatRequest {
+                        group_id: g.group_id.clone(),
+                        generation_id: generation,
+                        member_id: member_id.to_string(),
+                        group_instance_id: g.instance_id.clone(),
+                        ..Default::default()
+                    };
+                    let r = tokio::time::timeout(config.session_timeout, conn.send(&req)).await;
+                    match r.map(|r| r.map(|resp| code(resp.error_code))) {
+                        Ok(Ok(None)) => last_ok = Instant::now(),
+                        Ok(Ok(Some(ErrorCode::RebalanceInProgress))) => {
+                            info!(group = %g.group_id, generation, "rebalance in progress; rejoining");
+                            return End::Rejoin;
+                        }
+                        Ok(Ok(Some(c @ (ErrorCode::IllegalGeneration | ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId)))) => {
+                            warn!(group = %g.group_id, generation, code = ?c, "membership lost");
+                            return End::Lost { forget_member_id: c == ErrorCode::UnknownMemberId };
+                        }
+                        Ok(Ok(Some(c))) => {
+                            warn!(group = %g.group_id, generation, code = ?c, "heartbeat failed; rejoining");
+                            if !Error::kafka(c).is_retriable() {
+                                self.report(Error::kafka(c).with_message("Heartbeat failed"));
+                            }
+                            return End::Rejoin;
+                        }
+                        Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "heartbeat failed"),
+                        Err(_) => warn!(group = %g.group_id, "heartbeat timed out"),
+                    }
+                    if last_ok.elapsed() >= config.session_timeout {
+                        warn!(group = %g.group_id, generation, "no heartbeat answered within the session timeout");
+                        return End::Lost { forget_member_id: false };
+                    }
+                }
+            }
+        }
+    }
+
+    /// LeaveGroup, best effort (static members stay, so a restart keeps its partitions).
+    async fn leave(&self, member_id: &str) {
+        let g = &self.group;
+        if member_id.is_empty() || g.instance_id.is_some() {
+            return;
+        }
+        let r = async {
+            let conn = self.coordinator().await?;
+            let v = conn.version_for::<LeaveGroupRequest>()?;
+            let req = LeaveGroupRequest {
+                group_id: g.group_id.clone(),
+                member_id: member_id.to_string(),
+                members: if v >= 3 {
+                    vec![MemberIdentity {
+                        member_id: member_id.to_string(),
+                        group_instance_id: None,
+                        reason: Some("the kafkapipe reader was closed".into()),
+                        ..Default::default()
+                    }]
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            };
+            let resp = conn.send_version(&req, v).await?;
+            match code(resp.error_code) {
+                None => Ok(()),
+                Some(c) => Err(Error::kafka(c)),
+            }
+        };
+        match tokio::time::timeout(self.config().request_timeout, r).await {
+            Ok(Ok(())) => info!(group = %g.group_id, member_id, "left group"),
+            Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "LeaveGroup failed"),
+            Err(_) => warn!(group = %g.group_id, "LeaveGroup timed out"),
+        }
+    }
+}

@@ -1,0 +1,853 @@
+//! Real-broker tests of consumer groups against tansu: membership and rebalances of
+//! several kafkapipe readers, committed offsets (never regressing, ending at the log end),
+//! dropping revoked partitions' buffered messages, commit on close and restart from the
+//! committed offsets.
+//!
+//! tansu's first group sync takes a few seconds, so each scenario sizes its timeouts
+//! generously, and `group_scenarios` runs them all concurrently (one topic and group each).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use kafkapipe::admin::Admin;
+use kafkapipe::conn::{Conn, ProduceOptions};
+use kafkapipe::group::{CommitMode, GroupEvent};
+use kafkapipe::reader::{Message, Reader, ReaderConfig, TopicPartition};
+use kafkapipe::record::Record;
+
+/// `KAFKAPIPE_TEST_LOG=1`: print the client's group logs (info and above).
+fn init_log() {
+    if std::env::var_os("KAFKAPIPE_TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+async fn conn() -> Conn {
+    Conn::connect(&common::shared().addr).await.unwrap()
+}
+
+async fn new_topic(prefix: &str, partitions: i32) -> String {
+    let topic = common::unique_topic(prefix);
+    conn()
+        .await
+        .create_topic(&topic, partitions, 1)
+        .await
+        .unwrap();
+    topic
+}
+
+fn group_config(group: &str, topic: &str) -> ReaderConfig {
+    ReaderConfig::new([common::shared().addr.clone()])
+        .group_id(group)
+        .topic(topic)
+        .max_wait(Duration::from_millis(50))
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(300))
+        .rebalance_timeout(Duration::from_secs(5))
+        .join_backoff(Duration::from_millis(200))
+}
+
+/// Produce `n` records `"{partition}-{i}"` to every partition of `topic`.
+async fn produce(topic: &str, partitions: i32, from: usize, n: usize) {
+    let conn = conn().await;
+    for p in 0..partitions {
+        let mut i = from;
+        while i < from + n {
+            let end = (i + 500).min(from + n);
+            let records: Vec<Record> = (i..end)
+                .map(|k| Record::new(format!("k{k}"), format!("{p}-{k}")))
+                .collect();
+            conn.produce(topic, p, &records, &ProduceOptions::default())
+                .await
+                .unwrap();
+            i = end;
+        }
+    }
+}
+
+async fn committed(group: &str, topic: &str) -> BTreeMap<i32, i64> {
+    let admin = Admin::connect([common::shared().addr.clone()]).unwrap();
+    let mut out = BTreeMap::new();
+    for (tp, r) in admin
+        .fetch_group_offsets(group, Some(&[topic]))
+        .await
+        .unwrap()
+    {
+        out.insert(tp.partition, r.unwrap().offset);
+    }
+    out
+}
+
+async fn next(reader: &mut Reader, within: Duration) -> Message {
+    tokio::time::timeout(within, reader.next_message())
+        .await
+        .expect("a message in time")
+        .unwrap()
+}
+
+async fn single_member_commits_on_close_and_restarts_from_commit() {
+    let topic = new_topic("group-single", 2).await;
+    let group = common::unique_topic("group-single-g");
+    produce(&topic, 2, 0, 10).await;
+
+    let mut reader = Reader::new(group_config(&group, &topic).commit_mode(CommitMode::Sync))
+        .await
+        .unwrap();
+    let mut events = reader.events().unwrap();
+    let mut committer = reader.committer().unwrap();
+    let mut seen = Vec::new();
+    // 7 from each partition: acked, then close must commit them
+    while seen.len() < 20 {
+        let m = next(&mut reader, Duration::from_secs(30)).await;
+        seen.push((m.partition, m.offset));
+        if m.offset < 7 {
+            committer.feed(&m).await.unwrap();
+        }
+    }
+    match events.next().await.unwrap() {
+        GroupEvent::Assigned { partitions, .. } => assert_eq!(
+            partitions,
+            vec![
+                TopicPartition::new(&topic, 0),
+                TopicPartition::new(&topic, 1)
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+    reader.close().await;
+    assert_eq!(
+        committed(&group, &topic).await,
+        BTreeMap::from([(0, 7), (1, 7)])
+    );
+
+    // a new member resumes at the commit
+    let mut reader = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut again = HashSet::new();
+    while again.len() < 6 {
+        let m = next(&mut reader, Duration::from_secs(30)).await;
+        assert!(m.offset >= 7, "{m:?} was committed");
+        again.insert((m.partition, m.offset));
+    }
+    reader.close().await;
+}
+
+type Seen = Arc<Mutex<HashMap<(i32, i64), u32>>>;
+
+/// One group member: reads, records and acks every message until told to stop, then
+/// closes (committing and leaving the group).
+fn spawn_member(
+    config: ReaderConfig,
+    seen: Seen,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut reader = Reader::new(config).await.unwrap();
+        let mut committer = reader.committer().unwrap();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                m = reader.next_message() => match m {
+                    Ok(m) => {
+                        *seen.lock().unwrap().entry((m.partition, m.offset)).or_default() += 1;
+                        committer.feed(&m).await.unwrap();
+                    }
+                    Err(e) => eprintln!("member error: {e}"),
+                },
+            }
+        }
+        reader.close().await;
+    })
+}
+
+/// Polls the group's committed offsets until stopped; panics if one ever goes backwards.
+fn watch_commits(
+    group: String,
+    topic: String,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let admin = Admin::connect([common::shared().addr.clone()]).unwrap();
+        let mut last: HashMap<i32, i64> = HashMap::new();
+        let mut polls = 0;
+        while !stop.load(Ordering::SeqCst) {
+            if let Ok(offsets) = admin.fetch_group_offsets(&group, Some(&[&topic])).await {
+                for (tp, r) in offsets {
+                    let Ok(c) = r else { continue };
+                    let prev = last.entry(tp.partition).or_insert(-1);
+                    assert!(
+                        c.offset >= *prev,
+                        "{tp}: commit went from {prev} to {}",
+                        c.offset
+                    );
+                    *prev = c.offset;
+                }
+                polls += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        polls
+    })
+}
+
+async fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Produces 50 records to each partition every 50 ms until stopped; returns how many
+/// each partition got.
+fn spawn_producer(
+    topic: String,
+    partitions: i32,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut n = 0;
+        while !stop.load(Ordering::SeqCst) {
+            produce(&topic, partitions, n, 50).await;
+            n += 50;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        n
+    })
+}
+
+/// One, two, then three members over 6 partitions while messages flow; then one leaves.
+/// Every message is processed at least once, no commit ever regresses, and after the
+/// members close the committed offsets are the log end.
+///
+/// tansu 0.6 quirk: when the group *leader* leaves while the group is forming, tansu keeps
+/// it as leader and the group never forms again (no one may sync), so the member that
+/// leaves here is the last to join (a follower: tansu makes the first member leader).
+async fn members_join_and_leave_while_messages_flow() {
+    init_log();
+    let topic = new_topic("group-flow", 6).await;
+    let group = common::unique_topic("group-flow-g");
+    produce(&topic, 6, 0, 1_000).await;
+    let stop_producer = Arc::new(AtomicBool::new(false));
+    let producer = spawn_producer(topic.clone(), 6, stop_producer.clone());
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    let watcher = watch_commits(group.clone(), topic.clone(), stop_watch.clone());
+    let config = || {
+        group_config(&group, &topic).commit_mode(CommitMode::Interval(Duration::from_millis(100)))
+    };
+    let seen: [Seen; 3] = Default::default();
+    let count = |i: usize| seen[i].lock().unwrap().len();
+
+    let (stop_a, rx) = tokio::sync::watch::channel(false);
+    let a = spawn_member(config(), seen[0].clone(), rx);
+    wait_until("a's first messages", Duration::from_secs(30), || {
+        count(0) >= 1_000
+    })
+    .await;
+    let (stop_b, rx) = tokio::sync::watch::channel(false);
+    let b = spawn_member(config(), seen[1].clone(), rx);
+    wait_until("b's first messages", Duration::from_secs(30), || {
+        count(1) >= 100
+    })
+    .await;
+    let (stop_c, rx) = tokio::sync::watch::channel(false);
+    let c = spawn_member(config(), seen[2].clone(), rx);
+    wait_until("c's first messages", Duration::from_secs(30), || {
+        count(2) >= 100
+    })
+    .await;
+    // c leaves gracefully; a and b take over its partitions from its commits
+    stop_c.send(true).unwrap();
+    c.await.unwrap();
+    let after_c = (count(0), count(1));
+    wait_until("a and b to go on", Duration::from_secs(30), || {
+        count(0) > after_c.0 + 100 && count(1) > after_c.1 + 100
+    })
+    .await;
+    stop_producer.store(true, Ordering::SeqCst);
+    let per = 1_000 + producer.await.unwrap();
+    let all = |seen: &[Seen; 3]| {
+        let mut all: HashMap<(i32, i64), u32> = HashMap::new();
+        for s in seen {
+            for (k, n) in s.lock().unwrap().iter() {
+                *all.entry(*k).or_default() += n;
+            }
+        }
+        all
+    };
+    wait_until("every message", Duration::from_secs(30), || {
+        all(&seen).len() >= 6 * per
+    })
+    .await;
+    stop_a.send(true).unwrap();
+    stop_b.send(true).unwrap();
+    a.await.unwrap();
+    b.await.unwrap();
+    stop_watch.store(true, Ordering::SeqCst);
+    assert!(watcher.await.unwrap() > 0);
+
+    let all = all(&seen);
+    for p in 0..6 {
+        for o in 0..per as i64 {
+            assert!(all.contains_key(&(p, o)), "{p}@{o} never processed");
+        }
+    }
+    let duplicates: u32 = all.values().map(|n| n - 1).sum();
+    eprintln!(
+        "{} messages (a {}, b {}, c {}), {duplicates} redelivered",
+        all.len(),
+        count(0),
+        count(1),
+        count(2)
+    );
+    let expected: BTreeMap<i32, i64> = (0..6).map(|p| (p, per as i64)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+}
+
+async fn next_event(events: &mut kafkapipe::group::GroupEvents, within: Duration) -> GroupEvent {
+    tokio::time::timeout(within, events.next())
+        .await
+        .expect("a group event in time")
+        .expect("events go on while the reader is open")
+}
+
+/// A member with a full prefetch buffer loses partitions to a second member: after the
+/// rebalance it yields nothing of the partitions it lost (their buffered messages were
+/// dropped), and the new owner reads them from the last commit.
+async fn rebalance_drops_buffered_messages_of_revoked_partitions() {
+    let topic = new_topic("group-revoke", 6).await;
+    let group = common::unique_topic("group-revoke-g");
+    produce(&topic, 6, 0, 1_000).await;
+    let mut a = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut events = a.events().unwrap();
+    let first = next(&mut a, Duration::from_secs(30)).await;
+    match next_event(&mut events, Duration::from_secs(5)).await {
+        GroupEvent::Assigned { partitions, .. } => assert_eq!(partitions.len(), 6),
+        other => panic!("{other:?}"),
+    }
+    wait_until("a full buffer", Duration::from_secs(10), || {
+        a.stats().queue_length >= 3_000
+    })
+    .await;
+    // commit where a stands on the first message's partition, nothing elsewhere
+    let mut committer = a.committer().unwrap();
+    committer.send(&first).await.unwrap();
+
+    let mut b = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut b_events = b.events().unwrap();
+    match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Revoked { partitions } => assert_eq!(partitions.len(), 6),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        a.stats().queue_length,
+        0,
+        "revoked partitions' messages dropped"
+    );
+    let kept = match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(kept.len(), 3);
+    for _ in 0..500 {
+        let m = next(&mut a, Duration::from_secs(10)).await;
+        assert!(
+            kept.contains(&TopicPartition::new(&topic, m.partition)),
+            "{m:?} is not a's any more"
+        );
+    }
+    let taken = match next_event(&mut b_events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(taken.len(), 3);
+    // b starts each partition at the commit: first.offset + 1 on first's partition, else 0
+    let mut starts: HashMap<i32, i64> = HashMap::new();
+    while starts.len() < 3 {
+        let m = next(&mut b, Duration::from_secs(10)).await;
+        starts.entry(m.partition).or_insert(m.offset);
+    }
+    for (p, o) in starts {
+        let want = if p == first.partition {
+            first.offset + 1
+        } else {
+            0
+        };
+        assert_eq!(o, want, "b's first offset on partition {p}");
+    }
+    a.close().await;
+    b.close().await;
+}
+
+/// Acks out of order: only the contiguous acked prefix is committed.
+async fn out_of_order_acks_commit_only_the_contiguous_prefix() {
+    let topic = new_topic("group-contiguous", 1).await;
+    let group = common::unique_topic("group-contiguous-g");
+    produce(&topic, 1, 0, 10).await;
+    let mut reader = Reader::new(group_config(&group, &topic).commit_mode(CommitMode::Sync))
+        .await
+        .unwrap();
+    let mut committer = reader.committer().unwrap();
+    let mut msgs = Vec::new();
+    for _ in 0..10 {
+        msgs.push(next(&mut reader, Duration::from_secs(30)).await);
+    }
+    for i in [5, 3, 9, 1, 2] {
+        committer.send(&msgs[i]).await.unwrap();
+    }
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, -1)]));
+    committer.send(&msgs[0]).await.unwrap(); // 0..=3 acked
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 4)]));
+    for i in [4, 6, 7, 8] {
+        committer.send(&msgs[i]).await.unwrap();
+    }
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 10)]));
+    // acking an old message again never moves the commit back
+    committer.send(&msgs[2]).await.unwrap();
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 10)]));
+    reader.close().await;
+}
+
+/// A member dropped without close (no LeaveGroup, no final commit): after the session
+/// timeout the other member reads its partitions from its last commit.
+async fn crashed_member_partitions_move_after_the_session_timeout() {
+    let topic = new_topic("group-crash", 4).await;
+    let group = common::unique_topic("group-crash-g");
+    produce(&topic, 4, 0, 100).await;
+    let mut a = Reader::new(group_config(&group, &topic).session_timeout(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    let mut a_events = a.events().unwrap();
+    let mut a_commit = a.committer().unwrap();
+    next_event(&mut a_events, Duration::from_secs(30)).await;
+    let mut b = Reader::new(group_config(&group, &topic).session_timeout(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    let mut b_events = b.events().unwrap();
+    // a: revoked, then assigned half
+    next_event(&mut a_events, Duration::from_secs(30)).await;
+    let a_parts = match next_event(&mut a_events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(a_parts.len(), 2);
+    // a processes and commits 10 messages, then crashes
+    for _ in 0..10 {
+        let m = next(&mut a, Duration::from_secs(10)).await;
+        a_commit.feed(&m).await.unwrap();
+    }
+    a_commit.commit().await.unwrap();
+    let at_crash = committed(&group, &topic).await;
+    drop(a_commit);
+    drop(a);
+    let crashed = Instant::now();
+    // b: assigned 2, then (after the session timeout) all 4
+    loop {
+        match next_event(&mut b_events, Duration::from_secs(30)).await {
+            GroupEvent::Assigned { partitions, .. } if partitions.len() == 4 => break,
+            _ => {}
+        }
+    }
+    eprintln!("partitions moved {:?} after the crash", crashed.elapsed());
+    let mut starts: HashMap<i32, i64> = HashMap::new();
+    while starts.len() < 4 {
+        let m = next(&mut b, Duration::from_secs(10)).await;
+        starts.entry(m.partition).or_insert(m.offset);
+    }
+    for tp in a_parts {
+        let c = at_crash[&tp.partition];
+        assert_eq!(
+            starts[&tp.partition],
+            c.max(0),
+            "{tp} resumes at a's commit"
+        );
+    }
+    b.close().await;
+}
+
+/// A kafkapipe member (the leader: tansu makes the first member leader) and a librdkafka
+/// member (python confluent-kafka, `partition.assignment.strategy=range`) share a group:
+/// librdkafka's subscription is decoded by our assignor, our assignment bytes by
+/// librdkafka; the partitions are split 3/3 and every message is processed at least once.
+async fn shares_a_group_with_a_librdkafka_member() {
+    let topic = new_topic("group-interop", 6).await;
+    let group = common::unique_topic("group-interop-g");
+    produce(&topic, 6, 0, 200).await;
+    let mut k = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut events = k.events().unwrap();
+    let mut committer = k.committer().unwrap();
+    match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => assert_eq!(partitions.len(), 6),
+        other => panic!("{other:?}"),
+    }
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!(
+        "{}/tests/interop/group_member.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let child = tokio::process::Command::new(python)
+        .args([
+            &script,
+            "--broker",
+            &common::shared().addr,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--duration",
+            "10",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run group_member.py");
+    let mut seen: HashMap<(i32, i64), u32> = HashMap::new();
+    let mut mine = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    // read and ack until the librdkafka member has come and gone (k owns all 6 again)
+    let mut phases = Vec::new();
+    loop {
+        assert!(Instant::now() < deadline, "phases so far: {phases:?}");
+        tokio::select! {
+            m = k.next_message() => {
+                let m = m.unwrap();
+                *seen.entry((m.partition, m.offset)).or_default() += 1;
+                committer.feed(&m).await.unwrap();
+            }
+            e = events.next() => {
+                if let GroupEvent::Assigned { partitions, .. } = e.unwrap() {
+                    phases.push(partitions.len());
+                    if partitions.len() == 3 {
+                        mine = partitions;
+                    } else if partitions.len() == 6 && !mine.is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "librdkafka member failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    let theirs: Vec<i32> = lines
+        .iter()
+        .find_map(|l| l.get("assigned"))
+        .map(|a| {
+            a.as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_i64().unwrap() as i32)
+                .collect()
+        })
+        .expect("librdkafka was assigned partitions");
+    let mine: Vec<i32> = mine.iter().map(|tp| tp.partition).collect();
+    assert_eq!(
+        theirs.len(),
+        3,
+        "range over 2 members: {theirs:?} / {mine:?}"
+    );
+    assert!(theirs.iter().all(|p| !mine.contains(p)));
+    for l in &lines {
+        if let (Some(p), Some(o)) = (l.get("partition"), l.get("offset")) {
+            *seen
+                .entry((p.as_i64().unwrap() as i32, o.as_i64().unwrap()))
+                .or_default() += 1;
+        }
+    }
+    // k reads the rest after the librdkafka member left
+    produce(&topic, 6, 200, 10).await;
+    while (0..6).any(|p| (0..210).any(|o| !seen.contains_key(&(p, o)))) {
+        let m = next(&mut k, Duration::from_secs(10)).await;
+        *seen.entry((m.partition, m.offset)).or_default() += 1;
+        committer.feed(&m).await.unwrap();
+    }
+    k.close().await;
+    let expected: BTreeMap<i32, i64> = (0..6).map(|p| (p, 210)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+}
+
+/// The other way round: a librdkafka member leads (it joins first) and runs its
+/// `roundrobin` assignor; the kafkapipe member decodes librdkafka's assignment and reads
+/// its partitions.
+async fn follows_a_librdkafka_leader() {
+    init_log();
+    let topic = new_topic("group-interop-follow", 6).await;
+    let group = common::unique_topic("group-interop-follow-g");
+    produce(&topic, 6, 0, 50).await;
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!(
+        "{}/tests/interop/group_member.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut child = tokio::process::Command::new(python)
+        .args([
+            &script,
+            "--broker",
+            &common::shared().addr,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--duration",
+            "14",
+            "--strategy",
+            "roundrobin",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run group_member.py");
+    // wait until librdkafka owns the group
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut theirs = Vec::new();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("librdkafka joins in time")
+        .unwrap()
+        .unwrap();
+    assert!(first.contains("assigned"), "{first}");
+    let mut k = Reader::new(
+        group_config(&group, &topic)
+            .assignors(vec![Arc::new(kafkapipe::group::RoundRobinAssignor)]),
+    )
+    .await
+    .unwrap();
+    let mut events = k.events().unwrap();
+    let mine = match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(mine.len(), 3, "{mine:?}");
+    let mine: Vec<i32> = mine.iter().map(|tp| tp.partition).collect();
+    // librdkafka may have consumed and committed everything so far: produce more
+    produce(&topic, 6, 50, 50).await;
+    let mut got: HashSet<(i32, i64)> = HashSet::new();
+    while got.len() < 150 {
+        let m = next(&mut k, Duration::from_secs(10)).await;
+        assert!(mine.contains(&m.partition));
+        got.insert((m.partition, m.offset));
+    }
+    k.close().await;
+    // librdkafka's view: at some point it held exactly the other three
+    while let Ok(Some(l)) = lines.next_line().await {
+        let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+        if let Some(a) = v.get("assigned") {
+            theirs.push(
+                a.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.as_i64().unwrap() as i32)
+                    .collect::<Vec<i32>>(),
+            );
+        }
+    }
+    let status = child.wait().await.unwrap();
+    assert!(status.success());
+    let other: Vec<i32> = (0..6).filter(|p| !mine.contains(p)).collect();
+    assert!(
+        theirs.contains(&other),
+        "librdkafka assignments {theirs:?}, ours {mine:?}"
+    );
+}
+
+/// A static member (group instance id) does not leave the group on close, and a restart
+/// with the same instance id gets its partitions back and resumes at its commits.
+async fn static_member_stays_in_the_group_across_a_restart() {
+    init_log();
+    let topic = new_topic("group-static", 2).await;
+    let group = common::unique_topic("group-static-g");
+    produce(&topic, 2, 0, 20).await;
+    let config = || group_config(&group, &topic).group_instance_id("instance-1");
+    let mut a = Reader::new(config()).await.unwrap();
+    let mut committer = a.committer().unwrap();
+    for _ in 0..10 {
+        let m = next(&mut a, Duration::from_secs(30)).await;
+        committer.feed(&m).await.unwrap();
+    }
+    a.close().await;
+    let admin = Admin::connect([common::shared().addr.clone()]).unwrap();
+    let described = admin.describe_groups(&[&group]).await.unwrap();
+    let d = described[0].1.as_ref().unwrap();
+    assert_eq!(
+        d.members.len(),
+        1,
+        "no LeaveGroup for a static member: {d:?}"
+    );
+    let at_close = committed(&group, &topic).await;
+    assert_eq!(at_close.values().map(|o| o.max(&0)).sum::<i64>(), 10);
+
+    let mut a = Reader::new(config().commit_mode(CommitMode::Sync))
+        .await
+        .unwrap();
+    let mut events = a.events().unwrap();
+    match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => assert_eq!(partitions.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    let m = tokio::time::timeout(Duration::from_secs(10), a.read_message())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.offset, at_close[&m.partition].max(0));
+    // read_message in sync mode: committed before it returns
+    assert_eq!(committed(&group, &topic).await[&m.partition], m.offset + 1);
+    a.close().await;
+}
+
+/// Group errors are yielded by the stream, not swallowed: a member offering only an
+/// assignor the group does not use is refused with INCONSISTENT_GROUP_PROTOCOL.
+async fn group_errors_surface_in_the_stream() {
+    let topic = new_topic("group-errors", 1).await;
+    let group = common::unique_topic("group-errors-g");
+    let mut a = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut a_events = a.events().unwrap();
+    next_event(&mut a_events, Duration::from_secs(30)).await;
+    let mut b = Reader::new(
+        group_config(&group, &topic)
+            .assignors(vec![Arc::new(kafkapipe::group::RoundRobinAssignor)]),
+    )
+    .await
+    .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(30), b.next_message())
+        .await
+        .expect("an error in time")
+        .expect_err("no partitions for b");
+    assert_eq!(
+        err.kafka_code(),
+        Some(kafkapipe::protocol::ErrorCode::InconsistentGroupProtocol),
+        "{err}"
+    );
+    b.close().await;
+    a.close().await;
+}
+
+/// A pipeline ending in `.forward(committer)`: closing the sink at the end of the stream
+/// commits everything it was sent.
+async fn pipeline_forwards_into_the_committer() {
+    use futures::TryStreamExt;
+    let topic = new_topic("group-forward", 3).await;
+    let group = common::unique_topic("group-forward-g");
+    produce(&topic, 3, 0, 10).await;
+    let mut reader = Reader::new(
+        group_config(&group, &topic).commit_mode(CommitMode::Interval(Duration::from_secs(60))),
+    )
+    .await
+    .unwrap();
+    let committer = reader.committer().unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        (&mut reader)
+            .take(30)
+            .try_filter(|m| futures::future::ready(m.offset >= 0))
+            .forward(committer),
+    )
+    .await
+    .expect("30 messages in time")
+    .unwrap();
+    // the interval (60 s) never ticked: the sink's close committed
+    let expected: BTreeMap<i32, i64> = (0..3).map(|p| (p, 10)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+    reader.close().await;
+}
+
+/// The scenarios above, all at once: they mostly wait on the broker (tansu's ~3 s first
+/// sync, session timeouts, rebalances), and the test harness would run only as many
+/// tests at a time as there are CPUs. Each runs in its own task on its own topic and
+/// group; every failure is reported by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_scenarios() {
+    init_log();
+    type Scenario = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+    let scenarios: Vec<(&str, Scenario)> = vec![
+        (
+            "single_member_commits_on_close_and_restarts_from_commit",
+            Box::pin(single_member_commits_on_close_and_restarts_from_commit()),
+        ),
+        (
+            "members_join_and_leave_while_messages_flow",
+            Box::pin(members_join_and_leave_while_messages_flow()),
+        ),
+        (
+            "rebalance_drops_buffered_messages_of_revoked_partitions",
+            Box::pin(rebalance_drops_buffered_messages_of_revoked_partitions()),
+        ),
+        (
+            "out_of_order_acks_commit_only_the_contiguous_prefix",
+            Box::pin(out_of_order_acks_commit_only_the_contiguous_prefix()),
+        ),
+        (
+            "crashed_member_partitions_move_after_the_session_timeout",
+            Box::pin(crashed_member_partitions_move_after_the_session_timeout()),
+        ),
+        (
+            "shares_a_group_with_a_librdkafka_member",
+            Box::pin(shares_a_group_with_a_librdkafka_member()),
+        ),
+        (
+            "follows_a_librdkafka_leader",
+            Box::pin(follows_a_librdkafka_leader()),
+        ),
+        (
+            "static_member_stays_in_the_group_across_a_restart",
+            Box::pin(static_member_stays_in_the_group_across_a_restart()),
+        ),
+        (
+            "group_errors_surface_in_the_stream",
+            Box::pin(group_errors_surface_in_the_stream()),
+        ),
+        (
+            "pipeline_forwards_into_the_committer",
+            Box::pin(pipeline_forwards_into_the_committer()),
+        ),
+    ];
+    let started = Instant::now();
+    let tasks: Vec<_> = scenarios
+        .into_iter()
+        .map(|(name, f)| {
+            (
+                name,
+                tokio::spawn(async move {
+                    let t = Instant::now();
+                    f.await;
+                    t.elapsed()
+                }),
+            )
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for (name, task) in tasks {
+        match task.await {
+            Ok(took) => eprintln!("{name}: ok in {took:?}"),
+            Err(e) => {
+                let msg = e.try_into_panic().ok().and_then(|p| {
+                    p.downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                });
+                eprintln!("{name}: FAILED: {msg:?}");
+                failed.push(name);
+            }
+        }
+    }
+    eprintln!("all scenarios in {:?}", started.elapsed());
+    assert!(failed.is_empty(), "failed scenarios: {failed:?}");
+}
