@@ -61,6 +61,32 @@ fn describe(d: DescribedGroup, coordinator: i32) -> GroupDescription {
 }
 
 /// Partitions grouped by topic, in first-seen order.
+/// One result per requested partition from a response's per-partition error codes
+/// (`code_of(topic, partition)`); a partition the response leaves out is a protocol error.
+fn partition_results<'a>(
+    requested: impl Iterator<Item = &'a TopicPartition>,
+    api: &str,
+    code_of: impl Fn(&str, i32) -> Option<i16>,
+) -> Vec<(TopicPartition, Result<()>)> {
+    requested
+        .map(|tp| {
+            let r = match code_of(&tp.topic, tp.partition) {
+                None => Err(Error::protocol(format!(
+                    "{api} response does not mention the partition"
+                ))),
+                Some(c) => match non_zero(c) {
+                    Some(code) => Err(Error::kafka(code)),
+                    None => Ok(()),
+                },
+            };
+            (
+                tp.clone(),
+                r.map_err(|e| e.with_topic(&tp.topic).with_partition(tp.partition)),
+            )
+        })
+        .collect()
+}
+
 fn by_topic<T: Clone>(items: &[(TopicPartition, T)]) -> Vec<(String, Vec<(i32, T)>)> {
     let mut out: Vec<(String, Vec<(i32, T)>)> = Vec::new();
     for (tp, v) in items {
@@ -501,34 +527,18 @@ impl Admin {
                 Ok(resp)
             })
             .await?;
-        Ok(offsets
-            .iter()
-            .map(|(tp, _)| {
-                let code = resp
-                    .topics
+        Ok(partition_results(
+            offsets.iter().map(|(tp, _)| tp),
+            "OffsetCommit",
+            |topic, partition| {
+                let t = resp.topics.iter().find(|t| t.name == topic)?;
+                let p = t
+                    .partitions
                     .iter()
-                    .find(|t| t.name == tp.topic)
-                    .and_then(|t| {
-                        t.partitions
-                            .iter()
-                            .find(|p| p.partition_index == tp.partition)
-                    })
-                    .map(|p| p.error_code);
-                let r = match code {
-                    None => Err(Error::protocol(
-                        "OffsetCommit response does not mention the partition",
-                    )),
-                    Some(c) => match non_zero(c) {
-                        Some(code) => Err(Error::kafka(code)),
-                        None => Ok(()),
-                    },
-                };
-                (
-                    tp.clone(),
-                    r.map_err(|e| e.with_topic(&tp.topic).with_partition(tp.partition)),
-                )
-            })
-            .collect())
+                    .find(|p| p.partition_index == partition)?;
+                Some(p.error_code)
+            },
+        ))
     }
 
     /// Reset `group`'s committed offsets of every partition of `topic` to the earliest or
@@ -656,33 +666,17 @@ impl Admin {
                 }
             })
             .await?;
-        Ok(partitions
-            .iter()
-            .map(|tp| {
-                let code = resp
-                    .topics
+        Ok(partition_results(
+            partitions.iter(),
+            "OffsetDelete",
+            |topic, partition| {
+                let t = resp.topics.iter().find(|t| t.name == topic)?;
+                let p = t
+                    .partitions
                     .iter()
-                    .find(|t| t.name == tp.topic)
-                    .and_then(|t| {
-                        t.partitions
-                            .iter()
-                            .find(|p| p.partition_index == tp.partition)
-                    })
-                    .map(|p| p.error_code);
-                let r = match code {
-                    None => Err(Error::protocol(
-                        "OffsetDelete response does not mention the partition",
-                    )),
-                    Some(c) => match non_zero(c) {
-                        Some(code) => Err(Error::kafka(code)),
-                        None => Ok(()),
-                    },
-                };
-                (
-                    tp.clone(),
-                    r.map_err(|e| e.with_topic(&tp.topic).with_partition(tp.partition)),
-                )
-            })
-            .collect())
+                    .find(|p| p.partition_index == partition)?;
+                Some(p.error_code)
+            },
+        ))
     }
 }
