@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs an example against a fresh tansu broker on a free loopback port:
-#   scripts/example.sh [EXAMPLE] [EXTRA ARGS...]     (EXAMPLE defaults to quickstart)
+#   scripts/example.sh [EXAMPLE] [EXTRA ARGS...]     (EXAMPLE defaults to pipeline)
 # The example gets the broker address (127.0.0.1:PORT) as its first argument.
 # The broker is stopped when this script exits.
 set -euo pipefail
@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=lib/tansu.sh
 source scripts/lib/tansu.sh
 
-example="${1:-quickstart}"
+example="${1:-pipeline}"
 shift || true
 
 trap 'rc=$?; tansu_stop; if ((rc == 0)); then rm -f "${TANSU_LOG:-}"; fi' EXIT
