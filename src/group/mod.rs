@@ -49,7 +49,10 @@ use futures::Stream;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-pub use assignor::{Assignor, GroupMember, RangeAssignor, RoundRobinAssignor};
+pub use assignor::{
+    Assignor, CooperativeStickyAssignor, GroupMember, RangeAssignor, RebalanceProtocol,
+    RoundRobinAssignor,
+};
 pub(crate) use commit::Commits;
 pub use commit::{CommitMode, Committer, Offset};
 
