@@ -769,6 +769,227 @@ async fn pipeline_forwards_into_the_committer() {
     reader.close().await;
 }
 
+type Events = Arc<Mutex<Vec<GroupEvent>>>;
+
+/// Like `spawn_member`, also recording the reader's group events.
+fn spawn_member_with_events(
+    config: ReaderConfig,
+    seen: Seen,
+    events: Events,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut reader = Reader::new(config).await.unwrap();
+        let mut committer = reader.committer().unwrap();
+        let mut ev = reader.events().unwrap();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                Some(e) = ev.next() => events.lock().unwrap().push(e),
+                m = reader.next_message() => match m {
+                    Ok(m) => {
+                        *seen.lock().unwrap().entry((m.partition, m.offset)).or_default() += 1;
+                        committer.feed(&m).await.unwrap();
+                    }
+                    Err(e) => eprintln!("member error: {e}"),
+                },
+            }
+        }
+        reader.close().await;
+    })
+}
+
+/// The partitions a member holds according to its events, and every partition it was
+/// ever revoked or lost.
+fn holding(events: &Events) -> (Vec<i32>, Vec<i32>, usize) {
+    let mut held = std::collections::BTreeSet::new();
+    let mut revoked = Vec::new();
+    let mut lost = 0;
+    for e in events.lock().unwrap().iter() {
+        match e {
+            GroupEvent::Assigned { partitions, .. } => {
+                held.extend(partitions.iter().map(|tp| tp.partition))
+            }
+            GroupEvent::Revoked { partitions } => {
+                for tp in partitions {
+                    held.remove(&tp.partition);
+                    revoked.push(tp.partition);
+                }
+            }
+            GroupEvent::Lost { partitions } => {
+                lost += partitions.len();
+                for tp in partitions {
+                    held.remove(&tp.partition);
+                }
+            }
+        }
+    }
+    (held.into_iter().collect(), revoked, lost)
+}
+
+/// cooperative-sticky (KIP-429): a second member joins a one-member group while messages
+/// flow. The first member is revoked only the partitions that move to the second one; its
+/// other partitions keep flowing (never unassigned, so none of their messages is read
+/// twice). Every message is processed, no commit regresses, commits end at the log end.
+async fn cooperative_sticky_revokes_only_moving_partitions() {
+    let topic = new_topic("group-coop", 6).await;
+    let group = common::unique_topic("group-coop-g");
+    produce(&topic, 6, 0, 1_000).await;
+    let stop_producer = Arc::new(AtomicBool::new(false));
+    let producer = spawn_producer(topic.clone(), 6, stop_producer.clone());
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    let watcher = watch_commits(group.clone(), topic.clone(), stop_watch.clone());
+    let config = || {
+        group_config(&group, &topic)
+            .commit_mode(CommitMode::Interval(Duration::from_millis(100)))
+            .assignors(vec![Arc::new(kafkapipe::group::CooperativeStickyAssignor)])
+    };
+    let seen: [Seen; 2] = Default::default();
+    let events: [Events; 2] = Default::default();
+    let count = |i: usize| seen[i].lock().unwrap().len();
+    let (stop_a, rx) = tokio::sync::watch::channel(false);
+    let a = spawn_member_with_events(config(), seen[0].clone(), events[0].clone(), rx);
+    wait_until("a's first messages", Duration::from_secs(30), || {
+        count(0) >= 1_000
+    })
+    .await;
+    assert_eq!(holding(&events[0]).0, vec![0, 1, 2, 3, 4, 5]);
+    let (stop_b, rx) = tokio::sync::watch::channel(false);
+    let b = spawn_member_with_events(config(), seen[1].clone(), events[1].clone(), rx);
+    wait_until("b's partitions", Duration::from_secs(40), || {
+        holding(&events[1]).0.len() == 3 && holding(&events[0]).0.len() == 3
+    })
+    .await;
+    wait_until("b's first messages", Duration::from_secs(30), || {
+        count(1) >= 100
+    })
+    .await;
+    stop_producer.store(true, Ordering::SeqCst);
+    let per = 1_000 + producer.await.unwrap();
+    let all = |seen: &[Seen; 2]| {
+        let mut all: HashMap<(i32, i64), u32> = HashMap::new();
+        for s in seen {
+            for (k, n) in s.lock().unwrap().iter() {
+                *all.entry(*k).or_default() += n;
+            }
+        }
+        all
+    };
+    wait_until("every message", Duration::from_secs(30), || {
+        all(&seen).len() >= 6 * per
+    })
+    .await;
+    stop_a.send(true).unwrap();
+    stop_b.send(true).unwrap();
+    a.await.unwrap();
+    b.await.unwrap();
+    stop_watch.store(true, Ordering::SeqCst);
+    assert!(watcher.await.unwrap() > 0);
+
+    let (kept, mut revoked, lost) = holding(&events[0]);
+    let (taken, _, _) = holding(&events[1]);
+    revoked.sort();
+    assert_eq!(lost, 0);
+    assert_eq!(kept.len(), 3);
+    assert_eq!(revoked, taken, "a gave up exactly what b took");
+    for p in &kept {
+        assert!(!revoked.contains(p), "kept partition {p} was revoked");
+    }
+    // the kept partitions were never unassigned: each of their messages was read once
+    let a_seen: Vec<((i32, i64), u32)> = seen[0]
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, n)| (*k, *n))
+        .collect();
+    for ((p, o), n) in a_seen {
+        if kept.contains(&p) {
+            assert_eq!(n, 1, "{p}@{o} of a kept partition read {n} times");
+        }
+    }
+    let all = all(&seen);
+    for p in 0..6 {
+        for o in 0..per as i64 {
+            assert!(all.contains_key(&(p, o)), "{p}@{o} never processed");
+        }
+    }
+    let expected: BTreeMap<i32, i64> = (0..6).map(|p| (p, per as i64)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+}
+
+/// A member offering [cooperative-sticky, range] in a group of range-only members: the
+/// coordinator picks range, and the member rebalances eagerly (gives up all its
+/// partitions before rejoining), as the Java client does with mixed assignors.
+///
+/// tansu 0.6 quirk: once a group has chosen a protocol, tansu refuses a member that does
+/// not offer it (INCONSISTENT_GROUP_PROTOCOL) even if every member shares another one
+/// (Kafka accepts it and picks the common protocol in the next rebalance), so the
+/// range-only member joins first here.
+async fn mixed_cooperative_and_eager_members_fall_back_to_eager() {
+    let topic = new_topic("group-coop-mixed", 4).await;
+    let group = common::unique_topic("group-coop-mixed-g");
+    produce(&topic, 4, 0, 100).await;
+    let seen: [Seen; 3] = Default::default();
+    let events: [Events; 3] = Default::default();
+    let range =
+        || group_config(&group, &topic).assignors(vec![Arc::new(kafkapipe::group::RangeAssignor)]);
+    let (stop_b, rx) = tokio::sync::watch::channel(false);
+    let b = spawn_member_with_events(range(), seen[1].clone(), events[1].clone(), rx);
+    wait_until("b's partitions", Duration::from_secs(30), || {
+        holding(&events[1]).0.len() == 4
+    })
+    .await;
+    let (stop_a, rx) = tokio::sync::watch::channel(false);
+    let a = spawn_member_with_events(
+        group_config(&group, &topic).assignors(vec![
+            Arc::new(kafkapipe::group::CooperativeStickyAssignor),
+            Arc::new(kafkapipe::group::RangeAssignor),
+        ]),
+        seen[0].clone(),
+        events[0].clone(),
+        rx,
+    );
+    wait_until("the split", Duration::from_secs(40), || {
+        holding(&events[0]).0.len() == 2 && holding(&events[1]).0.len() == 2
+    })
+    .await;
+    // range: two contiguous halves
+    let mut halves = [holding(&events[0]).0, holding(&events[1]).0];
+    halves.sort();
+    assert_eq!(halves, [vec![0, 1], vec![2, 3]]);
+    // a third member joins: a revokes everything it holds (eager), not just what moves
+    let (stop_c, rx) = tokio::sync::watch::channel(false);
+    let c = spawn_member_with_events(range(), seen[2].clone(), events[2].clone(), rx);
+    wait_until("three members", Duration::from_secs(40), || {
+        let n: Vec<usize> = events.iter().map(|e| holding(e).0.len()).collect();
+        n.iter().all(|&n| n >= 1) && n.iter().sum::<usize>() == 4
+    })
+    .await;
+    let mut held = std::collections::BTreeSet::new();
+    let mut revokes = 0;
+    for e in events[0].lock().unwrap().iter() {
+        match e {
+            GroupEvent::Assigned { partitions, .. } => {
+                held.extend(partitions.iter().map(|tp| tp.partition))
+            }
+            GroupEvent::Revoked { partitions } | GroupEvent::Lost { partitions } => {
+                let gone: std::collections::BTreeSet<i32> =
+                    partitions.iter().map(|tp| tp.partition).collect();
+                assert_eq!(gone, held, "an eager member gives up everything");
+                held.clear();
+                revokes += 1;
+            }
+        }
+    }
+    assert!(revokes >= 1);
+    for stop in [stop_a, stop_b, stop_c] {
+        stop.send(true).unwrap();
+    }
+    for m in [a, b, c] {
+        m.await.unwrap();
+    }
+}
+
 /// The scenarios above, all at once: they mostly wait on the broker (tansu's ~3 s first
 /// sync, session timeouts, rebalances), and the test harness would run only as many
 /// tests at a time as there are CPUs. Each runs in its own task on its own topic and
@@ -817,6 +1038,14 @@ async fn group_scenarios() {
         (
             "pipeline_forwards_into_the_committer",
             Box::pin(pipeline_forwards_into_the_committer()),
+        ),
+        (
+            "cooperative_sticky_revokes_only_moving_partitions",
+            Box::pin(cooperative_sticky_revokes_only_moving_partitions()),
+        ),
+        (
+            "mixed_cooperative_and_eager_members_fall_back_to_eager",
+            Box::pin(mixed_cooperative_and_eager_members_fall_back_to_eager()),
         ),
     ];
     let started = Instant::now();

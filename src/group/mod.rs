@@ -5,8 +5,8 @@
 //!
 //! # Rebalance design
 //!
-//! One group task per reader runs kafka-go's `run` loop with the Java client's eager
-//! protocol: find the coordinator, JoinGroup (retrying once with the member id the broker
+//! One group task per reader runs kafka-go's `run` loop with the Java client's eager or
+//! cooperative (KIP-429) rebalance protocol: find the coordinator, JoinGroup (retrying once with the member id the broker
 //! hands out on `MEMBER_ID_REQUIRED`), the leader runs the assignor chosen by the
 //! coordinator over every member's [`Subscription`], SyncGroup, then heartbeat every
 //! `heartbeat_interval` (and commit every commit interval) until the coordinator says
@@ -23,14 +23,24 @@
 //! ([`GroupEvent::Lost`]) are dropped without committing, as the broker would refuse.
 //! Close commits every pending offset, then leaves the group (static members do not).
 //!
+//! With the cooperative protocol (every offered assignor is cooperative, e.g. only
+//! [`CooperativeStickyAssignor`], as in the Java client) the member keeps its partitions
+//! while it rejoins and reports them, with its generation, in its subscription. They keep
+//! flowing through the rebalance: nothing is unassigned or re-fetched. After SyncGroup only
+//! the partitions missing from the new assignment are given up as above (committed with
+//! the new generation, [`GroupEvent::Revoked`]) and the member rejoins at once; the
+//! assignor withholds a partition from its new owner until its old owner no longer
+//! reports it, so no partition is ever read by two members of one generation. A group of
+//! mixed members agrees on a protocol every member offers; a member offering both an
+//! eager and a cooperative assignor rebalances eagerly.
+//!
 //! Errors of the group (e.g. `GroupAuthorizationFailed`, no coordinator after the
 //! retries) are yielded by the reader's stream; the task keeps retrying after
 //! `join_backoff`.
 //!
 //! # Limits
 //!
-//! Eager rebalancing only: no CooperativeSticky assignor / incremental rebalance yet; no
-//! regex subscriptions; new partitions of subscribed topics do not trigger a rebalance;
+//! No regex subscriptions; new partitions of subscribed topics do not trigger a rebalance;
 //! the leader does not re-check metadata during a generation. Heartbeats run on the group
 //! task whether or not the application polls the reader (no `max.poll.interval.ms`
 //! liveness check): a stuck application keeps its partitions.
@@ -49,7 +59,10 @@ use futures::Stream;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-pub use assignor::{Assignor, GroupMember, RangeAssignor, RoundRobinAssignor};
+pub use assignor::{
+    Assignor, CooperativeStickyAssignor, GroupMember, RangeAssignor, RebalanceProtocol,
+    RoundRobinAssignor,
+};
 pub(crate) use commit::Commits;
 pub use commit::{CommitMode, Committer, Offset};
 
@@ -66,6 +79,15 @@ use crate::protocol::messages::{
 use crate::protocol::ErrorCode;
 use crate::reader::{ReaderConfig, StartOffset, TopicPartition};
 
+fn lost_membership(e: &Error) -> bool {
+    matches!(
+        e.kafka_code(),
+        Some(
+            ErrorCode::IllegalGeneration | ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId
+        )
+    )
+}
+
 /// A change of a group reader's assignment, from [`Reader::events`](crate::reader::Reader::events).
 ///
 /// ```
@@ -76,7 +98,9 @@ use crate::reader::{ReaderConfig, StartOffset, TopicPartition};
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupEvent {
-    /// The partitions of a new generation are assigned and will be read from their
+    /// A new generation began. With the eager protocol `partitions` is the whole
+    /// assignment; with the cooperative protocol only the partitions added to those the
+    /// member kept (possibly none). They will be read from their
     /// committed offsets.
     Assigned {
         /// The group generation.
@@ -339,6 +363,15 @@ impl GroupTask {
         &self.reader.config
     }
 
+    /// KIP-429 incremental rebalancing: only if every offered assignor supports it (as
+    /// in the Java client), so the protocol never changes with the chosen assignor.
+    fn cooperative(&self) -> bool {
+        self.config()
+            .assignors
+            .iter()
+            .all(|a| a.protocol() == RebalanceProtocol::Cooperative)
+    }
+
     fn topics(&self) -> Vec<String> {
         let mut t: Vec<String> = self
             .config()
@@ -368,14 +401,21 @@ impl GroupTask {
     /// The group task: join, read, rejoin, until the reader closes.
     pub(crate) async fn run(self) {
         let g = self.group.clone();
+        let cooperative = self.cooperative();
         let mut member_id = String::new();
         let mut failures = 0u32;
+        // The partitions this member owns and the generation it last joined: the eager
+        // protocol gives all of them up before each JoinGroup, the cooperative one keeps
+        // them (and reports them in the subscription) and gives up only those the new
+        // assignment no longer contains.
+        let mut owned: Vec<TopicPartition> = Vec::new();
+        let mut generation = -1;
         while !g.closing() {
             let joined = tokio::select! {
-                r = self.join_and_sync(&mut member_id) => r,
+                r = self.join_and_sync(&mut member_id, &owned, generation) => r,
                 _ = g.wake.notified() => continue,
             };
-            let (conn, generation, assigned) = match joined {
+            let (conn, new_generation, assigned) = match joined {
                 Ok(v) => {
                     failures = 0;
                     v
@@ -388,6 +428,18 @@ impl GroupTask {
                         _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                         _ = g.wake.notified() => {}
                     }
+                    continue;
+                }
+                Err(e) if !owned.is_empty() && lost_membership(&e) => {
+                    // a cooperative member rejoining lost its membership: and so the
+                    // partitions it kept
+                    warn!(group = %g.group_id, error = %e, "membership lost while rejoining");
+                    if e.kafka_code() == Some(ErrorCode::UnknownMemberId) {
+                        member_id.clear();
+                    }
+                    self.give_up(&owned, true).await;
+                    owned.clear();
+                    generation = -1;
                     continue;
                 }
                 Err(e) => {
@@ -403,29 +455,63 @@ impl GroupTask {
                     continue;
                 }
             };
+            generation = new_generation;
             *lock(&g.member) = (generation, member_id.clone());
-            if let Err(e) = self.take(generation, &member_id, &assigned).await {
+            // Eager: nothing is owned here, so everything assigned is added.
+            let revoked: Vec<TopicPartition> = owned
+                .iter()
+                .filter(|tp| assigned.binary_search(tp).is_err())
+                .cloned()
+                .collect();
+            let added: Vec<TopicPartition> = assigned
+                .iter()
+                .filter(|tp| owned.binary_search(tp).is_err())
+                .cloned()
+                .collect();
+            if !revoked.is_empty() {
+                // committed with the new generation, which this member is part of
+                self.give_up(&revoked, false).await;
+                owned.retain(|tp| revoked.binary_search(tp).is_err());
+            }
+            if let Err(e) = self.take(generation, &member_id, &added).await {
                 warn!(group = %g.group_id, error = %e, "fetching committed offsets failed; rejoining");
                 self.report(e);
-                self.give_up(&assigned, true).await;
+                if !cooperative {
+                    self.give_up(&owned, false).await;
+                    owned.clear();
+                }
                 tokio::time::sleep(self.config().join_backoff).await;
                 continue;
             }
+            owned.extend(added);
+            owned.sort();
+            if cooperative && !revoked.is_empty() {
+                // KIP-429: rejoin at once, so the next assignment hands the revoked
+                // partitions to their new owner
+                debug!(group = %g.group_id, generation, revoked = revoked.len(), "revoked partitions; rejoining");
+                continue;
+            }
             match self.heartbeat_loop(&conn, generation, &member_id).await {
-                End::Rejoin => self.give_up(&assigned, false).await,
+                End::Rejoin => {
+                    if !cooperative {
+                        self.give_up(&owned, false).await;
+                        owned.clear();
+                    }
+                }
                 End::Lost { forget_member_id } => {
                     if forget_member_id {
                         member_id.clear();
                     }
-                    self.give_up(&assigned, true).await;
+                    self.give_up(&owned, true).await;
+                    owned.clear();
+                    generation = -1;
                 }
-                End::Close => {
-                    if let Err(e) = g.commit_pending(None).await {
-                        warn!(group = %g.group_id, error = %e, "committing on close failed");
-                    }
-                    break;
-                }
+                End::Close => break,
             }
+        }
+        // closing, possibly in the middle of a (cooperative) rejoin
+        if let Err(e) = g.commit_pending(None).await {
+            warn!(group = %g.group_id, error = %e, "committing on close failed");
         }
         self.leave(&member_id).await;
         g.close_events();
@@ -445,10 +531,12 @@ impl GroupTask {
     async fn join_and_sync(
         &self,
         member_id: &mut String,
+        owned: &[TopicPartition],
+        generation: i32,
     ) -> Result<(Connection, i32, Vec<TopicPartition>)> {
         let g = &self.group;
         let conn = self.coordinator().await?;
-        let joined = self.join(&conn, member_id).await?;
+        let joined = self.join(&conn, member_id, owned, generation).await?;
         *member_id = joined.member_id.clone();
         let is_leader = joined.leader == joined.member_id;
         info!(
@@ -498,12 +586,30 @@ impl GroupTask {
         Ok((conn, joined.generation, partitions))
     }
 
-    async fn join(&self, conn: &Connection, member_id: &mut String) -> Result<Joined> {
+    async fn join(
+        &self,
+        conn: &Connection,
+        member_id: &mut String,
+        owned: &[TopicPartition],
+        generation: i32,
+    ) -> Result<Joined> {
         let g = &self.group;
         let config = self.config();
+        let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for tp in owned {
+            by_topic.entry(&tp.topic).or_default().push(tp.partition);
+        }
         let subscription = Subscription {
             version: SUBSCRIPTION_VERSION,
             topics: self.topics(),
+            owned_partitions: by_topic
+                .into_iter()
+                .map(|(topic, partitions)| TopicPartitions {
+                    topic: topic.to_string(),
+                    partitions,
+                })
+                .collect(),
+            generation_id: generation,
             ..Subscription::default()
         }
         .encode(SUBSCRIPTION_VERSION)?;
@@ -544,7 +650,8 @@ impl GroupTask {
                     debug!(group = %g.group_id, member_id = %resp.member_id, "member id required; joining again");
                     *member_id = resp.member_id;
                 }
-                Some(ErrorCode::UnknownMemberId) => member_id.clear(),
+                // a member still holding partitions must give them up first (run)
+                Some(ErrorCode::UnknownMemberId) if owned.is_empty() => member_id.clear(),
                 Some(c) => {
                     return Err(Error::kafka(c)
                         .with_broker(conn.broker())

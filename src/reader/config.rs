@@ -198,6 +198,9 @@ pub struct ReaderConfig {
     /// committer, so acks may arrive out of order. Default true.
     pub commit_contiguous: bool,
     /// Assignors offered in JoinGroup, preferred first. Default range, then roundrobin.
+    /// If all of them are cooperative (e.g. only
+    /// [`CooperativeStickyAssignor`](crate::group::CooperativeStickyAssignor)) the reader
+    /// uses the incremental rebalance protocol (KIP-429); otherwise the eager one.
     pub assignors: Vec<std::sync::Arc<dyn crate::group::Assignor>>,
 }
 
