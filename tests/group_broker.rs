@@ -856,10 +856,17 @@ async fn cooperative_sticky_revokes_only_moving_partitions() {
     assert_eq!(holding(&events[0]).0, vec![0, 1, 2, 3, 4, 5]);
     let (stop_b, rx) = tokio::sync::watch::channel(false);
     let b = spawn_member_with_events(config(), seen[1].clone(), events[1].clone(), rx);
+    // measure: how much a processes while the rebalance goes on
+    let (before, rebalance_start) = (count(0), Instant::now());
     wait_until("b's partitions", Duration::from_secs(40), || {
         holding(&events[1]).0.len() == 3 && holding(&events[0]).0.len() == 3
     })
     .await;
+    eprintln!(
+        "cooperative rebalance: a processed {} messages in the {:?} until b held its partitions",
+        count(0) - before,
+        rebalance_start.elapsed()
+    );
     wait_until("b's first messages", Duration::from_secs(30), || {
         count(1) >= 100
     })
