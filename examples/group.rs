@@ -3,9 +3,15 @@
 //!
 //! ```sh
 //! bash scripts/example.sh group                      # against a fresh local tansu
+//! bash scripts/example.sh group cooperative          # cooperative-sticky (KIP-429)
 //! cargo run --example group -- 127.0.0.1:9092        # against your own broker
 //! ```
+//!
+//! With `cooperative`, the members offer only the `cooperative-sticky` assignor and so
+//! rebalance incrementally (KIP-429): in a later rebalance a member is revoked only the
+//! partitions that move away and keeps reading the others.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{stream, SinkExt, StreamExt, TryStreamExt};
@@ -20,6 +26,7 @@ async fn main() -> kafkapipe::Result<()> {
     let broker = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:9092".to_string());
+    let cooperative = std::env::args().nth(2).as_deref() == Some("cooperative");
     let id = std::process::id();
     let (topic, group) = (
         format!("group-example-{id}"),
@@ -39,10 +46,13 @@ async fn main() -> kafkapipe::Result<()> {
 
     let mut members = Vec::new();
     for name in ["a", "b"] {
-        let config = ReaderConfig::new([broker.as_str()])
+        let mut config = ReaderConfig::new([broker.as_str()])
             .group_id(&group)
             .topic(&topic)
             .heartbeat_interval(Duration::from_millis(500));
+        if cooperative {
+            config = config.assignors(vec![Arc::new(kafkapipe::group::CooperativeStickyAssignor)]);
+        }
         let mut reader = Reader::new(config).await?;
         let (Some(mut events), Some(committer)) = (reader.events(), reader.committer()) else {
             return Ok(());

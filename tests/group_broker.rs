@@ -856,10 +856,17 @@ async fn cooperative_sticky_revokes_only_moving_partitions() {
     assert_eq!(holding(&events[0]).0, vec![0, 1, 2, 3, 4, 5]);
     let (stop_b, rx) = tokio::sync::watch::channel(false);
     let b = spawn_member_with_events(config(), seen[1].clone(), events[1].clone(), rx);
+    // measure: how much a processes while the rebalance goes on
+    let (before, rebalance_start) = (count(0), Instant::now());
     wait_until("b's partitions", Duration::from_secs(40), || {
         holding(&events[1]).0.len() == 3 && holding(&events[0]).0.len() == 3
     })
     .await;
+    eprintln!(
+        "cooperative rebalance: a processed {} messages in the {:?} until b held its partitions",
+        count(0) - before,
+        rebalance_start.elapsed()
+    );
     wait_until("b's first messages", Duration::from_secs(30), || {
         count(1) >= 100
     })
@@ -990,6 +997,128 @@ async fn mixed_cooperative_and_eager_members_fall_back_to_eager() {
     }
 }
 
+/// A group reader subscribed by glob pattern picks up a matching topic created while it
+/// runs (the partition watch sees it and rejoins) and reads it from the start.
+async fn pattern_subscription_picks_up_new_topics() {
+    let prefix = common::unique_topic("group-pat");
+    let first = format!("{prefix}-a");
+    conn().await.create_topic(&first, 2, 1).await.unwrap();
+    produce(&first, 2, 0, 10).await;
+    let group = common::unique_topic("group-pat-g");
+    let config = ReaderConfig::new([common::shared().addr.clone()])
+        .group_id(&group)
+        .topic_pattern(format!("{prefix}-*"))
+        .max_wait(Duration::from_millis(50))
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(300))
+        .rebalance_timeout(Duration::from_secs(5))
+        .join_backoff(Duration::from_millis(200))
+        .partition_watch_interval(Duration::from_millis(500));
+    let mut reader = Reader::new(config).await.unwrap();
+    let mut events = reader.events().unwrap();
+    match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => {
+            assert_eq!(
+                partitions,
+                vec![
+                    TopicPartition::new(&first, 0),
+                    TopicPartition::new(&first, 1)
+                ]
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    for _ in 0..20 {
+        let m = next(&mut reader, Duration::from_secs(10)).await;
+        assert_eq!(&*m.topic, first.as_str());
+    }
+    let second = format!("{prefix}-b");
+    conn().await.create_topic(&second, 3, 1).await.unwrap();
+    produce(&second, 3, 0, 10).await;
+    // the unmatched topic is never subscribed
+    conn()
+        .await
+        .create_topic(&format!("{prefix}x-c"), 1, 1)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let assigned = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the new topic was never assigned"
+        );
+        if let GroupEvent::Assigned { partitions, .. } =
+            next_event(&mut events, Duration::from_secs(30)).await
+        {
+            if partitions.iter().any(|tp| tp.topic == second) {
+                break partitions;
+            }
+        }
+    };
+    assert_eq!(assigned.len(), 5, "{assigned:?}");
+    let mut from_second = HashSet::new();
+    while from_second.len() < 30 {
+        let m = next(&mut reader, Duration::from_secs(10)).await;
+        assert!(m.topic.starts_with(&prefix) && !m.topic.starts_with(&format!("{prefix}x")));
+        if &*m.topic == second.as_str() {
+            from_second.insert((m.partition, m.offset));
+        }
+    }
+    reader.close().await;
+}
+
+/// The leader's partition watch: a subscribed topic that does not exist yet (0
+/// partitions at assignment) is created with partitions; the leader notices the count
+/// change on its periodic metadata check and rejoins, and the new partitions are
+/// assigned. (tansu 0.6 has no CreatePartitions, so a topic growing from nothing stands
+/// in for a topic growing.)
+async fn leader_watch_assigns_partitions_that_appear() {
+    let topic = new_topic("group-watch", 1).await;
+    let later = common::unique_topic("group-watch-later");
+    produce(&topic, 1, 0, 10).await;
+    let group = common::unique_topic("group-watch-g");
+    let mut reader = Reader::new(
+        group_config(&group, &topic)
+            .topic(&later)
+            .partition_watch_interval(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    let mut events = reader.events().unwrap();
+    match next_event(&mut events, Duration::from_secs(30)).await {
+        GroupEvent::Assigned { partitions, .. } => {
+            assert_eq!(partitions, vec![TopicPartition::new(&topic, 0)])
+        }
+        other => panic!("{other:?}"),
+    }
+    next(&mut reader, Duration::from_secs(10)).await;
+    conn().await.create_topic(&later, 2, 1).await.unwrap();
+    produce(&later, 2, 0, 10).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the new partitions were never assigned"
+        );
+        if let GroupEvent::Assigned { partitions, .. } =
+            next_event(&mut events, Duration::from_secs(30)).await
+        {
+            if partitions.iter().any(|tp| tp.topic == later) {
+                assert_eq!(partitions.len(), 3, "{partitions:?}");
+                break;
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    while seen.len() < 20 {
+        let m = next(&mut reader, Duration::from_secs(10)).await;
+        if &*m.topic == later.as_str() {
+            seen.insert((m.partition, m.offset));
+        }
+    }
+    reader.close().await;
+}
+
 /// The scenarios above, all at once: they mostly wait on the broker (tansu's ~3 s first
 /// sync, session timeouts, rebalances), and the test harness would run only as many
 /// tests at a time as there are CPUs. Each runs in its own task on its own topic and
@@ -1042,6 +1171,14 @@ async fn group_scenarios() {
         (
             "cooperative_sticky_revokes_only_moving_partitions",
             Box::pin(cooperative_sticky_revokes_only_moving_partitions()),
+        ),
+        (
+            "pattern_subscription_picks_up_new_topics",
+            Box::pin(pattern_subscription_picks_up_new_topics()),
+        ),
+        (
+            "leader_watch_assigns_partitions_that_appear",
+            Box::pin(leader_watch_assigns_partitions_that_appear()),
         ),
         (
             "mixed_cooperative_and_eager_members_fall_back_to_eager",

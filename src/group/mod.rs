@@ -38,10 +38,18 @@
 //! retries) are yielded by the reader's stream; the task keeps retrying after
 //! `join_backoff`.
 //!
+//! Topic patterns and the partition watch: every
+//! [`partition_watch_interval`](crate::reader::ReaderConfig::partition_watch_interval)
+//! during a generation a member with
+//! [`topic_patterns`](crate::reader::ReaderConfig::topic_patterns) re-lists the cluster's
+//! topics and rejoins if the matching set changed (its new subscription makes the
+//! coordinator rebalance); the leader also compares the partition count of every topic a
+//! member subscribes to (0 for a missing one) with what it assigned from and rejoins on a
+//! change, so new partitions and newly created topics get assigned.
+//!
 //! # Limits
 //!
-//! No regex subscriptions; new partitions of subscribed topics do not trigger a rebalance;
-//! the leader does not re-check metadata during a generation. Heartbeats run on the group
+//! Patterns are globs ([`glob_match`]), not Java regular expressions. Heartbeats run on the group
 //! task whether or not the application polls the reader (no `max.poll.interval.ms`
 //! liveness check): a stuck application keeps its partitions.
 
@@ -78,6 +86,67 @@ use crate::protocol::messages::{
 };
 use crate::protocol::ErrorCode;
 use crate::reader::{ReaderConfig, StartOffset, TopicPartition};
+
+/// Whether `name` matches the glob `pattern`: `*` matches any run of characters
+/// (including none), `?` exactly one; everything else matches itself. The whole name must
+/// match. Used for [`ReaderConfig::topic_patterns`].
+///
+/// ```
+/// use kafkapipe::group::glob_match;
+/// assert!(glob_match("orders-*", "orders-eu"));
+/// assert!(glob_match("orders-??", "orders-eu"));
+/// assert!(!glob_match("orders-?", "orders-eu"));
+/// assert!(!glob_match("orders", "orders-eu"));
+/// ```
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    let (mut i, mut j) = (0usize, 0usize);
+    // the last `*` seen and the name position it currently covers up to
+    let mut star: Option<(usize, usize)> = None;
+    while j < n.len() {
+        match p.get(i) {
+            Some('*') => {
+                star = Some((i, j));
+                i += 1;
+            }
+            Some(&c) if c == '?' || c == n[j] => {
+                i += 1;
+                j += 1;
+            }
+            _ => match star {
+                Some((si, sj)) => {
+                    i = si + 1;
+                    j = sj + 1;
+                    star = Some((si, sj + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[i.min(p.len())..].iter().all(|&c| c == '*')
+}
+
+/// What a generation was joined with, re-checked by the partition watch.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Watched {
+    /// This member's subscribed topics.
+    topics: Vec<String>,
+    /// The group leader's: the partition count of every topic a member subscribes to.
+    counts: Option<BTreeMap<String, i32>>,
+}
+
+/// Whether a partition count of the topics in `counts` (0: did not exist) differs in
+/// `listing`.
+fn counts_changed(counts: &BTreeMap<String, i32>, listing: &[crate::admin::TopicListing]) -> bool {
+    counts.iter().any(|(topic, &n)| {
+        let now = listing
+            .iter()
+            .find(|l| &l.name == topic)
+            .map_or(0, |l| i32::try_from(l.partitions).unwrap_or(i32::MAX));
+        now != n
+    })
+}
 
 fn lost_membership(e: &Error) -> bool {
     matches!(
@@ -372,6 +441,47 @@ impl GroupTask {
             .all(|a| a.protocol() == RebalanceProtocol::Cooperative)
     }
 
+    /// The subscribed topics: those configured plus those the patterns match now.
+    async fn subscribed(&self) -> Result<Vec<String>> {
+        if self.config().topic_patterns.is_empty() {
+            return Ok(self.topics());
+        }
+        Ok(self.matching(&self.group.admin.list_topics().await?))
+    }
+
+    fn matching(&self, listing: &[crate::admin::TopicListing]) -> Vec<String> {
+        let mut t = self.topics();
+        for l in listing {
+            if !l.internal
+                && self
+                    .config()
+                    .topic_patterns
+                    .iter()
+                    .any(|p| glob_match(p, &l.name))
+            {
+                t.push(l.name.clone());
+            }
+        }
+        t.sort();
+        t.dedup();
+        t
+    }
+
+    /// Whether the cluster's topics changed from what the generation was joined with.
+    async fn changed(&self, watched: &Watched) -> Result<bool> {
+        if self.config().topic_patterns.is_empty() && watched.counts.is_none() {
+            return Ok(false);
+        }
+        let listing = self.group.admin.list_topics().await?;
+        if !self.config().topic_patterns.is_empty() && self.matching(&listing) != watched.topics {
+            return Ok(true);
+        }
+        Ok(watched
+            .counts
+            .as_ref()
+            .is_some_and(|counts| counts_changed(counts, &listing)))
+    }
+
     fn topics(&self) -> Vec<String> {
         let mut t: Vec<String> = self
             .config()
@@ -410,9 +520,10 @@ impl GroupTask {
         // assignment no longer contains.
         let mut owned: Vec<TopicPartition> = Vec::new();
         let mut generation = -1;
+        let mut watched = Watched::default();
         while !g.closing() {
             let joined = tokio::select! {
-                r = self.join_and_sync(&mut member_id, &owned, generation) => r,
+                r = self.join_and_sync(&mut member_id, &owned, generation, &mut watched) => r,
                 _ = g.wake.notified() => continue,
             };
             let (conn, new_generation, assigned) = match joined {
@@ -491,7 +602,10 @@ impl GroupTask {
                 debug!(group = %g.group_id, generation, revoked = revoked.len(), "revoked partitions; rejoining");
                 continue;
             }
-            match self.heartbeat_loop(&conn, generation, &member_id).await {
+            match self
+                .heartbeat_loop(&conn, generation, &member_id, &watched)
+                .await
+            {
                 End::Rejoin => {
                     if !cooperative {
                         self.give_up(&owned, false).await;
@@ -533,10 +647,15 @@ impl GroupTask {
         member_id: &mut String,
         owned: &[TopicPartition],
         generation: i32,
+        watched: &mut Watched,
     ) -> Result<(Connection, i32, Vec<TopicPartition>)> {
         let g = &self.group;
         let conn = self.coordinator().await?;
-        let joined = self.join(&conn, member_id, owned, generation).await?;
+        watched.topics = self.subscribed().await?;
+        watched.counts = None;
+        let joined = self
+            .join(&conn, member_id, owned, generation, &watched.topics)
+            .await?;
         *member_id = joined.member_id.clone();
         let is_leader = joined.leader == joined.member_id;
         info!(
@@ -550,7 +669,9 @@ impl GroupTask {
             "joined group"
         );
         let assignments = if is_leader {
-            self.assign(&joined).await?
+            let (assignments, counts) = self.assign(&joined).await?;
+            watched.counts = Some(counts);
+            assignments
         } else {
             Vec::new()
         };
@@ -592,6 +713,7 @@ impl GroupTask {
         member_id: &mut String,
         owned: &[TopicPartition],
         generation: i32,
+        topics: &[String],
     ) -> Result<Joined> {
         let g = &self.group;
         let config = self.config();
@@ -601,7 +723,7 @@ impl GroupTask {
         }
         let subscription = Subscription {
             version: SUBSCRIPTION_VERSION,
-            topics: self.topics(),
+            topics: topics.to_vec(),
             owned_partitions: by_topic
                 .into_iter()
                 .map(|(topic, partitions)| TopicPartitions {
@@ -664,7 +786,12 @@ impl GroupTask {
     }
 
     /// The leader's part: run the chosen assignor over the members' subscriptions.
-    async fn assign(&self, joined: &Joined) -> Result<Vec<SyncGroupRequestAssignment>> {
+    /// The assignments, and the partition count of every subscribed topic they were
+    /// computed from (0 for a topic that does not exist).
+    async fn assign(
+        &self,
+        joined: &Joined,
+    ) -> Result<(Vec<SyncGroupRequestAssignment>, BTreeMap<String, i32>)> {
         let config = self.config();
         let assignor = config
             .assignors
@@ -727,7 +854,13 @@ impl GroupTask {
             });
         }
         debug!(group = %self.group.group_id, assignor = assignor.name(), members = members.len(), "assigned partitions");
-        Ok(out)
+        let mut counts = partitions;
+        for m in &members {
+            for t in &m.subscription.topics {
+                counts.entry(t.clone()).or_insert(0);
+            }
+        }
+        Ok((out, counts))
     }
 
     /// Start reading `partitions` at their committed offsets.
@@ -807,7 +940,13 @@ impl GroupTask {
         });
     }
 
-    async fn heartbeat_loop(&self, conn: &Connection, generation: i32, member_id: &str) -> End {
+    async fn heartbeat_loop(
+        &self,
+        conn: &Connection,
+        generation: i32,
+        member_id: &str,
+        watched: &Watched,
+    ) -> End {
         let g = &self.group;
         let config = self.config();
         let mut beat = tokio::time::interval(config.heartbeat_interval);
@@ -818,6 +957,10 @@ impl GroupTask {
         };
         let mut commit = tokio::time::interval(commit_every.unwrap_or(Duration::from_secs(3600)));
         commit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let watch_every = Some(config.partition_watch_interval).filter(|d| !d.is_zero());
+        let mut watch = tokio::time::interval(watch_every.unwrap_or(Duration::from_secs(3600)));
+        watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        watch.reset();
         let mut last_ok = Instant::now();
         // The interval commit in flight: polled alongside the heartbeats, so a slow
         // commit never delays a heartbeat. Dropping it (on return) loses nothing: offsets
@@ -834,6 +977,16 @@ impl GroupTask {
                     inflight = None;
                     if let Err(e) = r {
                         warn!(group = %g.group_id, error = %e, "interval commit failed");
+                    }
+                }
+                _ = watch.tick(), if watch_every.is_some() => {
+                    match tokio::time::timeout(config.heartbeat_interval, self.changed(watched)).await.unwrap_or(Ok(false)) {
+                        Ok(true) => {
+                            info!(group = %g.group_id, generation, "subscribed topics or partitions changed; rejoining");
+                            return End::Rejoin;
+                        }
+                        Ok(false) => {}
+                        Err(e) => debug!(group = %g.group_id, error = %e, "partition watch failed"),
                     }
                 }
                 _ = commit.tick(), if commit_every.is_some() && inflight.is_none() => {
@@ -912,5 +1065,63 @@ impl GroupTask {
             Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "LeaveGroup failed"),
             Err(_) => warn!(group = %g.group_id, "LeaveGroup timed out"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::TopicListing;
+
+    #[test]
+    fn glob() {
+        for (p, n, want) in [
+            ("*", "", true),
+            ("*", "anything", true),
+            ("a*", "a", true),
+            ("a*c", "abbbc", true),
+            ("a*c", "abbbcd", false),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxcyyb", false),
+            ("?", "a", true),
+            ("?", "", false),
+            ("a?c", "abc", true),
+            ("a?c", "ac", false),
+            ("orders-*-eu", "orders-1-eu", true),
+            ("orders-*-eu", "orders-1-us", false),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+            ("", "", true),
+            ("", "a", false),
+            ("**a", "ba", true),
+            ("*a", "aaa", true),
+            ("é*", "éte", true),
+        ] {
+            assert_eq!(glob_match(p, n), want, "{p:?} vs {n:?}");
+        }
+    }
+
+    #[test]
+    fn partition_count_changes() {
+        let listing = |v: &[(&str, usize)]| -> Vec<TopicListing> {
+            v.iter()
+                .map(|(n, p)| TopicListing {
+                    name: n.to_string(),
+                    internal: false,
+                    partitions: *p,
+                })
+                .collect()
+        };
+        let counts = BTreeMap::from([("a".to_string(), 3), ("missing".to_string(), 0)]);
+        assert!(!counts_changed(
+            &counts,
+            &listing(&[("a", 3), ("other", 9)])
+        ));
+        assert!(counts_changed(&counts, &listing(&[("a", 4)])), "grown");
+        assert!(
+            counts_changed(&counts, &listing(&[("a", 3), ("missing", 2)])),
+            "created"
+        );
+        assert!(counts_changed(&counts, &listing(&[])), "deleted");
     }
 }

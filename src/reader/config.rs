@@ -171,7 +171,8 @@ pub struct ReaderConfig {
     pub sasl: Option<std::sync::Arc<dyn crate::sasl::Mechanism>>,
     /// Consumer group to join (kafka-go `GroupID`, Java `group.id`). With a group the
     /// reader reads the partitions the group assigns it of the topics given with
-    /// [`ReaderConfig::topic`] (explicit partitions are not allowed), resumes at the
+    /// [`ReaderConfig::topic`] or matching [`ReaderConfig::topic_pattern`] (explicit
+    /// partitions are not allowed), resumes at the
     /// group's committed offsets (else at `start_offset`), and offers
     /// [`Reader::committer`](super::Reader::committer) and
     /// [`Reader::events`](super::Reader::events). Default none.
@@ -197,6 +198,19 @@ pub struct ReaderConfig {
     /// Commit, per partition, only up to the lowest yielded message not yet acked to the
     /// committer, so acks may arrive out of order. Default true.
     pub commit_contiguous: bool,
+    /// Glob patterns of topics a group reader subscribes to besides those given with
+    /// [`ReaderConfig::topic`] (Java's pattern subscription, with globs instead of
+    /// regular expressions: see [`glob_match`](crate::group::glob_match)). Internal topics
+    /// never match. Re-checked every
+    /// [`partition_watch_interval`](ReaderConfig::partition_watch_interval); a change
+    /// rejoins the group. Group readers only. Default none.
+    pub topic_patterns: Vec<String>,
+    /// How often a group reader re-reads the cluster's topics during a generation: the
+    /// topics its patterns match and, for the group leader, the partition counts of
+    /// every subscribed topic. A change rejoins the group, so new topics and partitions
+    /// get assigned (kafka-go `WatchPartitionChanges` + `PartitionWatchInterval`, Java
+    /// `metadata.max.age.ms`). Default 5 s; zero turns the watch off.
+    pub partition_watch_interval: Duration,
     /// Assignors offered in JoinGroup, preferred first. Default range, then roundrobin.
     /// If all of them are cooperative (e.g. only
     /// [`CooperativeStickyAssignor`](crate::group::CooperativeStickyAssignor)) the reader
@@ -240,6 +254,8 @@ impl ReaderConfig {
             join_backoff: Duration::from_millis(500),
             commit_mode: crate::group::CommitMode::default(),
             commit_contiguous: true,
+            topic_patterns: Vec::new(),
+            partition_watch_interval: Duration::from_secs(5),
             assignors: vec![
                 std::sync::Arc::new(crate::group::RangeAssignor),
                 std::sync::Arc::new(crate::group::RoundRobinAssignor),
@@ -425,6 +441,25 @@ impl ReaderConfig {
         self
     }
 
+    /// Subscribe a group reader to every topic whose name matches the glob `pattern`
+    /// (see [`ReaderConfig::topic_patterns`]).
+    ///
+    /// ```
+    /// use kafkapipe::reader::ReaderConfig;
+    /// let config = ReaderConfig::new(["localhost:9092"]).group_id("g").topic_pattern("orders-*");
+    /// assert_eq!(config.topic_patterns, vec!["orders-*".to_string()]);
+    /// ```
+    pub fn topic_pattern(mut self, pattern: impl Into<String>) -> Self {
+        self.topic_patterns.push(pattern.into());
+        self
+    }
+
+    /// Set [`ReaderConfig::partition_watch_interval`].
+    pub fn partition_watch_interval(mut self, d: Duration) -> Self {
+        self.partition_watch_interval = d;
+        self
+    }
+
     /// Set [`ReaderConfig::join_backoff`].
     pub fn join_backoff(mut self, d: Duration) -> Self {
         self.join_backoff = d;
@@ -471,9 +506,14 @@ impl ReaderConfig {
         if self.read_backoff_min > self.read_backoff_max {
             return fail("ReaderConfig::read_backoff_min must not exceed read_backoff_max");
         }
+        if self.group_id.is_none() && !self.topic_patterns.is_empty() {
+            return fail("ReaderConfig::topic_pattern needs a group_id");
+        }
         if self.group_id.is_some() {
-            if self.topics.is_empty() || self.topics.iter().any(|t| t.partitions.is_some()) {
-                return fail("a group reader needs topics given with ReaderConfig::topic (no explicit partitions)");
+            if (self.topics.is_empty() && self.topic_patterns.is_empty())
+                || self.topics.iter().any(|t| t.partitions.is_some())
+            {
+                return fail("a group reader needs topics given with ReaderConfig::topic or topic_pattern (no explicit partitions)");
             }
             if self.assignors.is_empty() {
                 return fail("ReaderConfig::assignors must not be empty");

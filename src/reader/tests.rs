@@ -116,6 +116,17 @@ fn config_validation_and_backoff() {
         .read_backoff(Duration::from_secs(2), Duration::from_secs(1))
         .validate()
         .is_err());
+    // topic patterns: group readers only, and enough on their own
+    assert!(ReaderConfig::new(["b:1"])
+        .topic_pattern("t-*")
+        .validate()
+        .is_err());
+    assert!(ReaderConfig::new(["b:1"])
+        .group_id("g")
+        .topic_pattern("t-*")
+        .validate()
+        .is_ok());
+    assert!(ReaderConfig::new(["b:1"]).group_id("g").validate().is_err());
     let c = ReaderConfig::new(["b:1"])
         .read_backoff(Duration::from_millis(100), Duration::from_millis(500));
     assert!(c.validate().is_ok());
