@@ -49,7 +49,8 @@
 //!
 //! # Limits
 //!
-//! Patterns are globs ([`glob_match`]), not Java regular expressions. Heartbeats run on the group
+//! Patterns are globs ([`glob_match`]) or, with the `regex` feature, regular expressions
+//! matched against the whole topic name as Java does. Heartbeats run on the group
 //! task whether or not the application polls the reader (no `max.poll.interval.ms`
 //! liveness check): a stuck application keeps its partitions.
 
@@ -443,7 +444,7 @@ impl GroupTask {
 
     /// The subscribed topics: those configured plus those the patterns match now.
     async fn subscribed(&self) -> Result<Vec<String>> {
-        if self.config().topic_patterns.is_empty() {
+        if !self.config().has_topic_patterns() {
             return Ok(self.topics());
         }
         Ok(self.matching(&self.group.admin.list_topics().await?))
@@ -452,13 +453,7 @@ impl GroupTask {
     fn matching(&self, listing: &[crate::admin::TopicListing]) -> Vec<String> {
         let mut t = self.topics();
         for l in listing {
-            if !l.internal
-                && self
-                    .config()
-                    .topic_patterns
-                    .iter()
-                    .any(|p| glob_match(p, &l.name))
-            {
+            if !l.internal && self.config().topic_matches(&l.name) {
                 t.push(l.name.clone());
             }
         }
@@ -469,11 +464,11 @@ impl GroupTask {
 
     /// Whether the cluster's topics changed from what the generation was joined with.
     async fn changed(&self, watched: &Watched) -> Result<bool> {
-        if self.config().topic_patterns.is_empty() && watched.counts.is_none() {
+        if !self.config().has_topic_patterns() && watched.counts.is_none() {
             return Ok(false);
         }
         let listing = self.group.admin.list_topics().await?;
-        if !self.config().topic_patterns.is_empty() && self.matching(&listing) != watched.topics {
+        if self.config().has_topic_patterns() && self.matching(&listing) != watched.topics {
             return Ok(true);
         }
         Ok(watched

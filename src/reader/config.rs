@@ -205,6 +205,12 @@ pub struct ReaderConfig {
     /// [`partition_watch_interval`](ReaderConfig::partition_watch_interval); a change
     /// rejoins the group. Group readers only. Default none.
     pub topic_patterns: Vec<String>,
+    /// Regular expressions (the `regex` crate's syntax) of topics a group reader subscribes
+    /// to, matched against the whole topic name as Java's pattern subscription does
+    /// (`Pattern.matcher(topic).matches()`). Internal topics never match. Re-checked like
+    /// [`topic_patterns`](ReaderConfig::topic_patterns). Group readers only. Default none.
+    #[cfg(feature = "regex")]
+    pub topic_regexes: Vec<String>,
     /// How often a group reader re-reads the cluster's topics during a generation: the
     /// topics its patterns match and, for the group leader, the partition counts of
     /// every subscribed topic. A change rejoins the group, so new topics and partitions
@@ -255,6 +261,8 @@ impl ReaderConfig {
             commit_mode: crate::group::CommitMode::default(),
             commit_contiguous: true,
             topic_patterns: Vec::new(),
+            #[cfg(feature = "regex")]
+            topic_regexes: Vec::new(),
             partition_watch_interval: Duration::from_secs(5),
             assignors: vec![
                 std::sync::Arc::new(crate::group::RangeAssignor),
@@ -454,6 +462,46 @@ impl ReaderConfig {
         self
     }
 
+    /// Subscribe a group reader to every topic whose whole name matches the regular
+    /// expression `regex` (see [`ReaderConfig::topic_regexes`]; Java
+    /// `subscribe(Pattern)`). An invalid expression is reported when the reader starts.
+    ///
+    /// ```
+    /// use kafkapipe::reader::ReaderConfig;
+    /// let config = ReaderConfig::new(["localhost:9092"]).group_id("g").topic_regex(r"orders\.(eu|us)");
+    /// assert_eq!(config.topic_regexes, vec![r"orders\.(eu|us)".to_string()]);
+    /// ```
+    #[cfg(feature = "regex")]
+    pub fn topic_regex(mut self, regex: impl Into<String>) -> Self {
+        self.topic_regexes.push(regex.into());
+        self
+    }
+
+    /// Whether topics are selected by pattern (globs or regular expressions).
+    pub(crate) fn has_topic_patterns(&self) -> bool {
+        #[cfg(feature = "regex")]
+        if !self.topic_regexes.is_empty() {
+            return true;
+        }
+        !self.topic_patterns.is_empty()
+    }
+
+    /// Whether `topic` matches one of the glob patterns or regular expressions.
+    pub(crate) fn topic_matches(&self, topic: &str) -> bool {
+        #[cfg(feature = "regex")]
+        if self
+            .topic_regexes
+            .iter()
+            .filter_map(|r| full_match_regex(r).ok())
+            .any(|r| r.is_match(topic))
+        {
+            return true;
+        }
+        self.topic_patterns
+            .iter()
+            .any(|p| crate::group::glob_match(p, topic))
+    }
+
     /// Set [`ReaderConfig::partition_watch_interval`].
     pub fn partition_watch_interval(mut self, d: Duration) -> Self {
         self.partition_watch_interval = d;
@@ -506,11 +554,19 @@ impl ReaderConfig {
         if self.read_backoff_min > self.read_backoff_max {
             return fail("ReaderConfig::read_backoff_min must not exceed read_backoff_max");
         }
-        if self.group_id.is_none() && !self.topic_patterns.is_empty() {
-            return fail("ReaderConfig::topic_pattern needs a group_id");
+        if self.group_id.is_none() && self.has_topic_patterns() {
+            return fail("ReaderConfig::topic_pattern and topic_regex need a group_id");
+        }
+        #[cfg(feature = "regex")]
+        for r in &self.topic_regexes {
+            if let Err(e) = full_match_regex(r) {
+                return Err(Error::config(format!(
+                    "ReaderConfig::topic_regex {r:?} is not a valid regular expression: {e}"
+                )));
+            }
         }
         if self.group_id.is_some() {
-            if (self.topics.is_empty() && self.topic_patterns.is_empty())
+            if (self.topics.is_empty() && !self.has_topic_patterns())
                 || self.topics.iter().any(|t| t.partitions.is_some())
             {
                 return fail("a group reader needs topics given with ReaderConfig::topic or topic_pattern (no explicit partitions)");
@@ -564,4 +620,10 @@ impl ReaderConfig {
             .unwrap_or(self.read_backoff_max)
             .min(self.read_backoff_max)
     }
+}
+
+/// `regex` compiled to match a whole topic name, as Java's pattern subscription does.
+#[cfg(feature = "regex")]
+fn full_match_regex(regex: &str) -> std::result::Result<regex::Regex, regex::Error> {
+    regex::Regex::new(&format!("^(?:{regex})$"))
 }

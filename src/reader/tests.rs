@@ -259,3 +259,36 @@ fn reader_is_send_and_sync() {
     check::<Reader>();
     check::<Message>();
 }
+
+#[cfg(feature = "regex")]
+#[test]
+fn topic_regexes_match_whole_names_and_are_validated() {
+    let config = ReaderConfig::new(["b:9092"])
+        .group_id("g")
+        .topic_regex(r"orders\.(eu|us)")
+        .topic_pattern("audit-*");
+    assert!(config.validate().is_ok());
+    assert!(config.has_topic_patterns());
+    assert!(config.topic_matches("orders.eu"));
+    assert!(config.topic_matches("orders.us"));
+    assert!(config.topic_matches("audit-2026"));
+    // a whole-name match, as Java's Pattern.matcher(topic).matches()
+    assert!(!config.topic_matches("orders.eux"));
+    assert!(!config.topic_matches("xorders.eu"));
+    assert!(!config.topic_matches("orders-eu"));
+
+    let bad = ReaderConfig::new(["b:9092"])
+        .group_id("g")
+        .topic_regex("orders(");
+    let err = bad.validate().unwrap_err();
+    assert!(
+        err.to_string().contains("not a valid regular expression"),
+        "{err}"
+    );
+
+    let no_group = ReaderConfig::new(["b:9092"]).topic_regex("orders.*");
+    assert!(
+        no_group.validate().is_err(),
+        "regex subscription needs a group"
+    );
+}
