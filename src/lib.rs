@@ -52,6 +52,7 @@ pub mod record;
 pub mod sasl;
 #[cfg(feature = "tls")]
 pub mod tls;
+mod util;
 pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};

@@ -1,13 +1,12 @@
 //! Describe and alter configs of topics and brokers.
 
+use crate::protocol::ErrorCode;
 use std::collections::BTreeMap;
 
 use tracing::debug;
 
 use super::types::apply_ops;
-use super::{
-    code_error, non_zero, Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigSource, Results,
-};
+use super::{code_error, Admin, AlterConfigOp, ConfigEntry, ConfigResource, ConfigSource, Results};
 use crate::conn::Connection;
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
@@ -97,7 +96,7 @@ impl Admin {
                     let res = find(&resp.results, r, |x| {
                         (x.resource_type, x.resource_name.as_str())
                     })?;
-                    if let Some(code) = non_zero(res.error_code) {
+                    if let Some(code) = ErrorCode::non_zero(res.error_code) {
                         return Err(code_error(code, res.error_message.as_deref()));
                     }
                     Ok(res
@@ -245,7 +244,7 @@ impl Admin {
                     let res = find(&resp.responses, r, |x| {
                         (x.resource_type, x.resource_name.as_str())
                     })?;
-                    match non_zero(res.error_code) {
+                    match ErrorCode::non_zero(res.error_code) {
                         Some(code) => Err(code_error(code, res.error_message.as_deref())),
                         None => Ok(()),
                     }
@@ -321,9 +320,11 @@ impl Admin {
                     find(&resp.responses, r, |x| {
                         (x.resource_type, x.resource_name.as_str())
                     })
-                    .and_then(|res| match non_zero(res.error_code) {
-                        Some(code) => Err(code_error(code, res.error_message.as_deref())),
-                        None => Ok(()),
+                    .and_then(|res| {
+                        match ErrorCode::non_zero(res.error_code) {
+                            Some(code) => Err(code_error(code, res.error_message.as_deref())),
+                            None => Ok(()),
+                        }
                     }),
                 );
             }

@@ -6,8 +6,8 @@ use std::future::Future;
 use tracing::debug;
 
 use super::{
-    code_error, non_zero, Admin, CommittedOffset, GroupDescription, GroupListing,
-    MemberDescription, OffsetSpec, Results, TopicPartition,
+    code_error, Admin, CommittedOffset, GroupDescription, GroupListing, MemberDescription,
+    OffsetSpec, Results, TopicPartition,
 };
 use crate::conn::Connection;
 use crate::error::{Error, Result};
@@ -74,7 +74,7 @@ fn partition_results<'a>(
                 None => Err(Error::protocol(format!(
                     "{api} response does not mention the partition"
                 ))),
-                Some(c) => match non_zero(c) {
+                Some(c) => match ErrorCode::non_zero(c) {
                     Some(code) => Err(Error::kafka(code)),
                     None => Ok(()),
                 },
@@ -133,7 +133,7 @@ impl Admin {
             } else {
                 (resp.error_code, resp.error_message.clone(), resp.node_id)
             };
-            match non_zero(code) {
+            match ErrorCode::non_zero(code) {
                 Some(code) => Err(code_error(code, msg.as_deref()).with_broker(c.broker())),
                 None => {
                     debug!(group, coordinator = node, "found group coordinator");
@@ -213,7 +213,7 @@ impl Admin {
                 let c = self.cluster.connection(id).await?;
                 let v = c.version_for::<ListGroupsRequest>()?;
                 let resp = c.send_version(&ListGroupsRequest::default(), v).await?;
-                if let Some(code) = non_zero(resp.error_code) {
+                if let Some(code) = ErrorCode::non_zero(resp.error_code) {
                     return Err(Error::kafka(code).with_broker(c.broker()));
                 }
                 Ok(resp
@@ -274,7 +274,7 @@ impl Admin {
                         .into_iter()
                         .map(|d| {
                             let id = d.group_id.clone();
-                            let r = match non_zero(d.error_code) {
+                            let r = match ErrorCode::non_zero(d.error_code) {
                                 Some(code) => Err(code_error(code, d.error_message.as_deref())
                                     .with_broker(c.broker())),
                                 None => Ok(describe(d, node)),
@@ -313,7 +313,7 @@ impl Admin {
                         .results
                         .into_iter()
                         .map(|r| {
-                            let result = match non_zero(r.error_code) {
+                            let result = match ErrorCode::non_zero(r.error_code) {
                                 Some(code) => Err(Error::kafka(code).with_broker(c.broker())),
                                 None => Ok(()),
                             };
@@ -400,7 +400,7 @@ impl Admin {
                             meta: Option<String>,
                             code: i16| {
                 let tp = TopicPartition::new(topic, partition);
-                let r = match non_zero(code) {
+                let r = match ErrorCode::non_zero(code) {
                     Some(code) => Err(Error::kafka(code)
                         .with_topic(topic)
                         .with_partition(partition)),
@@ -448,7 +448,7 @@ impl Admin {
                 }
                 resp.error_code
             };
-            if let Some(code) = non_zero(group_code) {
+            if let Some(code) = ErrorCode::non_zero(group_code) {
                 return Err(Error::kafka(code).with_broker(c.broker()));
             }
             out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -518,7 +518,8 @@ impl Admin {
                 // Kafka reports coordinator moves per partition.
                 for t in &resp.topics {
                     for p in &t.partitions {
-                        if let Some(code) = non_zero(p.error_code).filter(|c| coordinator_moved(*c))
+                        if let Some(code) =
+                            ErrorCode::non_zero(p.error_code).filter(|c| coordinator_moved(*c))
                         {
                             return Err(Error::kafka(code).with_broker(c.broker()));
                         }
@@ -660,7 +661,7 @@ impl Admin {
         let resp = self
             .with_coordinator("OffsetDelete", group, |c, _| async move {
                 let resp = c.send(req).await?;
-                match non_zero(resp.error_code) {
+                match ErrorCode::non_zero(resp.error_code) {
                     Some(code) => Err(Error::kafka(code).with_broker(c.broker())),
                     None => Ok(resp),
                 }

@@ -37,6 +37,7 @@ pub use types::{
     TopicPartition,
 };
 
+use crate::util::duration_ms;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -81,10 +82,6 @@ pub struct Admin {
     coordinators: Arc<Mutex<HashMap<String, i32>>>,
 }
 
-fn non_zero(code: i16) -> Option<ErrorCode> {
-    (code != 0).then(|| ErrorCode::from(code))
-}
-
 /// The error for a non-zero `code`, with the broker's message if it sent a useful one.
 fn code_error(code: ErrorCode, message: Option<&str>) -> Error {
     let e = Error::kafka(code);
@@ -92,10 +89,6 @@ fn code_error(code: ErrorCode, message: Option<&str>) -> Error {
         Some(m) if !m.is_empty() && m != "No error." => e.with_message(m.to_string()),
         _ => e,
     }
-}
-
-fn duration_ms(d: Duration) -> i32 {
-    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
 impl Admin {
@@ -427,7 +420,7 @@ impl Admin {
                     None => Err(Error::protocol(
                         "CreateTopics response does not mention the topic",
                     )),
-                    Some(r) => match non_zero(r.error_code) {
+                    Some(r) => match ErrorCode::non_zero(r.error_code) {
                         None => Ok(()),
                         Some(code) => Err(code_error(code, r.error_message.as_deref())),
                     },
@@ -553,7 +546,7 @@ impl Admin {
                     None => Err(Error::protocol(
                         "CreatePartitions response does not mention the topic",
                     )),
-                    Some(r) => match non_zero(r.error_code) {
+                    Some(r) => match ErrorCode::non_zero(r.error_code) {
                         None => Ok(()),
                         Some(code) => Err(code_error(code, r.error_message.as_deref())),
                     },
@@ -579,7 +572,7 @@ impl Admin {
             let resp = self
                 .retry("DescribeCluster", || async move {
                     let r = c.send(&DescribeClusterRequest::default()).await?;
-                    match non_zero(r.error_code) {
+                    match ErrorCode::non_zero(r.error_code) {
                         Some(code) => {
                             Err(code_error(code, r.error_message.as_deref())
                                 .with_broker(c.broker()))

@@ -1,12 +1,14 @@
 //! Partition offsets and record deletion, routed to each partition's leader.
 
-use super::{duration_ms, non_zero, Admin, ListedOffset, OffsetSpec, Results, TopicPartition};
+use super::{Admin, ListedOffset, OffsetSpec, Results, TopicPartition};
 use crate::conn::Connection;
 use crate::error::{Error, Result};
 use crate::protocol::messages::{
     DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic, ListOffsetsPartition,
     ListOffsetsRequest, ListOffsetsTopic,
 };
+use crate::protocol::ErrorCode;
+use crate::util::duration_ms;
 
 /// `(topic, [(partition, value)])` in first-seen order.
 fn group<T: Copy>(batch: &[(TopicPartition, T)]) -> Vec<(String, Vec<(i32, T)>)> {
@@ -76,7 +78,7 @@ impl Admin {
                 for t in resp.topics {
                     for p in t.partitions {
                         let tp = TopicPartition::new(&t.name, p.partition_index);
-                        let r = match non_zero(p.error_code) {
+                        let r = match ErrorCode::non_zero(p.error_code) {
                             Some(code) => Err(Error::kafka(code)
                                 .with_topic(&t.name)
                                 .with_partition(p.partition_index)
@@ -159,7 +161,7 @@ impl Admin {
                     let mut out = Vec::new();
                     for t in resp.topics {
                         for p in t.partitions {
-                            let r = match non_zero(p.error_code) {
+                            let r = match ErrorCode::non_zero(p.error_code) {
                                 Some(code) => Err(Error::kafka(code)
                                     .with_topic(&t.name)
                                     .with_partition(p.partition_index)

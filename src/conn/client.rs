@@ -6,9 +6,10 @@
 //! Use [`Conn::dial_leader`] to connect to the leader of a partition through any
 //! bootstrap broker, as kafka-go's `DialLeader` does.
 
+use crate::util::{duration_ms, now_ms};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -451,7 +452,7 @@ impl Conn {
                             leader_epoch: p.leader_epoch,
                             replicas: p.replica_nodes,
                             isr: p.isr_nodes,
-                            error: non_zero(p.error_code),
+                            error: ErrorCode::non_zero(p.error_code),
                         })
                         .collect();
                     partitions.sort_by_key(|p| p.id);
@@ -460,7 +461,7 @@ impl Conn {
                         id: t.topic_id,
                         internal: t.is_internal,
                         partitions,
-                        error: non_zero(t.error_code),
+                        error: ErrorCode::non_zero(t.error_code),
                     }
                 })
                 .collect(),
@@ -525,7 +526,7 @@ impl Conn {
                         "CreateTopics response does not mention the topic",
                     )
                     .with_topic(&t.name)),
-                    Some(r) => match non_zero(r.error_code) {
+                    Some(r) => match ErrorCode::non_zero(r.error_code) {
                         None => Ok(()),
                         Some(code) => {
                             let mut e = Error::kafka(code).with_topic(&t.name);
@@ -573,7 +574,7 @@ impl Conn {
                         "DeleteTopics response does not mention the topic",
                     )
                     .with_topic(*n)),
-                    Some(r) => match non_zero(r.error_code) {
+                    Some(r) => match ErrorCode::non_zero(r.error_code) {
                         None => Ok(()),
                         Some(code) => Err(Error::kafka(code)
                             .with_topic(*n)
@@ -661,7 +662,7 @@ impl Conn {
                     .with_topic(topic)
                     .with_partition(partition)
             })?;
-        match non_zero(p.error_code) {
+        match ErrorCode::non_zero(p.error_code) {
             None => Ok(p.base_offset),
             Some(code) => {
                 let mut e = self.err(code, topic, partition);
@@ -752,7 +753,7 @@ impl Conn {
             ..Default::default()
         };
         let resp = self.connection.send_version(&req, version).await?;
-        if let Some(code) = non_zero(resp.error_code) {
+        if let Some(code) = ErrorCode::non_zero(resp.error_code) {
             return Err(self.err(code, topic, partition));
         }
         let Some(p) = resp
@@ -879,7 +880,7 @@ impl Conn {
                     .with_topic(topic)
                     .with_partition(partition)
             })?;
-        if let Some(code) = non_zero(p.error_code) {
+        if let Some(code) = ErrorCode::non_zero(p.error_code) {
             return Err(self.err(code, topic, partition));
         }
         Ok((p.offset >= 0).then_some(p.offset))
@@ -896,7 +897,7 @@ pub(crate) fn decode_fetch_partition(
     isolation_level: IsolationLevel,
     max_bytes: i32,
 ) -> Result<Fetched> {
-    if let Some(code) = non_zero(p.error_code) {
+    if let Some(code) = ErrorCode::non_zero(p.error_code) {
         return Err(Error::kafka(code));
     }
     let data = p.records.unwrap_or_default();
@@ -964,20 +965,6 @@ pub(crate) fn visible_records(
         out.extend(batch.records.into_iter().filter(|r| r.offset >= from));
     }
     (out, next)
-}
-
-fn non_zero(code: i16) -> Option<ErrorCode> {
-    (code != 0).then(|| ErrorCode::from(code))
-}
-
-fn duration_ms(d: Duration) -> i32 {
-    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// How much the compressed batches of one fetch response may decompress to, together

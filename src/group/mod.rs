@@ -57,6 +57,7 @@
 mod assignor;
 mod commit;
 
+use crate::util::duration_ms;
 use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -424,10 +425,6 @@ enum End {
     Close,
 }
 
-fn code(c: i16) -> Option<ErrorCode> {
-    (c != 0).then(|| ErrorCode::from(c))
-}
-
 impl GroupTask {
     fn config(&self) -> &ReaderConfig {
         &self.reader.config
@@ -681,7 +678,7 @@ impl GroupTask {
             ..Default::default()
         };
         let resp = conn.send(&req).await?;
-        if let Some(c) = code(resp.error_code) {
+        if let Some(c) = ErrorCode::non_zero(resp.error_code) {
             if c == ErrorCode::UnknownMemberId {
                 member_id.clear();
             }
@@ -730,14 +727,13 @@ impl GroupTask {
             ..Subscription::default()
         }
         .encode(SUBSCRIPTION_VERSION)?;
-        let ms = |d: Duration| i32::try_from(d.as_millis()).unwrap_or(i32::MAX);
         // MEMBER_ID_REQUIRED (and UNKNOWN_MEMBER_ID after a lost membership) ask for
         // another join with the id the broker returned.
         for _ in 0..3 {
             let req = JoinGroupRequest {
                 group_id: g.group_id.clone(),
-                session_timeout_ms: ms(config.session_timeout),
-                rebalance_timeout_ms: ms(config.rebalance_timeout),
+                session_timeout_ms: duration_ms(config.session_timeout),
+                rebalance_timeout_ms: duration_ms(config.rebalance_timeout),
                 member_id: member_id.clone(),
                 group_instance_id: g.instance_id.clone(),
                 protocol_type: "consumer".into(),
@@ -753,7 +749,7 @@ impl GroupTask {
                 ..Default::default()
             };
             let resp = conn.send(&req).await?;
-            match code(resp.error_code) {
+            match ErrorCode::non_zero(resp.error_code) {
                 None => {
                     return Ok(Joined {
                         generation: resp.generation_id,
@@ -996,7 +992,7 @@ impl GroupTask {
                         ..Default::default()
                     };
                     let r = tokio::time::timeout(config.session_timeout, conn.send(&req)).await;
-                    match r.map(|r| r.map(|resp| code(resp.error_code))) {
+                    match r.map(|r| r.map(|resp| ErrorCode::non_zero(resp.error_code))) {
                         Ok(Ok(None)) => last_ok = Instant::now(),
                         Ok(Ok(Some(ErrorCode::RebalanceInProgress))) => {
                             info!(group = %g.group_id, generation, "rebalance in progress; rejoining");
@@ -1050,7 +1046,7 @@ impl GroupTask {
                 ..Default::default()
             };
             let resp = conn.send_version(&req, v).await?;
-            match code(resp.error_code) {
+            match ErrorCode::non_zero(resp.error_code) {
                 None => Ok(()),
                 Some(c) => Err(Error::kafka(c)),
             }

@@ -193,6 +193,17 @@ error_codes! {
 }
 
 impl ErrorCode {
+    /// The error a response field's `code` reports, or `None` for 0 (no error).
+    ///
+    /// ```
+    /// use kafkapipe::protocol::ErrorCode;
+    /// assert_eq!(ErrorCode::non_zero(0), None);
+    /// assert_eq!(ErrorCode::non_zero(3), Some(ErrorCode::UnknownTopicOrPartition));
+    /// ```
+    pub fn non_zero(code: i16) -> Option<ErrorCode> {
+        (code != 0).then(|| ErrorCode::from(code))
+    }
+
     /// `true` for [`ErrorCode::None`].
     pub fn is_ok(self) -> bool {
         self == ErrorCode::None

@@ -244,7 +244,7 @@ async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<Fet
     }
     let req = FetchRequest {
         replica_id: -1,
-        max_wait_ms: i32::try_from(c.max_wait.as_millis()).unwrap_or(i32::MAX),
+        max_wait_ms: crate::util::duration_ms(c.max_wait),
         min_bytes: c.min_bytes,
         max_bytes: c.max_bytes,
         isolation_level: c.isolation_level.code(),

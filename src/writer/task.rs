@@ -1,10 +1,11 @@
 //! The writer's background task: owns partition assignment, the per-partition batches,
 //! the produce requests in flight and retries.
 
+use crate::util::{duration_ms, now_ms};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
@@ -142,12 +143,6 @@ pub(crate) struct Task {
     producer_pending: bool,
     producer_attempts: u32,
     producer_retry_at: Option<Instant>,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 enum Wake {
@@ -1240,7 +1235,7 @@ async fn produce(
         let req = ProduceRequest {
             transactional_id: None,
             acks: acks.code(),
-            timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
+            timeout_ms: duration_ms(timeout),
             topic_data,
             ..Default::default()
         };
