@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Producer and consumer throughput: starts a throw-away tansu, runs benches/throughput.rs
+# Producer and consumer throughput: starts a throw-away single-node Apache Kafka, runs benches/throughput.rs
 # against it, then (unless BENCH_BASELINE=0) the same workload with librdkafka via
 # confluent-kafka, and prints both JSON lines and the kafkapipe/librdkafka msgs/s ratio;
 # then benches/consume.rs (Reader vs librdkafka consumer on the same topic, same run).
@@ -11,8 +11,8 @@
 # _ACKS).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# shellcheck source=lib/tansu.sh
-source scripts/lib/tansu.sh
+# shellcheck source=lib/kafka.sh
+source scripts/lib/kafka.sh
 
 msgs="${KAFKAPIPE_BENCH_MSGS:-1000000}"
 size="${KAFKAPIPE_BENCH_SIZE:-100}"
@@ -25,9 +25,9 @@ export KAFKAPIPE_BENCH_MSGS="$msgs" KAFKAPIPE_BENCH_SIZE="$size" \
     KAFKAPIPE_BENCH_COMPRESSION="$compression" KAFKAPIPE_BENCH_ACKS="$acks"
 
 cargo build --release --bench throughput --bench consume >&2
-tansu_start
-trap tansu_stop EXIT
-export KAFKAPIPE_BENCH_BROKER="$TANSU_ADDR"
+kafka_start
+trap kafka_stop EXIT
+export KAFKAPIPE_BENCH_BROKER="$KAFKA_ADDR"
 
 ours=$(cargo bench --bench throughput 2>/dev/null | grep '^{')
 echo "$ours"
@@ -35,8 +35,9 @@ echo "$ours"
 if [[ "${BENCH_BASELINE:-1}" != 0 ]]; then
     confluent_ensure
     topic="bench-librdkafka-$$"
-    "$TANSU_BIN" topic create "$topic" --partitions "$partitions" --broker "tcp://${TANSU_ADDR}" >/dev/null
-    theirs=$(python3 scripts/bench_librdkafka.py --broker "$TANSU_ADDR" --topic "$topic" \
+    "${JAVA_HOME:+${JAVA_HOME}/bin/}java" -cp "${KAFKAPIPE_KAFKA_LIBS}/*" org.apache.kafka.tools.TopicCommand \
+        --bootstrap-server "$KAFKA_ADDR" --create --topic "$topic" --partitions "$partitions" >/dev/null
+    theirs=$(python3 scripts/bench_librdkafka.py --broker "$KAFKA_ADDR" --topic "$topic" \
         --msgs "$msgs" --size "$size" --compression "$compression" --acks "$acks" --batch "$batch")
     echo "$theirs"
     python3 - "$ours" "$theirs" <<'PY'

