@@ -591,7 +591,21 @@ pub struct TestCluster {
 impl TestCluster {
     /// Formats and starts `n` nodes; waits until every node lists all of them.
     pub fn start(n: usize) -> TestCluster {
+        Self::start_advertised(n, None)
+    }
+
+    /// Like [`TestCluster::start`], but node `i`'s client listener advertises
+    /// `advertised[i]` (`host:port`, e.g. a TCP proxy in front of it) in Metadata. The
+    /// brokers talk to each other on a separate INTERNAL listener, so a proxy only ever
+    /// carries client connections. Returns the cluster; `nodes[i].addr` stays the address
+    /// the node really listens on.
+    pub fn start_proxied(advertised: &[String]) -> TestCluster {
+        Self::start_advertised(advertised.len(), Some(advertised))
+    }
+
+    fn start_advertised(n: usize, advertised: Option<&[String]>) -> TestCluster {
         let dir = temp_dir("kafka-cluster");
+        let internal: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let plain: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let controller: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let voters = (0..n)
@@ -607,18 +621,21 @@ impl TestCluster {
             p.insert(
                 "listeners".into(),
                 format!(
-                    "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
-                    plain[i], controller[i]
+                    "PLAINTEXT://127.0.0.1:{},INTERNAL://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+                    plain[i], internal[i], controller[i]
                 ),
             );
+            let client =
+                advertised.map_or_else(|| format!("127.0.0.1:{}", plain[i]), |a| a[i].clone());
             p.insert(
                 "advertised.listeners".into(),
-                format!("PLAINTEXT://127.0.0.1:{}", plain[i]),
+                format!("PLAINTEXT://{client},INTERNAL://127.0.0.1:{}", internal[i]),
             );
             p.insert(
                 "listener.security.protocol.map".into(),
-                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+                "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
             );
+            p.insert("inter.broker.listener.name".into(), "INTERNAL".into());
             let node_dir = dir.join(format!("node{}", i + 1));
             p.insert(
                 "log.dirs".into(),
