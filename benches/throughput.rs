@@ -4,7 +4,7 @@
 //! KAFKAPIPE_BENCH_BROKER=127.0.0.1:9092 cargo bench --bench throughput
 //! ```
 //!
-//! Starts nothing itself (`scripts/bench.sh` starts tansu and runs this). Creates a fresh
+//! Starts nothing itself (`scripts/bench.sh` starts Apache Kafka and runs this). Creates a fresh
 //! topic, writes N unkeyed messages of S bytes through a `Writer` with
 //! `stream.forward(writer)`, closes the writer (so every message is acknowledged) and prints
 //! one JSON line: `{client, msgs, size, bytes, secs, msgs_per_sec, mb_per_sec, cpu_secs, …}`.

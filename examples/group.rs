@@ -2,7 +2,7 @@
 //! acks what it processed into its commit sink, printing its rebalance events.
 //!
 //! ```sh
-//! bash scripts/example.sh group                      # against a fresh local tansu
+//! bash scripts/example.sh group                      # against a fresh local Apache Kafka
 //! bash scripts/example.sh group cooperative          # cooperative-sticky (KIP-429)
 //! cargo run --example group -- 127.0.0.1:9092        # against your own broker
 //! ```

@@ -2,7 +2,7 @@
 //! filtered and mapped into a `Writer` (a `Sink`).
 //!
 //! ```sh
-//! bash scripts/example.sh pipeline                      # against a fresh local tansu
+//! bash scripts/example.sh pipeline                      # against a fresh local Apache Kafka
 //! cargo run --example pipeline -- 127.0.0.1:9092        # against your own broker
 //! ```
 

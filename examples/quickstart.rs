@@ -2,7 +2,7 @@
 //! each compression codec, read them back, list offsets, delete the topic.
 //!
 //! ```sh
-//! bash scripts/example.sh            # starts a local tansu broker and runs this
+//! bash scripts/example.sh            # starts a local Apache Kafka broker and runs this
 //! cargo run --example quickstart -- 127.0.0.1:9092   # against your own broker
 //! ```
 

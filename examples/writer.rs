@@ -2,7 +2,7 @@
 //! read one partition back with the low-level API and print the writer's stats.
 //!
 //! ```sh
-//! bash scripts/example.sh writer            # starts a local tansu broker and runs this
+//! bash scripts/example.sh writer            # starts a local Apache Kafka broker and runs this
 //! cargo run --example writer -- 127.0.0.1:9092   # against your own broker
 //! ```
 

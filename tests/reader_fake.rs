@@ -1,4 +1,4 @@
-//! `Reader` behaviour tansu 0.6 cannot show, against the scripted fake cluster in
+//! `Reader` fault cases with exact timing, against the scripted fake cluster in
 //! `common/fake_broker.rs`: OffsetOutOfRange under each reset policy, start and seek by
 //! timestamp, start at the last offset, leader moves between brokers, errors yielded after
 //! `max_attempts`, and close stopping all fetching.

@@ -1,4 +1,4 @@
-//! A scripted fake Kafka cluster over real TCP, for behaviour tansu 0.6 cannot show
+//! A scripted fake Kafka cluster over real TCP, for exact fault cases a real broker cannot be made to show on demand
 //! (OffsetOutOfRange, ListOffsets by timestamp, leader moves between brokers).
 //!
 //! It decodes requests with the crate's own protocol types and answers ApiVersions,
