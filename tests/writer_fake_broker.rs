@@ -1,4 +1,4 @@
-//! Writer behaviour that tansu cannot be made to show — leader changes, partition errors,
+//! Writer behaviour a real broker cannot be made to show on demand — leader changes, partition errors,
 //! partitions without a leader — against a small scripted fake broker that speaks
 //! ApiVersions, Metadata and Produce over TCP with kafkapipe's own protocol codec.
 
