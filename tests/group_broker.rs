@@ -752,12 +752,18 @@ async fn static_member_stays_in_the_group_across_a_restart() {
     a.close().await;
 }
 
-/// Group errors are yielded by the stream, not swallowed: a member offering only an
-/// assignor the group does not use is refused with INCONSISTENT_GROUP_PROTOCOL.
+/// Group errors are yielded by the stream, not swallowed: a member sharing no assignor
+/// with the group's members is refused with INCONSISTENT_GROUP_PROTOCOL. (A member
+/// sharing *some* assignor is accepted, and Kafka switches the group to the common one:
+/// see the mixed cooperative/eager scenario.)
 async fn group_errors_surface_in_the_stream() {
     let topic = new_topic("group-errors", 1).await;
     let group = common::unique_topic("group-errors-g");
-    let mut a = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let mut a = Reader::new(
+        group_config(&group, &topic).assignors(vec![Arc::new(kafkapipe::group::RangeAssignor)]),
+    )
+    .await
+    .unwrap();
     let mut a_events = a.events().unwrap();
     next_event(&mut a_events, Duration::from_secs(20)).await;
     let mut b = Reader::new(
