@@ -1,274 +1,27 @@
-//! TLS and SASL against real servers.
-//!
-//! TLS: tansu 0.6 has no working TLS listener, so Debian's `stunnel4` terminates TLS in
-//! front of it (a real, independent TLS server, OpenSSL-based), with tansu advertising the
-//! stunnel port. Certificates come from a CA generated here with rcgen. A second stunnel
-//! requires client certificates (mTLS).
-//!
-//! SASL: SCRAM users persist only in a tansu built with libsql storage
-//! (`TANSU_LIBSQL_BIN`, see `tests/common`). Recipe: start it on a sqlite file without
-//! `--authentication`, create users and topics with the tansu CLI, restart it with
-//! `--authentication` on the same file. tansu offers SCRAM-SHA-256, SCRAM-SHA-512 and
-//! OAUTHBEARER, not PLAIN.
+//! TLS and SASL against the real listeners of the shared Apache Kafka test broker
+//! (`tests/common/kafka.rs`): SSL, SSL with required client certificates (mTLS),
+//! SASL_PLAINTEXT and SASL_SSL with PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER
+//! (Kafka's unsecured JWS validator). Certificates come from the CA in `tests/common/pki.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{free_port, BrokerOptions, TestBroker, Watched};
+use common::kafka::USER512;
+use common::{PASSWORD, USER};
 use kafkapipe::conn::{Conn, ConnectionConfig, FetchOptions, ProduceOptions};
 use kafkapipe::protocol::ErrorCode;
 use kafkapipe::reader::{Reader, ReaderConfig};
 use kafkapipe::record::Record;
-use kafkapipe::sasl::{Mechanism, OAuthBearer, OAuthToken, Plain, Scram};
+use kafkapipe::sasl::{Mechanism, OAuthBearer, OAuthToken, Plain, Scram, Session, StartFuture};
 use kafkapipe::tls::TlsConfig;
 use kafkapipe::writer::{Message, Writer, WriterConfig};
-use kafkapipe::ErrorKind;
+use kafkapipe::{Error, ErrorKind};
 
-const USER256: (&str, &str) = ("alice", "alice-secret-256");
-const USER512: (&str, &str) = ("bob", "bob-secret-512");
-
-// ---------------------------------------------------------------------------------------
-// PKI and stunnel
-
-struct Pki {
-    dir: PathBuf,
-    ca_pem: String,
-    other_ca_pem: String,
-    client_cert_pem: String,
-    client_key_pem: String,
-}
-
-/// `$TMP/kafkapipe-NAME-PID`, fresh. Directories left by earlier test processes that are
-/// gone (statics are never dropped, so nothing removes them at exit) are removed.
-fn temp_dir(name: &str) -> PathBuf {
-    let prefix = format!("kafkapipe-{name}-");
-    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
-        for entry in entries.flatten() {
-            let file_name = entry.file_name();
-            let pid = file_name
-                .to_str()
-                .and_then(|n| n.strip_prefix(&prefix))
-                .and_then(|p| p.parse::<u32>().ok());
-            if let Some(pid) = pid {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-    }
-    let dir = std::env::temp_dir().join(format!("{prefix}{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn ca(name: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    (params.self_signed(&key).unwrap(), key)
-}
-
-fn leaf(
-    names: &[&str],
-    cn: &str,
-    ca: &(rcgen::Certificate, rcgen::KeyPair),
-) -> (rcgen::Certificate, rcgen::KeyPair) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params =
-        rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn);
-    (params.signed_by(&key, &ca.0, &ca.1).unwrap(), key)
-}
-
-/// A test CA, a server certificate for `localhost` and `127.0.0.1`, a client
-/// certificate, and an unrelated CA; written to a temp dir for stunnel.
-fn pki() -> &'static Pki {
-    static PKI: OnceLock<Pki> = OnceLock::new();
-    PKI.get_or_init(|| {
-        let dir = temp_dir("pki");
-        let root = ca("kafkapipe test CA");
-        let other = ca("some other CA");
-        let server = leaf(&["localhost", "127.0.0.1"], "broker", &root);
-        let client = leaf(&["client.local"], "kafkapipe test client", &root);
-        std::fs::write(dir.join("ca.pem"), root.0.pem()).unwrap();
-        std::fs::write(dir.join("server.pem"), server.0.pem()).unwrap();
-        std::fs::write(dir.join("server.key"), server.1.serialize_pem()).unwrap();
-        Pki {
-            dir,
-            ca_pem: root.0.pem(),
-            other_ca_pem: other.0.pem(),
-            client_cert_pem: client.0.pem(),
-            client_key_pem: client.1.serialize_pem(),
-        }
-    })
-}
-
-fn stunnel_bin() -> &'static str {
-    for candidate in ["stunnel4", "stunnel"] {
-        if Command::new(candidate).arg("-version").output().is_ok() {
-            return candidate;
-        }
-    }
-    panic!("stunnel4 not found: `apt-get install stunnel4` (bash .ci/run installs it)");
-}
-
-/// stunnel terminating TLS on a free port and forwarding to `backend`; with `mtls` it
-/// requires a client certificate signed by the test CA.
-struct Stunnel {
-    addr: String,
-    _process: Watched,
-}
-
-fn stunnel(backend: &str, mtls: bool) -> Stunnel {
-    let pki = pki();
-    let port = free_port();
-    let name = format!("stunnel-{port}");
-    let conf = pki.dir.join(format!("{name}.conf"));
-    let d = pki.dir.display();
-    let mut text = format!(
-        "foreground = yes\npid =\ndebug = notice\n[kafka]\naccept = 127.0.0.1:{port}\n\
-         connect = {backend}\ncert = {d}/server.pem\nkey = {d}/server.key\n"
-    );
-    if mtls {
-        text.push_str(&format!(
-            "CAfile = {d}/ca.pem\nverifyChain = yes\nrequireCert = yes\n"
-        ));
-    }
-    std::fs::write(&conf, text).unwrap();
-    let mut process = Watched::spawn(
-        stunnel_bin(),
-        &[conf.to_str().unwrap()],
-        &pki.dir,
-        pki.dir.join(format!("{name}.log")),
-    );
-    let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(&addr).is_err() {
-        assert!(
-            !process.exited() && Instant::now() < deadline,
-            "stunnel did not start; log:\n{}",
-            process.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Stunnel {
-        addr,
-        _process: process,
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// brokers
-
-/// The default tansu, advertising the TLS port; one stunnel without and one with
-/// client-certificate verification in front of it.
-struct TlsSetup {
-    broker: TestBroker,
-    tls: Stunnel,
-    mtls: Stunnel,
-}
-
-fn tls_setup() -> &'static TlsSetup {
-    static SETUP: OnceLock<TlsSetup> = OnceLock::new();
-    SETUP.get_or_init(|| {
-        let broker_port = free_port();
-        let tls = stunnel(&format!("127.0.0.1:{broker_port}"), false);
-        let mtls = stunnel(&format!("127.0.0.1:{broker_port}"), true);
-        let broker = TestBroker::start_opts(&BrokerOptions {
-            advertised: Some(tls.addr.clone()),
-            port: Some(broker_port),
-            ..BrokerOptions::default()
-        });
-        TlsSetup { broker, tls, mtls }
-    })
-}
-
-/// The libsql tansu with SCRAM users, `--authentication`, advertising its TLS port.
-struct ScramSetup {
-    broker: TestBroker,
-    tls: Stunnel,
-    topics: Vec<String>,
-}
-
-fn cli(tansu: &Path, args: &[&str]) {
-    let out = Command::new(tansu)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "tansu {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn scram_setup() -> Option<&'static ScramSetup> {
-    static SETUP: OnceLock<Option<ScramSetup>> = OnceLock::new();
-    SETUP
-        .get_or_init(|| {
-            let tansu = common::tansu_libsql_bin()?;
-            let dir = temp_dir("scram");
-            let port = free_port();
-            let tls = stunnel(&format!("127.0.0.1:{port}"), false);
-            let opts = BrokerOptions {
-                tansu: tansu.clone(),
-                advertised: Some(tls.addr.clone()),
-                args: vec!["--storage-engine".into(), "sqlite://kafkapipe.db".into()],
-                cwd: Some(dir),
-                port: Some(port),
-            };
-            let topics: Vec<String> = (0..6).map(|i| format!("secure-{i}")).collect();
-            {
-                let setup = TestBroker::start_opts(&opts);
-                let url = setup.url();
-                for (user, pass, mechanism) in [
-                    (USER256.0, USER256.1, "scram256"),
-                    (USER512.0, USER512.1, "scram512"),
-                ] {
-                    cli(
-                        &tansu,
-                        &[
-                            "user",
-                            "create",
-                            "--broker",
-                            &url,
-                            user,
-                            pass,
-                            "--mechanism",
-                            mechanism,
-                        ],
-                    );
-                }
-                for t in &topics {
-                    setup.create_topic_cli(t, 1);
-                }
-            }
-            let mut opts = opts;
-            opts.args.push("--authentication".into());
-            let broker = TestBroker::start_opts(&opts);
-            Some(ScramSetup {
-                broker,
-                tls,
-                topics,
-            })
-        })
-        .as_ref()
-}
+/// The broker's SASL mechanisms, in its configured order.
+const MECHANISMS: [&str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
 
 // ---------------------------------------------------------------------------------------
 // helpers
@@ -279,6 +32,10 @@ fn tls_config(ca_pem: &str) -> TlsConfig {
         .unwrap()
         .build()
         .unwrap()
+}
+
+fn trusted() -> TlsConfig {
+    tls_config(&common::shared().pki.ca_pem)
 }
 
 fn config(tls: Option<TlsConfig>, sasl: Option<Arc<dyn Mechanism>>) -> ConnectionConfig {
@@ -298,7 +55,14 @@ fn fetch_opts() -> FetchOptions {
     }
 }
 
-/// Produce `n` records to partition 0 of `topic` and read them back on `conn`.
+/// A fresh single-partition topic on the shared broker.
+fn topic(prefix: &str) -> String {
+    let t = common::unique_topic(prefix);
+    common::shared().create_topic(&t, 1);
+    t
+}
+
+/// Produce three records to partition 0 of `topic` on `conn` and read them back.
 async fn produce_consume(conn: &Conn, topic: &str, tag: &str) {
     let records: Vec<Record> = (0..3)
         .map(|i| Record::new(format!("k{i}"), format!("{tag}-{i}")))
@@ -323,227 +87,297 @@ async fn produce_consume(conn: &Conn, topic: &str, tag: &str) {
     );
 }
 
-/// All values on partition 0 of `topic`.
-async fn read_values(conn: &Conn, topic: &str) -> Vec<String> {
-    let f = conn.fetch(topic, 0, 0, &fetch_opts()).await.unwrap();
-    f.records
-        .iter()
-        .filter_map(|r| r.value.as_deref())
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-        .collect()
+/// Connects, produces and consumes; panics with the error otherwise.
+async fn round_trip(addr: &str, tls: Option<TlsConfig>, sasl: Arc<dyn Mechanism>, tag: &str) {
+    let t = topic(tag);
+    let conn = Conn::connect_with(addr, config(tls, Some(sasl)))
+        .await
+        .unwrap_or_else(|e| panic!("{tag}: {e}"));
+    produce_consume(&conn, &t, tag).await;
+    conn.close().await;
+}
+
+/// A connection attempt that must fail, and fail fast (no hang, no retry loop).
+async fn refused(addr: &str, tls: Option<TlsConfig>, sasl: Option<Arc<dyn Mechanism>>) -> Error {
+    let started = Instant::now();
+    let err = match Conn::connect_with(addr, config(tls, sasl)).await {
+        Ok(conn) => {
+            // Some refusals (TLS 1.3 client certificates) only show on the first request.
+            let r = conn.metadata(None).await;
+            conn.close().await;
+            match r {
+                Ok(_) => panic!("connection to {addr} was accepted"),
+                Err(e) => e,
+            }
+        }
+        Err(e) => e,
+    };
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refusal took {:?}: {err}",
+        started.elapsed()
+    );
+    assert!(!err.is_retriable(), "{err}");
+    err
+}
+
+/// Asserts a SASL authentication failure: SASL_AUTHENTICATION_FAILED, final, naming the
+/// mechanism and broker, never echoing `secret`.
+fn assert_auth_failed(err: &Error, mechanism: &str, addr: &str, secret: &str) {
+    assert_eq!(
+        err.kafka_code(),
+        Some(ErrorCode::SaslAuthenticationFailed),
+        "{err}"
+    );
+    assert!(err.is_authentication(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains(mechanism), "{text}");
+    assert!(text.contains(addr), "{text}");
+    assert!(!text.contains(secret), "{text}");
+    assert!(!format!("{err:?}").contains(secret), "{err:?}");
+}
+
+fn plain(user: &str, password: &str) -> Arc<dyn Mechanism> {
+    Arc::new(Plain::new(user, password))
+}
+
+fn scram256(user: &str, password: &str) -> Arc<dyn Mechanism> {
+    Arc::new(Scram::sha256(user, password))
+}
+
+fn scram512(user: &str, password: &str) -> Arc<dyn Mechanism> {
+    Arc::new(Scram::sha512(user, password))
+}
+
+fn oauth(token: &str) -> Arc<dyn Mechanism> {
+    Arc::new(OAuthBearer::with_static_token(OAuthToken::new(token)))
+}
+
+/// Base64 (standard alphabet, padded).
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// One JWS part: `json` padded with spaces until its base64 form has no `+`, `/` or `=`,
+/// so standard and URL-safe decoders (Kafka ≤ 4.1 uses the standard one) read it alike.
+fn jws_part(json: &str) -> String {
+    let mut json = json.to_string();
+    loop {
+        let enc = base64(json.as_bytes());
+        if !enc.contains(['+', '/', '=']) {
+            return enc;
+        }
+        json.insert(json.len() - 1, ' ');
+    }
+}
+
+/// An unsecured JWS (`alg: none`) for `sub` valid from `iat` to `exp` (seconds).
+fn unsecured_jws(sub: &str, iat: i64, exp: i64) -> String {
+    format!(
+        "{}.{}.",
+        jws_part(r#"{"alg":"none"}"#),
+        jws_part(&format!(r#"{{"sub":"{sub}","iat":{iat},"exp":{exp}}}"#))
+    )
+}
+
+fn now_s() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// A mechanism the broker does not offer.
+#[derive(Debug)]
+struct Anonymous;
+
+struct Done;
+
+impl Session for Done {
+    fn next(&mut self, _challenge: &[u8]) -> kafkapipe::Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+}
+
+impl Mechanism for Anonymous {
+    fn name(&self) -> &str {
+        "ANONYMOUS"
+    }
+    fn start(&self) -> StartFuture<'_> {
+        Box::pin(async { Ok((Box::new(Done) as Box<dyn Session>, Vec::new())) })
+    }
 }
 
 // ---------------------------------------------------------------------------------------
 // TLS
 
 #[tokio::test]
-async fn tls_produce_and_consume_with_conn_and_writer() {
-    let s = tls_setup();
-    let tls = tls_config(&pki().ca_pem);
-    let conn = Conn::connect_with(&s.tls.addr, config(Some(tls.clone()), None))
+async fn tls_with_the_trusted_ca_produces_and_consumes() {
+    let b = common::shared();
+    let t = topic("tls");
+    let conn = Conn::connect_with(&b.ssl_addr, config(Some(trusted()), None))
         .await
         .unwrap();
-    let topic = common::unique_topic("tls");
-    conn.create_topic(&topic, 1, 1).await.unwrap();
-    produce_consume(&conn, &topic, "over-tls").await;
-
-    // The Writer discovers the broker (the TLS port) through metadata and dials it with TLS.
-    let writer = Writer::new(
-        WriterConfig::new([s.tls.addr.clone()])
-            .topic(&topic)
-            .tls(tls),
-    )
-    .unwrap();
-    writer
-        .write_messages([Message::new("from-writer")])
-        .await
-        .unwrap();
-    drop(writer);
-    assert!(read_values(&conn, &topic)
-        .await
-        .contains(&"from-writer".to_string()));
+    produce_consume(&conn, &t, "over-tls").await;
     conn.close().await;
-}
-
-#[tokio::test]
-async fn mtls_with_and_without_client_certificate() {
-    let s = tls_setup();
-    let pki = pki();
-    let with_cert = TlsConfig::builder()
-        .ca_pem(pki.ca_pem.as_bytes())
-        .unwrap()
-        .client_cert_pem(
-            pki.client_cert_pem.as_bytes(),
-            pki.client_key_pem.as_bytes(),
-        )
-        .unwrap()
-        .build()
-        .unwrap();
-    let conn = Conn::connect_with(&s.mtls.addr, config(Some(with_cert), None))
-        .await
-        .unwrap();
-    let topic = common::unique_topic("mtls");
-    s.broker.create_topic_cli(&topic, 1);
-    produce_consume(&conn, &topic, "over-mtls").await;
-    conn.close().await;
-
-    // Without a certificate stunnel refuses (with TLS 1.3 the client learns it on the
-    // first read, so the error may come from the ApiVersions exchange).
-    let started = Instant::now();
-    let err = Conn::connect_with(&s.mtls.addr, config(Some(tls_config(&pki.ca_pem)), None))
-        .await
-        .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(5), "{err}");
-    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
-    assert!(err.to_string().contains("CertificateRequired"), "{err}");
-    assert!(!err.is_retriable());
-    assert_eq!(err.broker(), Some(s.mtls.addr.as_str()), "{err}");
 }
 
 #[tokio::test]
 async fn wrong_ca_fails_fast_with_a_tls_error() {
-    let s = tls_setup();
-    let started = Instant::now();
-    let err = Conn::connect_with(
-        &s.tls.addr,
-        config(Some(tls_config(&pki().other_ca_pem)), None),
-    )
-    .await
-    .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(2), "{err}");
+    let b = common::shared();
+    let err = refused(&b.ssl_addr, Some(tls_config(&b.pki.other_ca_pem)), None).await;
     assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
-    assert!(!err.is_retriable());
     let text = err.to_string();
-    assert!(text.contains(&s.tls.addr), "{text}");
+    assert!(text.contains(&b.ssl_addr), "{text}");
     assert!(text.contains("UnknownIssuer"), "{text}");
 }
 
 #[tokio::test]
-async fn server_name_mismatch_is_a_tls_error() {
-    let s = tls_setup();
-    let tls = tls_config(&pki().ca_pem).with_server_name("kafka.example.com");
-    let err = Conn::connect_with(&s.tls.addr, config(Some(tls), None))
-        .await
-        .unwrap_err();
+async fn server_name_is_checked() {
+    let b = common::shared();
+    let tls = trusted().with_server_name("kafka.example.com");
+    let err = refused(&b.ssl_addr, Some(tls), None).await;
     assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
     assert!(err.to_string().contains("kafka.example.com"), "{err}");
-    // And the name in the certificate works when dialing by IP.
-    let tls = tls_config(&pki().ca_pem).with_server_name("localhost");
-    Conn::connect_with(&s.tls.addr, config(Some(tls), None))
+    // The other name in the certificate works when dialing by IP.
+    let tls = trusted().with_server_name("localhost");
+    Conn::connect_with(&b.ssl_addr, config(Some(tls), None))
         .await
         .unwrap()
         .close()
         .await;
 }
 
+#[tokio::test]
+async fn tls_client_against_a_plaintext_listener_fails_fast() {
+    let b = common::shared();
+    let err = refused(&b.addr, Some(trusted()), None).await;
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+}
+
+#[tokio::test]
+async fn mtls_with_a_client_certificate_works() {
+    let b = common::shared();
+    let with_cert = TlsConfig::builder()
+        .ca_pem(b.pki.ca_pem.as_bytes())
+        .unwrap()
+        .client_cert_pem(
+            b.pki.client_cert_pem.as_bytes(),
+            b.pki.client_key_pem.as_bytes(),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+    let t = topic("mtls");
+    let conn = Conn::connect_with(&b.mtls_addr, config(Some(with_cert), None))
+        .await
+        .unwrap();
+    produce_consume(&conn, &t, "over-mtls").await;
+    conn.close().await;
+}
+
+#[tokio::test]
+async fn mtls_without_a_client_certificate_is_refused_clearly() {
+    let b = common::shared();
+    let err = refused(&b.mtls_addr, Some(trusted()), None).await;
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+    assert_eq!(err.broker(), Some(b.mtls_addr.as_str()), "{err}");
+    // Java's TLS 1.3 server answers a missing certificate with `bad_certificate` (not
+    // `certificate_required`); with TLS 1.3 it arrives on the first read.
+    assert!(err.to_string().contains("BadCertificate"), "{err}");
+}
+
 // ---------------------------------------------------------------------------------------
-// SASL
+// SASL PLAIN
 
-fn scram256() -> Arc<dyn Mechanism> {
-    Arc::new(Scram::sha256(USER256.0, USER256.1))
-}
-
-fn scram512() -> Arc<dyn Mechanism> {
-    Arc::new(Scram::sha512(USER512.0, USER512.1))
+#[tokio::test]
+async fn plain_produces_and_consumes() {
+    let b = common::shared();
+    round_trip(&b.sasl_addr, None, plain(USER, PASSWORD), "plain").await;
 }
 
 #[tokio::test]
-async fn scram_sha256_produce_and_consume() {
-    let Some(s) = scram_setup() else { return };
-    let conn = Conn::connect_with(&s.broker.addr, config(None, Some(scram256())))
-        .await
-        .unwrap();
-    produce_consume(&conn, &s.topics[0], "scram256").await;
-    conn.close().await;
-}
-
-#[tokio::test]
-async fn scram_sha512_produce_and_consume() {
-    let Some(s) = scram_setup() else { return };
-    let conn = Conn::connect_with(&s.broker.addr, config(None, Some(scram512())))
-        .await
-        .unwrap();
-    produce_consume(&conn, &s.topics[1], "scram512").await;
-    conn.close().await;
-}
-
-#[tokio::test]
-async fn tls_plus_scram_with_writer() {
-    let Some(s) = scram_setup() else { return };
-    let tls = tls_config(&pki().ca_pem);
-    let topic = &s.topics[2];
-    let writer = Writer::new(
-        WriterConfig::new([s.tls.addr.clone()])
-            .topic(topic)
-            .tls(tls.clone())
-            .sasl(Scram::sha512(USER512.0, USER512.1)),
-    )
-    .unwrap();
-    writer
-        .write_messages([Message::new("tls+scram-1"), Message::new("tls+scram-2")])
-        .await
-        .unwrap();
-    drop(writer);
-    let conn = Conn::connect_with(&s.tls.addr, config(Some(tls), Some(scram256())))
-        .await
-        .unwrap();
-    assert_eq!(
-        read_values(&conn, topic).await,
-        ["tls+scram-1", "tls+scram-2"]
-    );
-    produce_consume(&conn, topic, "tls-scram-conn").await;
-    conn.close().await;
-
-    // The Reader dials the broker it discovers with the same TLS and SASL settings.
-    let mut reader = Reader::new(
-        ReaderConfig::new([s.tls.addr.clone()])
-            .topic(topic)
-            .tls(tls_config(&pki().ca_pem))
-            .sasl(Scram::sha256(USER256.0, USER256.1)),
-    )
-    .await
-    .unwrap();
-    let mut got = Vec::new();
-    while got.len() < 2 {
-        let m = tokio::time::timeout(Duration::from_secs(20), reader.next_message())
-            .await
-            .expect("reader over TLS+SCRAM timed out")
-            .unwrap();
-        got.push(String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).to_string());
-    }
-    assert_eq!(got, ["tls+scram-1", "tls+scram-2"]);
-    reader.close().await;
-}
-
-#[tokio::test]
-async fn wrong_password_fails_fast_and_is_not_retried() {
-    let Some(s) = scram_setup() else { return };
-    let wrong: Arc<dyn Mechanism> = Arc::new(Scram::sha512(USER512.0, "not-the-password"));
-    let started = Instant::now();
-    let err = Conn::connect_with(&s.broker.addr, config(None, Some(wrong)))
-        .await
-        .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(2), "{err}");
-    // tansu answers the wrong proof with a SCRAM server-error (`e=invalid-proof`).
-    assert_eq!(
-        err.kafka_code(),
-        Some(ErrorCode::SaslAuthenticationFailed),
+async fn plain_wrong_password_is_a_clear_final_error() {
+    let b = common::shared();
+    let err = refused(&b.sasl_addr, None, Some(plain(USER, "not-the-password"))).await;
+    assert_auth_failed(&err, "PLAIN", &b.sasl_addr, "not-the-password");
+    assert!(
+        err.to_string().contains("Invalid username or password"),
         "{err}"
     );
-    assert!(!err.is_retriable());
-    let text = err.to_string();
-    assert!(
-        text.contains("SCRAM-SHA-512") && text.contains(&s.broker.addr),
-        "{text}"
-    );
-    assert!(text.contains("invalid-proof"), "{text}");
-    assert!(!text.contains("not-the-password"), "{text}");
+    let err = refused(&b.sasl_addr, None, Some(plain("nobody", "x"))).await;
+    assert_auth_failed(&err, "PLAIN", &b.sasl_addr, "\"x\"");
+}
 
-    // The Writer gives up at once instead of retrying until its attempts run out.
+// ---------------------------------------------------------------------------------------
+// SASL SCRAM
+
+#[tokio::test]
+async fn scram_sha256_produces_and_consumes() {
+    let b = common::shared();
+    round_trip(&b.sasl_addr, None, scram256(USER, PASSWORD), "scram256").await;
+}
+
+#[tokio::test]
+async fn scram_sha512_produces_and_consumes() {
+    let b = common::shared();
+    round_trip(&b.sasl_addr, None, scram512(USER, PASSWORD), "scram512").await;
+    round_trip(
+        &b.sasl_addr,
+        None,
+        scram512(USER512.0, USER512.1),
+        "scram512-bob",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn scram_wrong_password_is_a_clear_final_error() {
+    let b = common::shared();
+    for (m, name) in [
+        (scram256(USER, "not-the-password"), "SCRAM-SHA-256"),
+        (scram512(USER, "not-the-password"), "SCRAM-SHA-512"),
+    ] {
+        let err = refused(&b.sasl_addr, None, Some(m)).await;
+        assert_auth_failed(&err, name, &b.sasl_addr, "not-the-password");
+    }
+}
+
+#[tokio::test]
+async fn scram_user_without_a_credential_for_the_mechanism_is_refused() {
+    let b = common::shared();
+    // bob has a SCRAM-SHA-512 credential only.
+    let err = refused(&b.sasl_addr, None, Some(scram256(USER512.0, USER512.1))).await;
+    assert_auth_failed(&err, "SCRAM-SHA-256", &b.sasl_addr, USER512.1);
+    let err = refused(&b.sasl_addr, None, Some(scram512("nobody", "x"))).await;
+    assert_auth_failed(&err, "SCRAM-SHA-512", &b.sasl_addr, "\"x\"");
+}
+
+#[tokio::test]
+async fn wrong_password_makes_the_writer_give_up_at_once() {
+    let b = common::shared();
+    let t = topic("sasl-writer-fail");
     let writer = Writer::new(
-        WriterConfig::new([s.broker.addr.clone()])
-            .topic(&s.topics[3])
-            .sasl(Scram::sha512(USER512.0, "not-the-password"))
+        WriterConfig::new([b.sasl_addr.clone()])
+            .topic(&t)
+            .sasl(Scram::sha512(USER, "not-the-password"))
             .backoff(Duration::from_millis(500), Duration::from_secs(1)),
     )
     .unwrap();
@@ -557,56 +391,197 @@ async fn wrong_password_fails_fast_and_is_not_retried() {
     assert!(!format!("{err:?}").contains("not-the-password"));
 }
 
+// ---------------------------------------------------------------------------------------
+// SASL OAUTHBEARER
+
 #[tokio::test]
-async fn unknown_user_fails() {
-    let Some(s) = scram_setup() else { return };
-    let nobody: Arc<dyn Mechanism> = Arc::new(Scram::sha256("nobody", "x"));
-    let err = Conn::connect_with(&s.broker.addr, config(None, Some(nobody)))
-        .await
-        .unwrap_err();
-    assert!(err.is_authentication(), "{err}");
+async fn oauthbearer_unsecured_token_is_accepted() {
+    let b = common::shared();
+    let now = now_s();
+    let token = unsecured_jws(USER, now - 10, now + 3600);
+    round_trip(&b.sasl_addr, None, oauth(&token), "oauth").await;
 }
 
-/// tansu 0.6 does not answer UNSUPPORTED_SASL_MECHANISM with its mechanisms: it hangs up
-/// (and would list only the requested one). The error names the mechanism and is final;
-/// listing the offered mechanisms is covered with a scripted broker in
-/// `conn::connection::auth` unit tests.
 #[tokio::test]
-async fn unsupported_mechanism_is_a_clear_final_error() {
-    let Some(s) = scram_setup() else { return };
-    let plain: Arc<dyn Mechanism> = Arc::new(Plain::new(USER256.0, USER256.1));
-    let started = Instant::now();
-    let err = Conn::connect_with(&s.broker.addr, config(None, Some(plain)))
-        .await
-        .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(2), "{err}");
-    assert!(err.is_authentication(), "{err}");
-    assert!(!err.is_retriable());
-    let text = err.to_string();
-    assert!(
-        text.contains("PLAIN") && text.contains(&s.broker.addr),
-        "{text}"
+async fn oauthbearer_expired_or_malformed_token_is_refused() {
+    let b = common::shared();
+    let now = now_s();
+    let expired = unsecured_jws(USER, now - 7200, now - 3600);
+    let no_sub = format!(
+        "{}.{}.",
+        jws_part(r#"{"alg":"none"}"#),
+        jws_part(&format!(r#"{{"iat":{now},"exp":{}}}"#, now + 3600))
     );
+    for bad in [expired.as_str(), no_sub.as_str(), "not-a-jws"] {
+        let err = refused(&b.sasl_addr, None, Some(oauth(bad))).await;
+        assert_auth_failed(&err, "OAUTHBEARER", &b.sasl_addr, bad);
+    }
 }
 
-/// tansu 0.6 lists OAUTHBEARER but its authentication callback accepts only PLAIN and
-/// SCRAM, so every OAUTHBEARER exchange fails there. This checks our side of that: the
-/// token reaches the broker in a well-formed exchange and the failure is clear and final.
-/// Successful OAUTHBEARER is covered by unit tests only.
+/// A JWS whose header has no `alg` makes Kafka 4.1's unsecured validator throw a
+/// NullPointerException, and the broker closes the connection without a
+/// SaslAuthenticate answer. The client reports a closed connection (quickly, naming the
+/// broker) — it cannot tell this from a broker going away, so it stays retriable.
 #[tokio::test]
-async fn oauthbearer_is_refused_by_tansu() {
-    let Some(s) = scram_setup() else { return };
-    let oauth: Arc<dyn Mechanism> = Arc::new(OAuthBearer::with_static_token(OAuthToken::new(
-        "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSJ9.",
-    )));
-    let err = Conn::connect_with(&s.broker.addr, config(None, Some(oauth)))
+async fn oauthbearer_token_without_alg_makes_kafka_hang_up() {
+    let b = common::shared();
+    let now = now_s();
+    let no_alg = format!(
+        "{}.{}.",
+        jws_part("{}"),
+        jws_part(&format!(
+            r#"{{"sub":"{USER}","iat":{now},"exp":{}}}"#,
+            now + 3600
+        ))
+    );
+    let started = Instant::now();
+    let err = Conn::connect_with(&b.sasl_addr, config(None, Some(oauth(&no_alg))))
         .await
         .unwrap_err();
-    assert_eq!(
-        err.kafka_code(),
-        Some(ErrorCode::SaslAuthenticationFailed),
+    assert!(started.elapsed() < Duration::from_secs(5), "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::Closed | ErrorKind::Io),
         "{err}"
     );
-    assert!(err.to_string().contains("OAUTHBEARER"), "{err}");
-    assert!(!format!("{err:?}").contains("eyJ"), "{err:?}");
+    assert_eq!(err.broker(), Some(b.sasl_addr.as_str()), "{err}");
+    assert!(!format!("{err:?}").contains(&no_alg), "{err:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// mechanisms
+
+#[tokio::test]
+async fn unsupported_mechanism_lists_the_brokers_mechanisms() {
+    let b = common::shared();
+    let err = refused(&b.sasl_addr, None, Some(Arc::new(Anonymous))).await;
+    assert_eq!(
+        err.kafka_code(),
+        Some(ErrorCode::UnsupportedSaslMechanism),
+        "{err}"
+    );
+    assert!(err.is_authentication(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("ANONYMOUS"), "{text}");
+    assert!(text.contains(&b.sasl_addr), "{text}");
+    for m in MECHANISMS {
+        assert!(text.contains(m), "{m} missing: {text}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// SASL_SSL
+
+#[tokio::test]
+async fn sasl_ssl_with_every_mechanism() {
+    let b = common::shared();
+    let now = now_s();
+    let token = unsecured_jws(USER, now - 10, now + 3600);
+    for (m, tag) in [
+        (plain(USER, PASSWORD), "ssl-plain"),
+        (scram256(USER, PASSWORD), "ssl-scram256"),
+        (scram512(USER, PASSWORD), "ssl-scram512"),
+        (oauth(&token), "ssl-oauth"),
+    ] {
+        round_trip(&b.sasl_ssl_addr, Some(trusted()), m, tag).await;
+    }
+    let err = refused(
+        &b.sasl_ssl_addr,
+        Some(trusted()),
+        Some(plain(USER, "not-the-password")),
+    )
+    .await;
+    assert_auth_failed(&err, "PLAIN", &b.sasl_ssl_addr, "not-the-password");
+    let err = refused(
+        &b.sasl_ssl_addr,
+        Some(tls_config(&b.pki.other_ca_pem)),
+        Some(plain(USER, PASSWORD)),
+    )
+    .await;
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+}
+
+/// The Writer and the Reader discover the broker through Metadata (which on this listener
+/// advertises the SASL_SSL address) and dial it with the same TLS and SASL settings.
+#[tokio::test]
+async fn writer_to_reader_over_sasl_ssl() {
+    let b = common::shared();
+    let t = topic("sasl-ssl-rt");
+    let writer = Writer::new(
+        WriterConfig::new([b.sasl_ssl_addr.clone()])
+            .topic(&t)
+            .tls(trusted())
+            .sasl(Scram::sha512(USER512.0, USER512.1)),
+    )
+    .unwrap();
+    writer
+        .write_messages([Message::new("secure-1"), Message::new("secure-2")])
+        .await
+        .unwrap();
+    drop(writer);
+
+    let mut reader = Reader::new(
+        ReaderConfig::new([b.sasl_ssl_addr.clone()])
+            .topic(&t)
+            .tls(trusted())
+            .sasl(Scram::sha256(USER, PASSWORD)),
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(20), reader.next_message())
+            .await
+            .expect("reader over SASL_SSL timed out")
+            .unwrap();
+        got.push(String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).to_string());
+    }
+    assert_eq!(got, ["secure-1", "secure-2"]);
+    reader.close().await;
+}
+
+/// Writer → Reader over mTLS (SSL listener with required client certificates).
+#[tokio::test]
+async fn writer_to_reader_over_mtls() {
+    let b = common::shared();
+    let with_cert = || {
+        TlsConfig::builder()
+            .ca_pem(b.pki.ca_pem.as_bytes())
+            .unwrap()
+            .client_cert_pem(
+                b.pki.client_cert_pem.as_bytes(),
+                b.pki.client_key_pem.as_bytes(),
+            )
+            .unwrap()
+            .build()
+            .unwrap()
+    };
+    let t = topic("mtls-rt");
+    let writer = Writer::new(
+        WriterConfig::new([b.mtls_addr.clone()])
+            .topic(&t)
+            .tls(with_cert()),
+    )
+    .unwrap();
+    writer
+        .write_messages([Message::new("m-1"), Message::new("m-2")])
+        .await
+        .unwrap();
+    drop(writer);
+    let mut reader = Reader::new(
+        ReaderConfig::new([b.mtls_addr.clone()])
+            .topic(&t)
+            .tls(with_cert()),
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(20), reader.next_message())
+            .await
+            .expect("reader over mTLS timed out")
+            .unwrap();
+        got.push(String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).to_string());
+    }
+    assert_eq!(got, ["m-1", "m-2"]);
+    reader.close().await;
 }

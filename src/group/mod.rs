@@ -809,6 +809,13 @@ impl GroupTask {
             .collect();
         topics.sort();
         topics.dedup();
+        // Assign from fresh metadata: the cached partition counts may predate a
+        // CreatePartitions that the partition watch saw, and assigning from them would
+        // leave the new partitions out and rejoin again and again.
+        let names: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
+        if let Err(e) = self.reader.cluster.refresh(&names).await {
+            warn!(group = %self.group.group_id, error = %e, "metadata refresh before assigning failed; using cached partition counts");
+        }
         let mut partitions = BTreeMap::new();
         for t in topics {
             match self.reader.cluster.partitions(t).await {
