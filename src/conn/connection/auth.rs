@@ -66,21 +66,12 @@ impl Connection {
         };
         let mut body = match self.request_body_with(&handshake, 1, exclusive).await {
             Ok(body) => body,
-            // A broker that does not offer the mechanism should answer
-            // UNSUPPORTED_SASL_MECHANISM with its list; some (tansu 0.6) hang up instead.
-            // Reconnecting would only repeat that, so this is an authentication error.
+            // A hang-up here says nothing about the credentials (Apache Kafka answers an
+            // unknown mechanism with UNSUPPORTED_SASL_MECHANISM and its list): the broker
+            // may be restarting. The connection error stays retriable so the caller redials.
             Err(e) if matches!(e.kind(), ErrorKind::Closed | ErrorKind::Io) => {
                 warn!(broker = %broker, mechanism = %name, error = %e, "broker hung up on the SASL handshake");
-                return Err(self.err(
-                    Error::new(
-                        ErrorKind::Authentication,
-                        format!(
-                            "broker closed the connection in answer to SaslHandshake for {name} \
-                             without naming its mechanisms; it most likely does not offer {name}"
-                        ),
-                    )
-                    .with_source(e),
-                ));
+                return Err(self.err(e));
             }
             Err(e) => return Err(e),
         };
@@ -546,5 +537,28 @@ mod tests {
         );
         assert!(!text.contains("pw"), "{text}");
         assert!(!err.is_retriable());
+    }
+
+    /// A broker that hangs up while answering SaslHandshake (restarting, a load balancer
+    /// cutting idle connections) gives a retriable connection error, not an authentication
+    /// failure: Apache Kafka answers an unknown mechanism with UNSUPPORTED_SASL_MECHANISM,
+    /// so a hang-up says nothing about the credentials and a redial must be allowed.
+    #[tokio::test]
+    async fn hang_up_during_the_handshake_is_retriable() {
+        let (client, mut broker) = pair();
+        let serve = async {
+            broker.api_versions().await;
+            // Read the SaslHandshake request, then hang up without answering.
+            assert!(broker.read().await.is_some());
+            drop(broker);
+        };
+        let (conn, ()) = tokio::join!(
+            Connection::from_stream(client, "b:1", plain_config()),
+            serve
+        );
+        let err = conn.unwrap_err();
+        assert!(err.is_retriable(), "{err}");
+        assert!(!err.is_authentication(), "{err}");
+        assert!(err.to_string().contains("b:1"), "{err}");
     }
 }
