@@ -80,14 +80,20 @@ async fn wait_leaders_moved(addr: &str, topic: &str, not: i32) -> Duration {
         let conn = Conn::connect(addr).await.unwrap();
         if let Ok(md) = conn.metadata(Some(&[topic])).await {
             if let Some(t) = md.topic(topic) {
-                if t.partitions.iter().all(|p| p.leader >= 0 && p.leader != not) {
+                if t.partitions
+                    .iter()
+                    .all(|p| p.leader >= 0 && p.leader != not)
+                {
                     conn.close().await;
                     return t0.elapsed();
                 }
             }
         }
         conn.close().await;
-        assert!(t0.elapsed() < Duration::from_secs(60), "leaders of {topic} did not move off {not}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "leaders of {topic} did not move off {not}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -122,7 +128,13 @@ struct Tally {
 /// Reads every partition of `topic` from the start up to the log end with a plain Reader
 /// and checks the keyed run of `n` messages over `keys` keys: counts by content, and per
 /// key the sequence numbers must appear in order.
-async fn verify_keyed(bootstrap: &[String], topic: &str, partitions: i32, n: usize, keys: usize) -> Tally {
+async fn verify_keyed(
+    bootstrap: &[String],
+    topic: &str,
+    partitions: i32,
+    n: usize,
+    keys: usize,
+) -> Tally {
     let mut total_end = 0i64;
     for p in 0..partitions {
         total_end += log_end(&bootstrap[0], topic, p).await;
@@ -141,7 +153,12 @@ async fn verify_keyed(bootstrap: &[String], topic: &str, partitions: i32, n: usi
     while (tally.consumed as i64) < total_end {
         let m = tokio::time::timeout_at(deadline.into(), reader.next_message())
             .await
-            .unwrap_or_else(|_| panic!("verification read of {topic}: {} of {total_end} in 120 s", tally.consumed))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "verification read of {topic}: {} of {total_end} in 120 s",
+                    tally.consumed
+                )
+            })
             .unwrap();
         tally.consumed += 1;
         let value = String::from_utf8(m.value.unwrap().to_vec()).unwrap();
@@ -156,7 +173,9 @@ async fn verify_keyed(bootstrap: &[String], topic: &str, partitions: i32, n: usi
     reader.close().await;
     tally.unique = seen.len();
     tally.duplicated = seen.values().map(|c| (*c as usize).saturating_sub(1)).sum();
-    tally.lost = (0..n).filter(|i| !seen.contains_key(&keyed(*i, keys).1)).count();
+    tally.lost = (0..n)
+        .filter(|i| !seen.contains_key(&keyed(*i, keys).1))
+        .count();
     tally
 }
 
@@ -233,7 +252,7 @@ async fn writer_survives_leader_loss(cluster: &mut TestCluster, stop: Stop) {
     let producer = {
         let progress = progress.clone();
         tokio::spawn(async move {
-            let errors = produce_keyed(&mut writer, N, KEYS, 10_000, progress).await;
+            let errors = produce_keyed(&mut writer, N, KEYS, 6_000, progress).await;
             (errors, writer.stats())
         })
     };
@@ -256,7 +275,10 @@ async fn writer_survives_leader_loss(cluster: &mut TestCluster, stop: Stop) {
     // Let the writer run against the new leaders for a while, then bring the node back.
     tokio::time::sleep(Duration::from_secs(3)).await;
     blocking(|| cluster.node(victim).restart());
-    eprintln!("[{stop:?}] node {victim} restarted at {} messages", progress.load(Ordering::Relaxed));
+    eprintln!(
+        "[{stop:?}] node {victim} restarted at {} messages",
+        progress.load(Ordering::Relaxed)
+    );
     let (errors, stats) = tokio::time::timeout(Duration::from_secs(180), producer)
         .await
         .expect("producer finished within 180 s")
@@ -264,8 +286,15 @@ async fn writer_survives_leader_loss(cluster: &mut TestCluster, stop: Stop) {
     let produce_time = t0.elapsed();
     eprintln!("[{stop:?}] produced {N} in {produce_time:?}; stats {stats:?}");
     let tally = verify_keyed(&bootstrap, &topic, PARTITIONS, N, KEYS).await;
-    eprintln!("[{stop:?}] produced {N}, {tally:?}, errors to caller {}", errors.len());
-    assert!(errors.is_empty(), "errors reached the caller: {:?}", &errors[..errors.len().min(10)]);
+    eprintln!(
+        "[{stop:?}] produced {N}, {tally:?}, errors to caller {}",
+        errors.len()
+    );
+    assert!(
+        errors.is_empty(),
+        "errors reached the caller: {:?}",
+        &errors[..errors.len().min(10)]
+    );
     assert_eq!(tally.lost, 0, "lost records: {tally:?}");
     assert_eq!(tally.duplicated, 0, "duplicated records: {tally:?}");
     assert_eq!(tally.order_violations, 0, "per-key order broken: {tally:?}");
@@ -384,7 +413,10 @@ async fn reader_reads_through_leader_change(cluster: &mut TestCluster) {
     );
     let live = blocking(|| cluster.live_addr());
     let moved = wait_leaders_moved(&live, &topic, victim).await;
-    eprintln!("[reader] leaders moved after {moved:?}: {:?}", leaders(&live, &topic).await);
+    eprintln!(
+        "[reader] leaders moved after {moved:?}: {:?}",
+        leaders(&live, &topic).await
+    );
     let producer_errors = tokio::time::timeout(Duration::from_secs(180), producer)
         .await
         .expect("producer done")
@@ -401,8 +433,335 @@ async fn reader_reads_through_leader_change(cluster: &mut TestCluster) {
         &errors[..errors.len().min(5)]
     );
     blocking(|| cluster.node(victim).restart());
-    assert!(producer_errors.is_empty(), "writer errors: {producer_errors:?}");
-    assert!(gaps.is_empty(), "gaps or repeats: {:?}", &gaps[..gaps.len().min(20)]);
+    assert!(
+        producer_errors.is_empty(),
+        "writer errors: {producer_errors:?}"
+    );
+    assert!(
+        gaps.is_empty(),
+        "gaps or repeats: {:?}",
+        &gaps[..gaps.len().min(20)]
+    );
+}
+
+/// Group events of the members, with when and by whom they were seen.
+type Events = Arc<Mutex<Vec<(Instant, &'static str, GroupEvent)>>>;
+
+/// A group member: its reader forwards every message (errors are logged and skipped) into
+/// its committer; `seen` counts contents, `events` records group events.
+fn spawn_member(
+    name: &'static str,
+    config: ReaderConfig,
+    seen: Arc<Mutex<HashMap<String, u32>>>,
+    events: Events,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut reader = Reader::new(config).await.unwrap();
+        let committer = reader.committer().unwrap();
+        let mut ev = reader.events().unwrap();
+        let ev_task = tokio::spawn(async move {
+            while let Some(e) = ev.next().await {
+                eprintln!("[group] {name}: {e:?}");
+                events.lock().unwrap().push((Instant::now(), name, e));
+            }
+        });
+        let errors = Arc::new(AtomicUsize::new(0));
+        let mut stop = stop;
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        {
+            let errors = errors.clone();
+            (&mut reader)
+                .take_until(stopped)
+                .filter_map(|r| {
+                    let out = match r {
+                        Ok(m) => {
+                            let v = String::from_utf8(m.value.clone().unwrap().to_vec()).unwrap();
+                            *seen.lock().unwrap().entry(v).or_default() += 1;
+                            Some(Ok(m))
+                        }
+                        Err(e) => {
+                            eprintln!("[group] {name}: reader error {e}");
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            None
+                        }
+                    };
+                    futures::future::ready(out)
+                })
+                .forward(committer)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: committer failed: {e}"));
+        }
+        reader.close().await;
+        ev_task.await.unwrap();
+        errors.load(Ordering::Relaxed)
+    })
+}
+
+/// Scenario 3: two group members read and commit while the broker leading partitions and
+/// then the group's coordinator are killed in turn: every record is processed at least
+/// once, committed offsets never go back, and the group never rebalances.
+async fn group_survives_leader_and_coordinator_loss(cluster: &mut TestCluster) {
+    const PARTITIONS: i32 = 6;
+    let topic = unique_topic("failover-group");
+    let group = unique_topic("failover-group-g");
+    blocking(|| cluster.create_topic(&topic, PARTITIONS));
+    let bootstrap = cluster.addrs();
+
+    let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let events: Events = Arc::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let config = ReaderConfig::new(bootstrap.clone())
+        .group_id(&group)
+        .topic(&topic)
+        .max_wait(Duration::from_millis(100))
+        .session_timeout(Duration::from_secs(10))
+        .heartbeat_interval(Duration::from_millis(500))
+        .rebalance_timeout(Duration::from_secs(10))
+        .commit_mode(CommitMode::Interval(Duration::from_millis(500)));
+    let members = [
+        spawn_member(
+            "a",
+            config.clone(),
+            seen.clone(),
+            events.clone(),
+            stop_rx.clone(),
+        ),
+        spawn_member("b", config, seen.clone(), events.clone(), stop_rx.clone()),
+    ];
+
+    // Committed offsets, watched for regressions.
+    let regressions: Arc<Mutex<Vec<String>>> = Arc::default();
+    let last_committed: Arc<Mutex<BTreeMap<i32, i64>>> = Arc::default();
+    let watcher = {
+        let bootstrap = bootstrap.clone();
+        let (group, topic) = (group.clone(), topic.clone());
+        let (regressions, last_committed) = (regressions.clone(), last_committed.clone());
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let admin = Admin::connect(bootstrap).unwrap();
+            loop {
+                if let Ok(Ok(offsets)) = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    admin.fetch_group_offsets(&group, Some(&[topic.as_str()])),
+                )
+                .await
+                {
+                    let mut last = last_committed.lock().unwrap();
+                    for (tp, r) in offsets {
+                        let Ok(c) = r else { continue };
+                        if c.offset < 0 {
+                            continue;
+                        }
+                        let prev = last.insert(tp.partition, c.offset);
+                        if prev.is_some_and(|p| p > c.offset) {
+                            regressions.lock().unwrap().push(format!(
+                                "p{} {} -> {}",
+                                tp.partition,
+                                prev.unwrap(),
+                                c.offset
+                            ));
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => break,
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+            }
+            admin.close().await;
+        })
+    };
+
+    // Wait for a stable group: both members assigned.
+    let t0 = Instant::now();
+    loop {
+        let assigned = |name: &str| {
+            events
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(_, n, e)| *n == name && matches!(e, GroupEvent::Assigned { .. }))
+        };
+        if assigned("a") && assigned("b") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "group not formed in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Let the assignment settle (the second join may rebalance the first member).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let settled = Instant::now();
+    eprintln!("[group] formed after {:?}", t0.elapsed());
+
+    // The writer runs at ~2000/s until told to stop, so records keep arriving (and
+    // commits keep moving) through both kills.
+    let progress = Arc::new(AtomicUsize::new(0));
+    let stop_producing = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let progress = progress.clone();
+        let stop_producing = stop_producing.clone();
+        let bootstrap = bootstrap.clone();
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            let mut writer = Writer::new(
+                WriterConfig::new(bootstrap)
+                    .topic(&topic)
+                    .required_acks(RequiredAcks::All)
+                    .idempotent(true),
+            )
+            .unwrap();
+            let mut errors = Vec::new();
+            let t0 = Instant::now();
+            let mut i = 0;
+            while !stop_producing.load(Ordering::Relaxed) {
+                if let Err(e) = writer.feed(Message::new(format!("r{i}"))).await {
+                    errors.push(e.to_string());
+                }
+                i += 1;
+                if i % 200 == 0 {
+                    progress.store(i, Ordering::Relaxed);
+                    let due = t0 + Duration::from_secs_f64(i as f64 / 2_000.0);
+                    tokio::time::sleep_until(due.into()).await;
+                }
+            }
+            if let Err(e) = SinkExt::<Message>::close(&mut writer).await {
+                errors.push(e.to_string());
+            }
+            (i, errors)
+        })
+    };
+
+    let admin = Admin::connect(bootstrap.clone()).unwrap();
+    let coordinator = admin.find_coordinator(&group).await.unwrap();
+    let before = leaders(&bootstrap[0], &topic).await;
+    let leader_victim = *before.values().find(|l| **l != coordinator).unwrap();
+    eprintln!("[group] coordinator {coordinator}, leaders {before:?}; killing leader {leader_victim} first");
+
+    while progress.load(Ordering::Relaxed) < 10_000 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    blocking(|| cluster.node(leader_victim).kill());
+    let live = blocking(|| cluster.live_addr());
+    let moved = wait_leaders_moved(&live, &topic, leader_victim).await;
+    eprintln!(
+        "[group] killed {leader_victim} at {} produced; leaders moved after {moved:?}",
+        progress.load(Ordering::Relaxed)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    blocking(|| cluster.node(leader_victim).restart());
+    eprintln!(
+        "[group] node {leader_victim} restarted at {} produced",
+        progress.load(Ordering::Relaxed)
+    );
+
+    let coordinator = admin.find_coordinator(&group).await.unwrap();
+    blocking(|| cluster.node(coordinator).kill());
+    let killed_at = Instant::now();
+    eprintln!(
+        "[group] killed coordinator {coordinator} at {} produced",
+        progress.load(Ordering::Relaxed)
+    );
+    let admin2 = Admin::connect(vec![blocking(|| cluster.live_addr())]).unwrap();
+    let new_coordinator = loop {
+        if let Ok(c) = admin2.find_coordinator(&group).await {
+            if c != coordinator {
+                break c;
+            }
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(60),
+            "coordinator did not move"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "[group] coordinator moved to {new_coordinator} after {:?}",
+        killed_at.elapsed()
+    );
+    admin2.close().await;
+    admin.close().await;
+    // Keep producing and consuming on the new coordinator for a while.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stop_producing.store(true, Ordering::Relaxed);
+    let (n, producer_errors) = tokio::time::timeout(Duration::from_secs(180), producer)
+        .await
+        .expect("producer done")
+        .unwrap();
+    #[allow(non_snake_case)]
+    let N = n;
+    let live = blocking(|| cluster.live_addr());
+    // Every record processed.
+    let t_wait = Instant::now();
+    loop {
+        let n = seen.lock().unwrap().len();
+        if n >= N {
+            break;
+        }
+        assert!(
+            t_wait.elapsed() < Duration::from_secs(90),
+            "only {n} of {N} records processed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Commits catch up to the log end while the members still run.
+    let mut ends = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        ends.insert(p, log_end(&live, &topic, p).await);
+    }
+    let t_commit = Instant::now();
+    while *last_committed.lock().unwrap() != ends {
+        assert!(
+            t_commit.elapsed() < Duration::from_secs(30),
+            "committed {:?}, log end {ends:?}",
+            last_committed.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop_tx.send(true).unwrap();
+    let mut reader_errors = 0;
+    for m in members {
+        reader_errors += tokio::time::timeout(Duration::from_secs(60), m)
+            .await
+            .expect("member closes")
+            .unwrap();
+    }
+    watcher.await.unwrap();
+    blocking(|| cluster.node(coordinator).restart());
+
+    let seen = seen.lock().unwrap();
+    let duplicated: usize = seen.values().map(|c| (*c as usize).saturating_sub(1)).sum();
+    let lost = (0..N)
+        .filter(|i| !seen.contains_key(&format!("r{i}")))
+        .count();
+    let late_events: Vec<_> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(at, _, _)| *at > settled)
+        .map(|(_, n, e)| format!("{n}: {e:?}"))
+        .collect();
+    let regressions = regressions.lock().unwrap().clone();
+    eprintln!(
+        "[group] produced {N}, processed {} unique, lost {lost}, duplicated {duplicated}, reader errors {reader_errors}, commit regressions {}, group events after the kills {late_events:?}",
+        seen.len(),
+        regressions.len()
+    );
+    assert!(
+        producer_errors.is_empty(),
+        "writer errors: {producer_errors:?}"
+    );
+    assert_eq!(lost, 0);
+    assert!(regressions.is_empty(), "commits regressed: {regressions:?}");
+    assert!(
+        late_events.is_empty(),
+        "the group rebalanced: {late_events:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -426,6 +785,10 @@ async fn failover_scenarios() {
         writer_survives_leader_loss(&mut cluster, Stop::Terminate).await;
         eprintln!("scenario 2 passed in {:?}", t.elapsed());
     }
-    let _ = (CommitMode::default, Mutex::new(0), |_: GroupEvent| (), Admin::new);
+    if wanted(3) {
+        let t = Instant::now();
+        group_survives_leader_and_coordinator_loss(&mut cluster).await;
+        eprintln!("scenario 3 passed in {:?}", t.elapsed());
+    }
     eprintln!("all scenarios in {:?}", t0.elapsed());
 }
