@@ -216,6 +216,10 @@ pub(crate) struct GroupShared {
     member: Mutex<(i32, String)>,
     events: Mutex<Events>,
     commit_lock: tokio::sync::Mutex<()>,
+    /// How long a commit keeps retrying retriable failures (coordinator moved or
+    /// unreachable): the rebalance timeout, at least 5 s (Java's `commitSync` retries
+    /// until `default.api.timeout.ms`).
+    commit_timeout: Duration,
     pub(crate) closing: AtomicBool,
     pub(crate) wake: Notify,
 }
@@ -236,6 +240,7 @@ impl GroupShared {
             member: Mutex::new((-1, String::new())),
             events: Mutex::default(),
             commit_lock: tokio::sync::Mutex::new(()),
+            commit_timeout: config.rebalance_timeout.max(Duration::from_secs(5)),
             closing: AtomicBool::new(false),
             wake: Notify::new(),
         }
@@ -294,16 +299,33 @@ impl GroupShared {
                 )
             })
             .collect();
-        let results = self
-            .admin
-            .commit_offsets_as(
-                &self.group_id,
-                generation,
-                &member_id,
-                self.instance_id.as_deref(),
-                &offsets,
-            )
-            .await?;
+        // The admin call finds the coordinator again on `NotCoordinator` and the like, but
+        // gives up after a few quick attempts; a coordinator failover (the broker fenced,
+        // the offsets partition's new leader loading the group) takes longer, so keep
+        // retrying within the commit timeout. The generation stays valid meanwhile.
+        let deadline = Instant::now() + self.commit_timeout;
+        let mut backoff = Duration::from_millis(100);
+        let results = loop {
+            match self
+                .admin
+                .commit_offsets_as(
+                    &self.group_id,
+                    generation,
+                    &member_id,
+                    self.instance_id.as_deref(),
+                    &offsets,
+                )
+                .await
+            {
+                Ok(r) => break r,
+                Err(e) if e.is_retriable() && Instant::now() + backoff < deadline => {
+                    debug!(group = %self.group_id, error = %e, "commit failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let mut first_err = None;
         let mut c = self.commits();
         for ((tp, r), (_, offset)) in results.into_iter().zip(due.iter()) {
@@ -947,6 +969,11 @@ impl GroupTask {
     ) -> End {
         let g = &self.group;
         let config = self.config();
+        // The coordinator connection; `None` once the coordinator is known to be lost
+        // (connection failed, `NotCoordinator`, `CoordinatorNotAvailable`, timeout): the
+        // next heartbeat finds it again first. The generation stays valid meanwhile, as
+        // in the Java client's `markCoordinatorUnknown` — no rejoin.
+        let mut conn: Option<Connection> = Some(conn.clone());
         let mut beat = tokio::time::interval(config.heartbeat_interval);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let commit_every = match g.mode {
@@ -991,6 +1018,23 @@ impl GroupTask {
                     inflight = Some(Box::pin(g.commit_pending(None)));
                 }
                 _ = beat.tick() => {
+                    if conn.is_none() {
+                        match tokio::time::timeout(config.session_timeout, self.coordinator()).await {
+                            Ok(Ok(c)) => {
+                                info!(group = %g.group_id, generation, broker = c.broker(), "group coordinator found again");
+                                conn = Some(c);
+                            }
+                            Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "finding the group coordinator failed"),
+                            Err(_) => warn!(group = %g.group_id, "finding the group coordinator timed out"),
+                        }
+                    }
+                    let Some(c) = conn.clone() else {
+                        if last_ok.elapsed() >= config.session_timeout {
+                            warn!(group = %g.group_id, generation, "no coordinator found within the session timeout");
+                            return End::Lost { forget_member_id: false };
+                        }
+                        continue;
+                    };
                     let req = HeartbeatRequest {
                         group_id: g.group_id.clone(),
                         generation_id: generation,
@@ -998,9 +1042,17 @@ impl GroupTask {
                         group_instance_id: g.instance_id.clone(),
                         ..Default::default()
                     };
-                    let r = tokio::time::timeout(config.session_timeout, conn.send(&req)).await;
+                    let r = tokio::time::timeout(config.session_timeout, c.send(&req)).await;
                     match r.map(|r| r.map(|resp| ErrorCode::non_zero(resp.error_code))) {
                         Ok(Ok(None)) => last_ok = Instant::now(),
+                        Ok(Ok(Some(code @ (ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable)))) => {
+                            warn!(group = %g.group_id, generation, ?code, "group coordinator moved; finding it again");
+                            conn = None;
+                            beat.reset_immediately();
+                        }
+                        Ok(Ok(Some(ErrorCode::CoordinatorLoadInProgress))) => {
+                            debug!(group = %g.group_id, generation, "group coordinator still loading");
+                        }
                         Ok(Ok(Some(ErrorCode::RebalanceInProgress))) => {
                             info!(group = %g.group_id, generation, "rebalance in progress; rejoining");
                             return End::Rejoin;
@@ -1016,8 +1068,15 @@ impl GroupTask {
                             }
                             return End::Rejoin;
                         }
-                        Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "heartbeat failed"),
-                        Err(_) => warn!(group = %g.group_id, "heartbeat timed out"),
+                        Ok(Err(e)) => {
+                            warn!(group = %g.group_id, error = %e, "heartbeat failed; finding the group coordinator again");
+                            conn = None;
+                            beat.reset_immediately();
+                        }
+                        Err(_) => {
+                            warn!(group = %g.group_id, "heartbeat timed out; finding the group coordinator again");
+                            conn = None;
+                        }
                     }
                     if last_ok.elapsed() >= config.session_timeout {
                         warn!(group = %g.group_id, generation, "no heartbeat answered within the session timeout");
