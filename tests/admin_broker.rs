@@ -167,8 +167,18 @@ async fn topics_create_list_describe_delete() {
     }
     // Everything created before the validate-only request is visible by now, so v would
     // be too had it been created.
-    let e = admin.describe_topics(&[&v]).await.unwrap().remove(0).1.unwrap_err();
-    assert_eq!(e.kafka_code(), Some(ErrorCode::UnknownTopicOrPartition), "{e}");
+    let e = admin
+        .describe_topics(&[&v])
+        .await
+        .unwrap()
+        .remove(0)
+        .1
+        .unwrap_err();
+    assert_eq!(
+        e.kafka_code(),
+        Some(ErrorCode::UnknownTopicOrPartition),
+        "{e}"
+    );
 
     let listed = admin.list_topics().await.unwrap();
     let la = listed.iter().find(|t| t.name == a).expect("listed");
@@ -192,8 +202,18 @@ async fn topics_create_list_describe_delete() {
     let deleted = admin.delete_topics(&[&a, &b, &c]).await.unwrap();
     assert!(deleted.iter().all(|(_, r)| r.is_ok()), "{deleted:?}");
     wait_topics_gone(&admin, &[&a, &b, &c]).await;
-    let e = admin.delete_topics(&[&a]).await.unwrap().remove(0).1.unwrap_err();
-    assert_eq!(e.kafka_code(), Some(ErrorCode::UnknownTopicOrPartition), "{e}");
+    let e = admin
+        .delete_topics(&[&a])
+        .await
+        .unwrap()
+        .remove(0)
+        .1
+        .unwrap_err();
+    assert_eq!(
+        e.kafka_code(),
+        Some(ErrorCode::UnknownTopicOrPartition),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -205,25 +225,41 @@ async fn create_partitions_grows_a_topic() {
     // validate-only changes nothing; shrinking is refused.
     let r = admin.create_partitions(&[(&topic, 3)], true).await.unwrap();
     assert!(r[0].1.is_ok(), "{r:?}");
-    let r = admin.create_partitions(&[(&topic, 1)], false).await.unwrap();
+    let r = admin
+        .create_partitions(&[(&topic, 1)], false)
+        .await
+        .unwrap();
     let e = r[0].1.as_ref().unwrap_err();
     assert_eq!(e.kafka_code(), Some(ErrorCode::InvalidPartitions), "{e}");
     assert_eq!(e.topic(), Some(topic.as_str()));
 
-    let r = admin.create_partitions(&[(&topic, 3)], false).await.unwrap();
+    let r = admin
+        .create_partitions(&[(&topic, 3)], false)
+        .await
+        .unwrap();
     assert!(r[0].1.is_ok(), "{r:?}");
     ready(&topic, 3).await;
     let described = admin.describe_topics(&[&topic]).await.unwrap();
     assert_eq!(described[0].1.as_ref().unwrap().partitions.len(), 3);
     // The earlier validate-only request did not add partitions beyond the 3 asked now.
-    let r = admin.create_partitions(&[(&topic, 3)], false).await.unwrap();
+    let r = admin
+        .create_partitions(&[(&topic, 3)], false)
+        .await
+        .unwrap();
     let e = r[0].1.as_ref().unwrap_err();
     assert_eq!(e.kafka_code(), Some(ErrorCode::InvalidPartitions), "{e}");
 
     let missing = common::unique_topic("admin-partitions-missing");
-    let r = admin.create_partitions(&[(&missing, 2)], false).await.unwrap();
+    let r = admin
+        .create_partitions(&[(&missing, 2)], false)
+        .await
+        .unwrap();
     let e = r[0].1.as_ref().unwrap_err();
-    assert_eq!(e.kafka_code(), Some(ErrorCode::UnknownTopicOrPartition), "{e}");
+    assert_eq!(
+        e.kafka_code(),
+        Some(ErrorCode::UnknownTopicOrPartition),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -358,7 +394,9 @@ async fn configs_describe_and_incremental_alter() {
     assert!(altered[0].1.is_ok(), "{altered:?}");
     wait_config(&admin, &resource, "retention.ms", "604800000").await;
     assert_eq!(
-        config_value(&admin, &resource, "segment.ms").await.as_deref(),
+        config_value(&admin, &resource, "segment.ms")
+            .await
+            .as_deref(),
         Some("604800000")
     );
 

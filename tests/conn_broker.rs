@@ -317,10 +317,7 @@ async fn list_offsets_first_last_and_by_time() {
         (1_009_000, Some(9)),
         (1_009_001, None),
     ] {
-        let at = conn
-            .offset_for_time(&topic, 0, ts)
-            .await
-            .expect("by time");
+        let at = conn.offset_for_time(&topic, 0, ts).await.expect("by time");
         assert_eq!(at, want, "timestamp {ts}");
     }
     assert!(

@@ -428,7 +428,11 @@ async fn auto_topic_creation_is_the_brokers_decision() {
         Some(ErrorCode::UnknownTopicOrPartition),
         "{err}"
     );
-    let md = admin().await.metadata(Some(&[topic.as_str()])).await.unwrap();
+    let md = admin()
+        .await
+        .metadata(Some(&[topic.as_str()]))
+        .await
+        .unwrap();
     let t = md.topic(&topic).map(|t| t.error);
     assert!(
         matches!(t, None | Some(Some(ErrorCode::UnknownTopicOrPartition))),

@@ -128,9 +128,11 @@ pub async fn wait_for_topic(conn: &kafkapipe::conn::Conn, name: &str, partitions
                     let here = conn.connection().broker().to_string();
                     let mut led_here_ready = true;
                     for p in &t.partitions {
-                        if md.broker(p.leader).is_some_and(|b| b.addr() == here)
-                            && conn.last_offset(name, p.id).await.is_err()
-                        {
+                        // A single broker leads everything, whatever address it
+                        // advertises (behind a proxy it is not the one `conn` dialed).
+                        let led_here = md.brokers.len() == 1
+                            || md.broker(p.leader).is_some_and(|b| b.addr() == here);
+                        if led_here && conn.last_offset(name, p.id).await.is_err() {
                             led_here_ready = false;
                             break;
                         }
