@@ -445,6 +445,7 @@ async fn reader_on_a_topic_still_being_created() {
         let m = next(&mut reader).await;
         assert_eq!((m.partition, m.offset), (1, k));
     }
+    eprintln!("reader on a fresh topic: {:?}", reader.stats());
     reader.close().await;
 }
 

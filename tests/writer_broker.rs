@@ -459,6 +459,7 @@ async fn write_to_a_topic_still_being_created() {
             assert_eq!(got.len(), 1, "partition {p}");
             assert_eq!(got[0].value.as_deref(), Some(format!("v{p}").as_bytes()));
         }
+        eprintln!("fresh topic round {round}: {:?}", writer.stats());
         writer.close().await.unwrap();
     }
 }
