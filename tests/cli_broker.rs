@@ -51,6 +51,13 @@ async fn topics_produce_consume_offsets_groups() {
     )
     .await;
     assert_eq!(out, format!("created {topic}\n"));
+    // Like kafka-topics.sh, `topics create` returns once the controller created the
+    // topic; the broker serves it a moment later.
+    let conn = kafkapipe::conn::Conn::connect(&common::shared().addr)
+        .await
+        .unwrap();
+    common::wait_for_topic(&conn, &topic, 2).await;
+    conn.close().await;
     let out = ok(&["topics", "list"], "").await;
     assert!(out.lines().any(|l| l == format!("{topic}\t2")), "{out}");
     let out = ok(&["topics", "describe", &topic], "").await;

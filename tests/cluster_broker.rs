@@ -1,4 +1,9 @@
-//! Real-broker tests of `Cluster` (metadata cache, per-broker connections) against tansu.
+//! Real-broker tests of `Cluster` (metadata cache, per-broker connections) against
+//! Apache Kafka.
+//!
+//! `Cluster` caches what Metadata answers and does not wait for topics to appear, so the
+//! tests wait until a topic they created is served before looking it up: Kafka creates
+//! topics through the controller and the broker's metadata catches up asynchronously.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -18,6 +23,7 @@ async fn partitions_leaders_and_connections() {
     let topic = common::unique_topic("cluster-meta");
     let admin = Conn::connect(&broker.addr).await.unwrap();
     admin.create_topic(&topic, 3, 1).await.unwrap();
+    common::wait_for_topic(&admin, &topic, 3).await;
 
     let c = cluster();
     assert_eq!(c.partitions(&topic).await.unwrap(), vec![0, 1, 2]);
@@ -56,7 +62,12 @@ async fn unknown_topic_then_created_is_found_after_invalidate() {
 
     let admin = Conn::connect(&broker.addr).await.unwrap();
     admin.create_topic(&topic, 2, 1).await.unwrap();
+    common::wait_for_topic(&admin, &topic, 2).await;
     c.invalidate(&topic);
+    assert_eq!(c.partitions(&topic).await.unwrap(), vec![0, 1]);
+    // A known topic is served from the cache until invalidated.
+    let res = admin.delete_topics(&[topic.as_str()]).await.unwrap();
+    assert!(res[0].1.is_ok(), "{res:?}");
     assert_eq!(c.partitions(&topic).await.unwrap(), vec![0, 1]);
 }
 
@@ -66,6 +77,7 @@ async fn concurrent_lookups_share_one_refresh() {
     let topic = common::unique_topic("cluster-conc");
     let admin = Conn::connect(&broker.addr).await.unwrap();
     admin.create_topic(&topic, 4, 1).await.unwrap();
+    common::wait_for_topic(&admin, &topic, 4).await;
     let c = cluster();
     let lookups = (0..16).map(|_| {
         let c = c.clone();

@@ -1,12 +1,16 @@
-//! Real-broker tests of the low-level `Conn` API against tansu, plus interop with
+//! Real-broker tests of the low-level `Conn` API against Apache Kafka, plus interop with
 //! librdkafka (the confluent-kafka Python wheel) in both directions.
+//!
+//! `Conn` sends one request per call and does not retry, so after creating a topic the
+//! tests wait until the broker serves it ([`create`]): Kafka creates topics through the
+//! controller and the broker's metadata catches up asynchronously.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafkapipe::compression::Compression;
@@ -30,6 +34,14 @@ async fn conn() -> Conn {
     Conn::connect(&common::shared().addr)
         .await
         .expect("connect")
+}
+
+/// Creates `topic` through `conn` and waits until every partition is served.
+async fn create(conn: &Conn, topic: &str, partitions: i32) {
+    conn.create_topic(topic, partitions, 1)
+        .await
+        .expect("create");
+    common::wait_for_topic(conn, topic, partitions).await;
 }
 
 fn sample_records(n: usize, tag: &str) -> Vec<Record> {
@@ -118,14 +130,14 @@ async fn negotiates_versions_within_both_ranges() {
         ("CreateTopics", check::<CreateTopicsRequest>(c, broker)),
         ("DeleteTopics", check::<DeleteTopicsRequest>(c, broker)),
     ];
-    eprintln!("negotiated with tansu: {versions:?}");
+    eprintln!("negotiated with Kafka: {versions:?}");
 }
 
 #[tokio::test]
 async fn create_list_delete_topic() {
     let conn = conn().await;
     let topic = common::unique_topic("conn-create");
-    conn.create_topic(&topic, 4, 1).await.expect("create");
+    create(&conn, &topic, 4).await;
     let again = conn
         .create_topic(&topic, 4, 1)
         .await
@@ -159,14 +171,27 @@ async fn create_list_delete_topic() {
 
     let res = conn.delete_topics(&[topic.as_str()]).await.expect("delete");
     assert!(res[0].1.is_ok(), "{:?}", res[0].1);
-    let md = conn
-        .metadata(Some(&[topic.as_str()]))
-        .await
-        .expect("metadata after delete");
-    let gone = md.topic(&topic).map(|t| t.error);
-    assert!(
-        matches!(gone, None | Some(Some(ErrorCode::UnknownTopicOrPartition))),
-        "deleted topic still listed: {gone:?}"
+    // The deletion reaches the broker's metadata shortly after the controller took it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let md = conn
+            .metadata(Some(&[topic.as_str()]))
+            .await
+            .expect("metadata after delete");
+        let gone = md.topic(&topic).map(|t| t.error);
+        if matches!(gone, None | Some(Some(ErrorCode::UnknownTopicOrPartition))) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "deleted topic still listed: {gone:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let res = conn.delete_topics(&[topic.as_str()]).await.expect("delete");
+    assert_eq!(
+        res[0].1.as_ref().unwrap_err().kafka_code(),
+        Some(ErrorCode::UnknownTopicOrPartition)
     );
 }
 
@@ -174,9 +199,7 @@ async fn create_list_delete_topic() {
 async fn produce_and_fetch_every_codec_byte_exact() {
     let conn = conn().await;
     let topic = common::unique_topic("conn-codecs");
-    conn.create_topic(&topic, CODECS.len() as i32, 1)
-        .await
-        .expect("create");
+    create(&conn, &topic, CODECS.len() as i32).await;
     for (partition, codec) in CODECS.iter().enumerate() {
         let partition = partition as i32;
         let opts = ProduceOptions {
@@ -221,7 +244,7 @@ async fn produce_and_fetch_every_codec_byte_exact() {
 async fn fetch_from_inside_a_batch_skips_leading_records() {
     let conn = conn().await;
     let topic = common::unique_topic("conn-mid");
-    conn.create_topic(&topic, 1, 1).await.expect("create");
+    create(&conn, &topic, 1).await;
     let records = sample_records(10, "mid");
     conn.produce(&topic, 0, &records, &ProduceOptions::default())
         .await
@@ -254,12 +277,9 @@ async fn fetch_from_inside_a_batch_skips_leading_records() {
 async fn list_offsets_first_last_and_by_time() {
     let conn = conn().await;
     let topic = common::unique_topic("conn-offsets");
-    conn.create_topic(&topic, 1, 1).await.expect("create");
+    create(&conn, &topic, 1).await;
     assert_eq!(conn.first_offset(&topic, 0).await.expect("first"), 0);
     assert_eq!(conn.last_offset(&topic, 0).await.expect("last"), 0);
-    // One record per batch: tansu 0.6 answers ListOffsets(latest) with the last batch's
-    // base offset + 1 instead of the high-water mark (librdkafka sees the same), which
-    // only coincides with the truth for single-record batches.
     for i in 0..6i64 {
         let r = Record {
             timestamp: 1_000_000 + i * 1000,
@@ -273,15 +293,33 @@ async fn list_offsets_first_last_and_by_time() {
         );
         assert_eq!(conn.last_offset(&topic, 0).await.expect("last"), i + 1);
     }
+    // Latest is the high-water mark, also after a batch of several records.
+    let batch: Vec<Record> = (6..10i64)
+        .map(|i| Record {
+            timestamp: 1_000_000 + i * 1000,
+            ..Record::new(format!("k{i}"), format!("v{i}"))
+        })
+        .collect();
+    assert_eq!(
+        conn.produce(&topic, 0, &batch, &ProduceOptions::default())
+            .await
+            .expect("produce"),
+        6
+    );
+    assert_eq!(conn.last_offset(&topic, 0).await.expect("last"), 10);
     assert_eq!(conn.first_offset(&topic, 0).await.expect("first"), 0);
-    // tansu 0.6 answers every timestamp lookup with offset 0 (librdkafka's
-    // offsets_for_times sees the same), so only the round trip is checked here; the
-    // request encoding is checked against the kafka-protocol oracle.
-    let at = conn
-        .offset_for_time(&topic, 0, 1_003_000)
-        .await
-        .expect("by time");
-    assert!(matches!(at, Some(0..=3)), "{at:?}");
+    // The first record at or after the timestamp, inside a batch too.
+    for (ts, want) in [
+        (0, Some(0)),
+        (1_003_000, Some(3)),
+        (1_002_500, Some(3)),
+        (1_008_000, Some(8)),
+        (1_009_000, Some(9)),
+        (1_009_001, None),
+    ] {
+        let at = conn.offset_for_time(&topic, 0, ts).await.expect("by time");
+        assert_eq!(at, want, "timestamp {ts}");
+    }
     assert!(
         conn.offset_for_time(&topic, 0, -5).await.is_err(),
         "negative timestamps are rejected"
@@ -292,7 +330,7 @@ async fn list_offsets_first_last_and_by_time() {
 async fn acks_none_produce_is_delivered() {
     let conn = conn().await;
     let topic = common::unique_topic("conn-acks0");
-    conn.create_topic(&topic, 1, 1).await.expect("create");
+    create(&conn, &topic, 1).await;
     let opts = ProduceOptions {
         acks: RequiredAcks::None,
         ..ProduceOptions::default()
@@ -321,11 +359,7 @@ async fn acks_none_produce_is_delivered() {
 #[tokio::test]
 async fn dial_leader_finds_the_partition_leader() {
     let topic = common::unique_topic("conn-leader");
-    conn()
-        .await
-        .create_topic(&topic, 2, 1)
-        .await
-        .expect("create");
+    create(&conn().await, &topic, 2).await;
     let leader = Conn::dial_leader(&common::shared().addr, &topic, 1, Default::default())
         .await
         .expect("dial");
@@ -360,7 +394,7 @@ async fn librdkafka_consumes_what_we_produce_with_every_codec() {
     let conn = conn().await;
     for codec in CODECS {
         let topic = common::unique_topic(&format!("interop-out-{codec:?}"));
-        conn.create_topic(&topic, 1, 1).await.expect("create");
+        create(&conn, &topic, 1).await;
         let records = sample_records(30, &format!("{codec:?}"));
         let opts = ProduceOptions {
             compression: codec,
@@ -443,7 +477,7 @@ async fn we_decode_what_librdkafka_produces_with_every_codec() {
     let conn = conn().await;
     for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
         let topic = common::unique_topic(&format!("interop-in-{codec}"));
-        conn.create_topic(&topic, 1, 1).await.expect("create");
+        create(&conn, &topic, 1).await;
         let out = python()
             .arg(interop_script("produce.py"))
             .args([

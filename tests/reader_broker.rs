@@ -1,9 +1,10 @@
-//! Real-broker tests of the `Reader` stream against tansu: exactly-once in-order delivery
-//! over several topics and partitions, start offsets, seeks while running, lag, bounded
-//! prefetch with a slow consumer, runtime (un)assignment, every codec, and close.
+//! Real-broker tests of the `Reader` stream against Apache Kafka: exactly-once in-order
+//! delivery over several topics and partitions, start offsets (by timestamp too), offset
+//! resets after DeleteRecords, a reader started on a topic that is still being created,
+//! seeks while running, lag, bounded prefetch with a slow consumer, runtime
+//! (un)assignment, every codec, and close.
 //!
-//! What tansu 0.6 cannot do (OffsetOutOfRange, ListOffsets by timestamp, leader moves)
-//! is covered against a scripted fake broker in `reader_fake.rs`.
+//! Leader moves are covered against a scripted fake broker in `reader_fake.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -19,7 +20,7 @@ use kafkapipe::record::Record;
 use kafkapipe::ErrorKind;
 
 /// Messages per partition in the bulk test: 6 × 166 667 ≈ 1M messages. On 2 cores in a
-/// debug build against tansu this takes about 1 s to produce and 3.5 s to consume.
+/// debug build this takes about 1 s to produce and 3.5 s to consume.
 const PER_PARTITION: usize = 166_667;
 
 async fn admin() -> Conn {
@@ -28,11 +29,9 @@ async fn admin() -> Conn {
 
 async fn new_topic(prefix: &str, partitions: i32) -> String {
     let topic = common::unique_topic(prefix);
-    admin()
-        .await
-        .create_topic(&topic, partitions, 1)
-        .await
-        .unwrap();
+    let conn = admin().await;
+    conn.create_topic(&topic, partitions, 1).await.unwrap();
+    common::wait_for_topic(&conn, &topic, partitions).await;
     topic
 }
 
@@ -122,9 +121,8 @@ async fn yields_every_message_exactly_once_in_partition_order() {
 async fn start_offsets_first_last_and_explicit() {
     let topic = new_topic("reader-start", 1).await;
     let conn = admin().await;
-    // Single-record batches: tansu answers ListOffsets(latest) with the last batch's base
-    // offset + 1, which is the high-water mark only for one-record batches.
-    produce(&conn, &topic, 0, 0, 10, 1).await;
+    // Batches of several records: Last is the high-water mark, not a batch's base offset.
+    produce(&conn, &topic, 0, 0, 10, 4).await;
 
     let mut first = Reader::new(config().partition(&topic, 0)).await.unwrap();
     assert_eq!(next(&mut first).await.offset, 0);
@@ -351,4 +349,109 @@ async fn decodes_batches_of_every_codec_with_headers() {
         assert!(m.timestamp > 0);
     }
     reader.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_at_timestamp_and_reset_after_delete_records() {
+    use kafkapipe::admin::{Admin, TopicPartition as AdminTp};
+    use kafkapipe::reader::OffsetReset;
+    let topic = new_topic("reader-ts", 1).await;
+    let conn = admin().await;
+    let t0 = now_ms() - 600_000;
+    let records: Vec<Record> = (0..10i64)
+        .map(|i| Record {
+            timestamp: t0 + i * 1000,
+            ..Record::new(format!("k{i}"), format!("0-{i}"))
+        })
+        .collect();
+    conn.produce(&topic, 0, &records, &ProduceOptions::default())
+        .await
+        .unwrap();
+
+    // The first record at or after the timestamp; the end where there is none.
+    let mut at = Reader::new(
+        config()
+            .partition(&topic, 0)
+            .start_offset(StartOffset::AtTimestamp(t0 + 6500)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next(&mut at).await.offset, 7);
+    at.close().await;
+    let mut future = Reader::new(
+        config()
+            .partition(&topic, 0)
+            .start_offset(StartOffset::AtTimestamp(t0 + 3_600_000)),
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while future.position(&topic, 0).is_none() {
+        assert!(Instant::now() < deadline, "start offset never resolved");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(future.position(&topic, 0), Some(10));
+    future.close().await;
+
+    // Offsets below the log start are out of range: reset to the earliest, or an error.
+    let admin = Admin::connect([common::shared().addr.clone()]).unwrap();
+    let r = admin
+        .delete_records(&[(AdminTp::new(&topic, 0), 4)])
+        .await
+        .unwrap();
+    assert_eq!(*r[0].1.as_ref().unwrap(), 4);
+    let mut reset = Reader::new(
+        config()
+            .partition(&topic, 0)
+            .start_offset(StartOffset::At(2)),
+    )
+    .await
+    .unwrap();
+    let m = next(&mut reset).await;
+    assert_eq!((m.offset, value(&m)), (4, "0-4".to_string()));
+    assert_eq!(reset.stats().offset_resets, 1);
+    reset.close().await;
+    let mut strict = Reader::new(
+        config()
+            .partition(&topic, 0)
+            .start_offset(StartOffset::At(2))
+            .offset_reset(OffsetReset::Error),
+    )
+    .await
+    .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), strict.next_message())
+        .await
+        .expect("an item within 10 s")
+        .unwrap_err();
+    assert_eq!(
+        e.kafka_code(),
+        Some(kafkapipe::protocol::ErrorCode::OffsetOutOfRange),
+        "{e}"
+    );
+    strict.close().await;
+}
+
+/// A reader started right after CreateTopics, before the broker serves the topic, waits
+/// for it as the Java consumer and kafka-go do, instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reader_on_a_topic_still_being_created() {
+    let topic = common::unique_topic("reader-fresh");
+    let conn = admin().await;
+    conn.create_topic(&topic, 2, 1).await.unwrap();
+    let mut reader = Reader::new(config().topic(&topic)).await.unwrap();
+    common::wait_for_topic(&conn, &topic, 2).await;
+    produce(&conn, &topic, 1, 0, 3, 3).await;
+    for k in 0..3 {
+        let m = next(&mut reader).await;
+        assert_eq!((m.partition, m.offset), (1, k));
+    }
+    eprintln!("reader on a fresh topic: {:?}", reader.stats());
+    reader.close().await;
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }

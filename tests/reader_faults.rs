@@ -1,8 +1,8 @@
 //! `Reader` behaviour under connection faults, with a TCP proxy between the reader and
-//! tansu: connections cut while fetches are in flight must neither lose nor repeat a
-//! message.
+//! Apache Kafka: connections cut while fetches are in flight must neither lose nor repeat
+//! a message.
 //!
-//! The test starts its own tansu advertising the proxy's address, so every connection the
+//! The test starts its own Kafka broker advertising the proxy's address, so every connection the
 //! reader makes — bootstrap, metadata, list offsets and fetch — goes through the proxy.
 //! Test data is produced directly to the broker.
 
@@ -33,6 +33,7 @@ async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {
     let topic = common::unique_topic("reader-cut");
     let direct = Conn::connect(&broker.addr).await.unwrap();
     direct.create_topic(&topic, 2, 1).await.unwrap();
+    common::wait_for_topic(&direct, &topic, 2).await;
     let produce = |from: usize, n: usize| {
         let topic = topic.clone();
         let direct = &direct;
@@ -48,9 +49,7 @@ async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {
             }
         }
     };
-    // Small batches and small fetches: many fetches, so many chances to cut one. (tansu
-    // 0.6 honours max_partition_bytes only for some partition orders; the request-level
-    // max_bytes keeps its responses small either way.)
+    // Small batches and small fetches: many fetches, so many chances to cut one.
     for chunk in 0..100 {
         produce(chunk * 20, 20).await;
     }
@@ -139,8 +138,6 @@ async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {
     );
     assert!(reader.stats().errors > 0, "the cuts were noticed");
     reader.close().await;
-    // Close every connection to tansu (direct, and the proxy's upstream ones): with
-    // connections open it ignores the harness's SIGTERM and is only killed after 5 s.
     direct.close().await;
     proxy.cut();
 }

@@ -1,6 +1,6 @@
-//! Real-broker tests of the `Writer` sink against tansu: bulk delivery with per-key order,
-//! linger, codecs, per-message topics and per-message failures. Messages are read back
-//! with the low-level `Conn::fetch`.
+//! Real-broker tests of the `Writer` sink against Apache Kafka: bulk delivery with per-key
+//! order, linger, codecs, per-message topics, per-message failures and writing to a topic
+//! that is still being created. Messages are read back with the low-level `Conn::fetch`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -24,11 +24,9 @@ async fn admin() -> Conn {
 
 async fn new_topic(prefix: &str, partitions: i32) -> String {
     let topic = common::unique_topic(prefix);
-    admin()
-        .await
-        .create_topic(&topic, partitions, 1)
-        .await
-        .unwrap();
+    let conn = admin().await;
+    conn.create_topic(&topic, partitions, 1).await.unwrap();
+    common::wait_for_topic(&conn, &topic, partitions).await;
     topic
 }
 
@@ -44,16 +42,9 @@ fn fetch_opts() -> FetchOptions {
     }
 }
 
-/// The partition's high-water mark as reported by Fetch. (tansu 0.6 answers ListOffsets
-/// "latest" with one past the *base* offset of the last batch, so `Conn::last_offset`
-/// undercounts multi-record batches there.)
+/// The partition's high-water mark (ListOffsets latest).
 async fn high_watermark(conn: &Conn, topic: &str, partition: i32) -> i64 {
-    let end = conn.last_offset(topic, partition).await.unwrap();
-    let f = conn
-        .fetch(topic, partition, (end - 1).max(0), &fetch_opts())
-        .await
-        .unwrap();
-    f.high_watermark.max(f.next_offset).max(end)
+    conn.last_offset(topic, partition).await.unwrap()
 }
 
 /// Everything in `topic`/`partition` up to its high-water mark.
@@ -415,22 +406,62 @@ async fn acks_none_delivers_without_waiting_for_responses() {
     }
 }
 
+/// The writer asks for auto-creation, but the broker decides: the test broker runs with
+/// `auto.create.topics.enable=false`, so the topic stays unknown and is not created.
 #[tokio::test]
-async fn auto_topic_creation_when_allowed() {
+async fn auto_topic_creation_is_the_brokers_decision() {
     let topic = common::unique_topic("writer-auto");
     let writer = Writer::new(
         WriterConfig::new([common::shared().addr.clone()])
             .topic(&topic)
             .allow_auto_topic_creation(true)
+            .max_attempts(3)
             .backoff(Duration::from_millis(20), Duration::from_millis(200)),
     )
     .unwrap();
-    writer
+    let err = writer
         .write_messages([Message::new("first").with_partition(0)])
         .await
+        .unwrap_err();
+    assert_eq!(
+        err.kafka_code(),
+        Some(ErrorCode::UnknownTopicOrPartition),
+        "{err}"
+    );
+    let md = admin()
+        .await
+        .metadata(Some(&[topic.as_str()]))
+        .await
         .unwrap();
-    let got = read_partition(&admin().await, &topic, 0).await;
-    assert_eq!(got[0].value.as_deref(), Some(&b"first"[..]));
+    let t = md.topic(&topic).map(|t| t.error);
+    assert!(
+        matches!(t, None | Some(Some(ErrorCode::UnknownTopicOrPartition))),
+        "{t:?}"
+    );
+}
+
+/// A writer used right after CreateTopics, before the broker serves the topic, retries
+/// UNKNOWN_TOPIC_OR_PARTITION / LEADER_NOT_AVAILABLE (as the Java producer waits for
+/// metadata) and delivers.
+#[tokio::test]
+async fn write_to_a_topic_still_being_created() {
+    for round in 0..3 {
+        let topic = common::unique_topic(&format!("writer-fresh-{round}"));
+        let conn = admin().await;
+        conn.create_topic(&topic, 3, 1).await.unwrap();
+        let mut writer = Writer::new(config(&topic)).unwrap();
+        writer
+            .write_messages((0..3).map(|p| Message::new(format!("v{p}")).with_partition(p)))
+            .await
+            .unwrap();
+        for p in 0..3 {
+            let got = read_partition(&conn, &topic, p).await;
+            assert_eq!(got.len(), 1, "partition {p}");
+            assert_eq!(got[0].value.as_deref(), Some(format!("v{p}").as_bytes()));
+        }
+        eprintln!("fresh topic round {round}: {:?}", writer.stats());
+        writer.close().await.unwrap();
+    }
 }
 
 #[tokio::test]

@@ -1,8 +1,8 @@
-//! Writer behaviour under broker faults, with a TCP proxy between the writer and tansu:
-//! a stalled broker (backpressure) and connections cut mid-stream (retries).
+//! Writer behaviour under broker faults, with a TCP proxy between the writer and Apache
+//! Kafka: a stalled broker (backpressure) and connections cut mid-stream (retries).
 //!
-//! Each test starts its own tansu advertising the proxy's address, so every connection
-//! the writer makes — bootstrap, metadata and produce — goes through the proxy.
+//! Each test starts its own Kafka broker advertising the proxy's address, so every
+//! connection the writer makes — bootstrap, metadata and produce — goes through the proxy.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -59,6 +59,7 @@ async fn stalled_broker_applies_backpressure_then_resumes() {
     let direct = Conn::connect(&broker.addr).await.unwrap();
     let topic = common::unique_topic("faults-stall");
     direct.create_topic(&topic, 1, 1).await.unwrap();
+    common::wait_for_topic(&direct, &topic, 1).await;
 
     const BOUND: usize = 64 * 1024;
     let mut writer = Writer::new(
@@ -123,6 +124,7 @@ async fn cut_connections_mid_stream(idempotent: bool) -> (usize, u64) {
     let direct = Conn::connect(&broker.addr).await.unwrap();
     let topic = common::unique_topic("faults-cut");
     direct.create_topic(&topic, 4, 1).await.unwrap();
+    common::wait_for_topic(&direct, &topic, 4).await;
 
     const N: usize = 40_000;
     const KEYS: usize = 100;
@@ -146,8 +148,16 @@ async fn cut_connections_mid_stream(idempotent: bool) -> (usize, u64) {
         }
         let msg = Message::keyed(format!("key-{}", i % KEYS), format!("{}", i / KEYS));
         loop {
-            let fed =
-                tokio::time::timeout(Duration::from_millis(200), writer.feed(msg.clone())).await;
+            // Stalled: a full buffer for 200 ms means requests are stuck in the proxy.
+            // Not stalled: the broker answers, if slowly (a cold JVM's first produce to
+            // fresh partitions on a busy machine can take a second); only a writer that
+            // stays stuck past its write timeout is wrong.
+            let patience = if stalled {
+                Duration::from_millis(200)
+            } else {
+                Duration::from_secs(10)
+            };
+            let fed = tokio::time::timeout(patience, writer.feed(msg.clone())).await;
             match fed {
                 Ok(r) => {
                     r.unwrap();
@@ -160,7 +170,10 @@ async fn cut_connections_mid_stream(idempotent: bool) -> (usize, u64) {
                     proxy.pause(false);
                     stalled = false;
                 }
-                Err(_) => panic!("writer stalled without a stalled proxy"),
+                Err(_) => panic!(
+                    "writer stalled without a stalled proxy at {i}: {:?}",
+                    writer.stats()
+                ),
             }
         }
     }

@@ -500,8 +500,9 @@ async fn consume(
             break;
         }
         if !progressed && exit_at_end {
-            // Nothing new although the end has not been reached (a broker that reports
-            // the end of a multi-record batch as its base + 1, like tansu 0.6): stop.
+            // Nothing new although the end looked further on (the end offsets were read
+            // before the fetches, and a fetch may find nothing readable below them): stop
+            // rather than spin.
             break;
         }
     }

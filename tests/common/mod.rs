@@ -110,7 +110,10 @@ pub fn create_topic(addr: &str, name: &str, partitions: i32, replication: i16) {
     .unwrap_or_else(|e| std::panic::resume_unwind(e));
 }
 
-/// Polls Metadata on `conn` until `name` has `partitions` partitions, each with a leader.
+/// Polls Metadata on `conn` until `name` has `partitions` partitions, each with a leader,
+/// and every partition led by the broker `conn` talks to answers ListOffsets. (A Kafka
+/// broker's metadata cache shows the new leader a moment before its replica manager
+/// takes the partition over; requests in between fail with NOT_LEADER_OR_FOLLOWER.)
 pub async fn wait_for_topic(conn: &kafkapipe::conn::Conn, name: &str, partitions: i32) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -122,7 +125,21 @@ pub async fn wait_for_topic(conn: &kafkapipe::conn::Conn, name: &str, partitions
                         .iter()
                         .all(|p| p.leader >= 0 && p.error.is_none())
                 {
-                    return;
+                    let here = conn.connection().broker().to_string();
+                    let mut led_here_ready = true;
+                    for p in &t.partitions {
+                        // A single broker leads everything, whatever address it
+                        // advertises (behind a proxy it is not the one `conn` dialed).
+                        let led_here = md.brokers.len() == 1
+                            || md.broker(p.leader).is_some_and(|b| b.addr() == here);
+                        if led_here && conn.last_offset(name, p.id).await.is_err() {
+                            led_here_ready = false;
+                            break;
+                        }
+                    }
+                    if led_here_ready {
+                        return;
+                    }
                 }
             }
         }
