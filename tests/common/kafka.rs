@@ -21,7 +21,7 @@ use super::pki::Pki;
 use super::{free_port, temp_dir, Watched};
 
 /// How long a node may take from spawn until it answers ApiVersions and lists itself.
-pub const START_DEADLINE: Duration = Duration::from_secs(90);
+pub const START_DEADLINE: Duration = Duration::from_secs(180);
 
 /// The SASL user of the test brokers (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512).
 pub const USER: &str = "alice";
