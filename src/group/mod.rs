@@ -57,6 +57,8 @@
 mod assignor;
 mod commit;
 mod coordinator;
+#[cfg(test)]
+mod coordinator_tests;
 
 use crate::util::duration_ms;
 use std::collections::{BTreeMap, VecDeque};
