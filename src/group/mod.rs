@@ -34,9 +34,12 @@
 //! mixed members agrees on a protocol every member offers; a member offering both an
 //! eager and a cooperative assignor rebalances eagerly.
 //!
-//! Errors of the group (e.g. `GroupAuthorizationFailed`, no coordinator after the
-//! retries) are yielded by the reader's stream; the task keeps retrying after
-//! `join_backoff`.
+//! The coordinator is reached over a dedicated connection (see `coordinator.rs`):
+//! coordinator failures (`NOT_COORDINATOR`, `COORDINATOR_NOT_AVAILABLE`,
+//! `COORDINATOR_LOAD_IN_PROGRESS`, connection failures and timeouts) are retried
+//! silently, finding the coordinator again and keeping the generation, as the Java client
+//! does. Other errors of the group (e.g. `GroupAuthorizationFailed`) are yielded by the
+//! reader's stream; the task keeps retrying after `join_backoff`.
 //!
 //! Topic patterns and the partition watch: every
 //! [`partition_watch_interval`](crate::reader::ReaderConfig::partition_watch_interval)
