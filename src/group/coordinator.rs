@@ -112,10 +112,9 @@ impl Coordinator {
         let conn = self
             .bounded(Connection::connect(&addr, self.cluster.config().clone()))
             .await
-            .map_err(|e| {
+            .inspect_err(|_| {
                 // dead coordinator: ask another broker first next time
                 *self.last_node() = Some(node);
-                e
             })?;
         info!(group = %self.group_id, coordinator = node, broker = %addr, "connected to the group coordinator");
         *self.last_node() = Some(node);
@@ -202,8 +201,7 @@ impl Coordinator {
     /// is closed at once, the next call finds the coordinator again.
     pub(crate) fn mark_unknown(&self, conn: &Connection, error: &Error) {
         let mut cur = self.current();
-        if cur.as_ref().is_some_and(|c| c.conn.same(conn)) {
-            let old = cur.take().expect("checked");
+        if let Some(old) = cur.take_if(|c| c.conn.same(conn)) {
             drop(cur);
             info!(group = %self.group_id, coordinator = old.node, error = %error, "group coordinator lost; finding it again");
             close(old.conn);
