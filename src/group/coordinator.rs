@@ -39,21 +39,36 @@ pub(crate) fn coordinator_retriable(e: &Error) -> bool {
     coordinator_lost(e) || e.kafka_code() == Some(ErrorCode::CoordinatorLoadInProgress)
 }
 
-struct Current {
-    node: i32,
-    conn: Connection,
+/// Which of the member's two coordinator connections a request goes over. Kafka handles
+/// one request per connection at a time, so an OffsetCommit waiting for the offsets
+/// topic's replicas (up to `offsets.commit.timeout.ms`) would hold back a heartbeat on
+/// the same connection: commits and offset fetches get their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Heartbeat, JoinGroup, SyncGroup, LeaveGroup.
+    Membership = 0,
+    /// OffsetCommit, OffsetFetch.
+    Offsets = 1,
 }
 
-/// The dedicated coordinator connection of one group member.
+#[derive(Default)]
+struct State {
+    /// The coordinator, while known.
+    node: Option<i32>,
+    /// The connection of each lane to it.
+    conns: [Option<Connection>; 2],
+}
+
+/// The dedicated coordinator connections of one group member.
 pub(crate) struct Coordinator {
     group_id: String,
     cluster: Cluster,
     /// How long one FindCoordinator attempt (one broker) or one dial may take.
     attempt_timeout: Duration,
-    current: Mutex<Option<Current>>,
+    state: Mutex<State>,
     /// The broker that coordinated last: asked last for the new coordinator.
     last_node: Mutex<Option<i32>>,
-    /// Serializes lookups: concurrent callers (heartbeat, committer) share one.
+    /// Serializes lookups and dials: concurrent callers share one.
     lookup: tokio::sync::Mutex<()>,
 }
 
@@ -63,68 +78,100 @@ impl Coordinator {
             group_id,
             cluster,
             attempt_timeout,
-            current: Mutex::new(None),
+            state: Mutex::default(),
             last_node: Mutex::new(None),
             lookup: tokio::sync::Mutex::new(()),
         }
     }
 
-    fn current(&self) -> std::sync::MutexGuard<'_, Option<Current>> {
-        self.current
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn cached(&self) -> Option<Connection> {
-        self.current()
+    fn cached(&self, lane: Lane) -> Option<Connection> {
+        self.state().conns[lane as usize]
             .as_ref()
-            .filter(|c| !c.conn.is_closed())
-            .map(|c| c.conn.clone())
+            .filter(|c| !c.is_closed())
+            .cloned()
     }
 
-    /// The coordinator connection: the open one, else the coordinator is found and
-    /// dialed (one pass over the live brokers, every step time-boxed).
+    /// The coordinator connection of `lane`: the open one, else the coordinator is
+    /// dialed (found first if unknown: one pass over the live brokers), every step
+    /// time-boxed.
     ///
     /// # Errors
     ///
     /// The last lookup or dial error; the caller retries after a backoff.
-    pub(crate) async fn connection(&self) -> Result<Connection> {
-        if let Some(c) = self.cached() {
+    pub(crate) async fn connection(&self, lane: Lane) -> Result<Connection> {
+        if let Some(c) = self.cached(lane) {
             return Ok(c);
         }
         let _lookup = self.lookup.lock().await;
-        if let Some(c) = self.cached() {
+        if let Some(c) = self.cached(lane) {
             return Ok(c);
         }
-        let node = self.find().await?;
-        let addr = match self.cluster.broker_addr(node) {
-            Some(a) => a,
-            None => {
-                self.bounded(self.cluster.refresh(&[])).await?;
-                self.cluster.broker_addr(node).ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Metadata,
-                        format!("unknown group coordinator broker id {node}"),
-                    )
-                })?
+        let known = self.state().node;
+        let node = match known {
+            Some(n) => n,
+            None => self.find().await?,
+        };
+        let dialed = async {
+            let addr = match self.cluster.broker_addr(node) {
+                Some(a) => a,
+                None => {
+                    self.bounded(self.cluster.refresh(&[])).await?;
+                    self.cluster.broker_addr(node).ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::Metadata,
+                            format!("unknown group coordinator broker id {node}"),
+                        )
+                    })?
+                }
+            };
+            let conn = self
+                .bounded(Connection::connect(&addr, self.cluster.config().clone()))
+                .await?;
+            Ok::<_, Error>((addr, conn))
+        };
+        let (addr, conn) = match dialed.await {
+            Ok(v) => v,
+            Err(e) => {
+                // a dead coordinator: find it again, asking another broker first
+                self.forget(node);
+                return Err(e);
             }
         };
-        let conn = self
-            .bounded(Connection::connect(&addr, self.cluster.config().clone()))
-            .await
-            .inspect_err(|_| {
-                // dead coordinator: ask another broker first next time
-                *self.last_node() = Some(node);
-            })?;
-        info!(group = %self.group_id, coordinator = node, broker = %addr, "connected to the group coordinator");
-        *self.last_node() = Some(node);
-        if let Some(old) = self.current().replace(Current {
-            node,
-            conn: conn.clone(),
-        }) {
-            close(old.conn);
+        debug!(group = %self.group_id, coordinator = node, broker = %addr, ?lane, "connected to the group coordinator");
+        if known.is_none() {
+            info!(group = %self.group_id, coordinator = node, broker = %addr, "group coordinator found");
+        }
+        let old = {
+            let mut st = self.state();
+            st.node = Some(node);
+            st.conns[lane as usize].replace(conn.clone())
+        };
+        if let Some(old) = old {
+            close(old);
         }
         Ok(conn)
+    }
+
+    /// The coordinator `node` is gone: close every connection to it.
+    fn forget(&self, node: i32) {
+        *self.last_node() = Some(node);
+        let old = {
+            let mut st = self.state();
+            if st.node != Some(node) {
+                return;
+            }
+            st.node = None;
+            [st.conns[0].take(), st.conns[1].take()]
+        };
+        for c in old.into_iter().flatten() {
+            close(c);
+        }
     }
 
     fn last_node(&self) -> std::sync::MutexGuard<'_, Option<i32>> {
@@ -197,14 +244,31 @@ impl Coordinator {
         }))
     }
 
-    /// Forget the coordinator `conn` leads to (it failed with `error`): its connection
-    /// is closed at once, the next call finds the coordinator again.
+    /// `conn` failed with `error`, a coordinator loss: `conn` is closed at once. Unless
+    /// the request merely timed out (the coordinator may be busy), the coordinator is
+    /// forgotten — every connection to it closed, the next call finds it again.
     pub(crate) fn mark_unknown(&self, conn: &Connection, error: &Error) {
-        let mut cur = self.current();
-        if let Some(old) = cur.take_if(|c| c.conn.same(conn)) {
-            drop(cur);
-            info!(group = %self.group_id, coordinator = old.node, error = %error, "group coordinator lost; finding it again");
-            close(old.conn);
+        let (node, old) = {
+            let mut st = self.state();
+            let Some(lane) = st
+                .conns
+                .iter()
+                .position(|c| c.as_ref().is_some_and(|c| c.same(conn)))
+            else {
+                return;
+            };
+            (st.node, st.conns[lane].take())
+        };
+        if let Some(old) = old {
+            close(old);
+        }
+        if error.is_timeout() {
+            debug!(group = %self.group_id, coordinator = ?node, error = %error, "group coordinator request timed out; reconnecting");
+            return;
+        }
+        if let Some(node) = node {
+            info!(group = %self.group_id, coordinator = node, error = %error, "group coordinator lost; finding it again");
+            self.forget(node);
         }
     }
 
@@ -227,7 +291,7 @@ impl Coordinator {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let step = async {
-                let c = self.connection().await?;
+                let c = self.connection(Lane::Offsets).await?;
                 let r = f(c.clone()).await;
                 if let Err(e) = &r {
                     if coordinator_lost(e) {
@@ -240,7 +304,7 @@ impl Coordinator {
                 Ok(r) => r,
                 Err(_) => {
                     let e = Error::new(ErrorKind::Timeout, format!("{op} timed out"));
-                    if let Some(c) = self.cached() {
+                    if let Some(c) = self.cached(Lane::Offsets) {
                         self.mark_unknown(&c, &e);
                     }
                     Err(e)
@@ -257,11 +321,15 @@ impl Coordinator {
         }
     }
 
-    /// Close the coordinator connection (the reader closes).
+    /// Close the coordinator connections (the reader closes).
     pub(crate) async fn close(&self) {
-        let cur = self.current().take();
-        if let Some(c) = cur {
-            c.conn.close().await;
+        let old = {
+            let mut st = self.state();
+            st.node = None;
+            [st.conns[0].take(), st.conns[1].take()]
+        };
+        for c in old.into_iter().flatten() {
+            c.close().await;
         }
     }
 }

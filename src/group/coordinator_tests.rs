@@ -12,7 +12,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use super::coordinator::Coordinator;
+use super::coordinator::{Coordinator, Lane};
 use super::GroupEvent;
 use crate::admin::Admin;
 use crate::cluster::Cluster;
@@ -271,7 +271,7 @@ async fn lookup_skips_a_hanging_broker_and_dials_a_dedicated_connection() {
     cluster.connection(1).await.unwrap();
     let coord = Coordinator::new("g".into(), cluster.clone(), Duration::from_millis(300));
     let t0 = Instant::now();
-    let conn = coord.connection().await.unwrap();
+    let conn = coord.connection(Lane::Membership).await.unwrap();
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert_eq!(conn.broker(), format!("127.0.0.1:{}", fake.ports[2]));
     assert_eq!(asked.lock().unwrap()[..], [1, 2]);
@@ -279,7 +279,37 @@ async fn lookup_skips_a_hanging_broker_and_dials_a_dedicated_connection() {
     let shared = cluster.connection(3).await.unwrap();
     assert!(!conn.same(&shared));
     // cached while open
-    assert!(coord.connection().await.unwrap().same(&conn));
+    assert!(coord
+        .connection(Lane::Membership)
+        .await
+        .unwrap()
+        .same(&conn));
+    // commits get a connection of their own to the known coordinator, no new lookup
+    let offsets = coord.connection(Lane::Offsets).await.unwrap();
+    assert!(!offsets.same(&conn) && !offsets.same(&shared));
+    assert_eq!(offsets.broker(), conn.broker());
+    assert_eq!(asked.lock().unwrap().len(), 2);
+    // a timed-out request drops only its own connection
+    coord.mark_unknown(
+        &offsets,
+        &crate::Error::new(crate::ErrorKind::Timeout, "slow"),
+    );
+    assert!(coord
+        .connection(Lane::Membership)
+        .await
+        .unwrap()
+        .same(&conn));
+    assert!(!coord
+        .connection(Lane::Offsets)
+        .await
+        .unwrap()
+        .same(&offsets));
+    assert_eq!(asked.lock().unwrap().len(), 2);
+    // a lost coordinator drops both and is found again
+    coord.mark_unknown(&conn, &crate::Error::kafka(ErrorCode::NotCoordinator));
+    let again = coord.connection(Lane::Membership).await.unwrap();
+    assert!(!again.same(&conn));
+    assert_eq!(asked.lock().unwrap().len(), 3);
     coord.close().await;
     cluster.close().await;
 }

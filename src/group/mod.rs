@@ -81,7 +81,7 @@ pub use assignor::{
 };
 pub(crate) use commit::Commits;
 pub use commit::{CommitMode, Committer, Offset};
-use coordinator::{coordinator_lost, coordinator_retriable, Coordinator};
+use coordinator::{coordinator_lost, coordinator_retriable, Coordinator, Lane};
 
 use crate::admin::Admin;
 use crate::conn::Connection;
@@ -691,7 +691,7 @@ impl GroupTask {
         generation: i32,
         watched: &mut Watched,
     ) -> Result<(i32, Vec<TopicPartition>)> {
-        let conn = self.group.coord.connection().await?;
+        let conn = self.group.coord.connection(Lane::Membership).await?;
         let r = self
             .join_and_sync_on(&conn, member_id, owned, generation, watched)
             .await;
@@ -1126,7 +1126,7 @@ impl GroupTask {
     /// coordinator is marked unknown. The send is time-boxed by `send_timeout`.
     async fn heartbeat(&self, req: &HeartbeatRequest, send_timeout: Duration) -> Result<()> {
         let coord = &self.group.coord;
-        let c = coord.connection().await?;
+        let c = coord.connection(Lane::Membership).await?;
         let r = match tokio::time::timeout(send_timeout, c.send(req)).await {
             Ok(Ok(resp)) => match ErrorCode::non_zero(resp.error_code) {
                 None => Ok(()),
@@ -1157,7 +1157,7 @@ impl GroupTask {
             return;
         }
         let r = async {
-            let conn = g.coord.connection().await?;
+            let conn = g.coord.connection(Lane::Membership).await?;
             let v = conn.version_for::<LeaveGroupRequest>()?;
             let req = LeaveGroupRequest {
                 group_id: g.group_id.clone(),
