@@ -457,6 +457,15 @@ struct Joined {
     members: Vec<JoinGroupResponseMember>,
 }
 
+/// A task aborted when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Why a generation ended.
 enum End {
     /// Rejoin, committing first.
@@ -1044,21 +1053,24 @@ impl GroupTask {
         watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         watch.reset();
         let mut last_ok = Instant::now();
-        // The interval commit in flight: polled alongside the heartbeats, so a slow
-        // commit never delays a heartbeat. Dropping it (on return) loses nothing: offsets
-        // count as committed only once the broker accepted them.
-        type Commit<'a> = Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + 'a>>;
-        let mut inflight: Option<Commit<'_>> = None;
+        // The interval commit in flight: a task of its own, so a slow commit never
+        // delays a heartbeat — and never deadlocks one: a commit future polled by this
+        // loop would stall, while a heartbeat runs, holding the coordinator lookup the
+        // heartbeat waits for. Aborting it (on return) loses nothing: offsets count as
+        // committed only once the broker accepted them.
+        let mut inflight: Option<AbortOnDrop> = None;
         loop {
             if g.closing() {
                 return End::Close;
             }
             tokio::select! {
                 _ = g.wake.notified() => {}
-                Some(r) = futures::future::OptionFuture::from(inflight.as_mut()), if inflight.is_some() => {
+                Some(r) = futures::future::OptionFuture::from(inflight.as_mut().map(|h| &mut h.0)), if inflight.is_some() => {
                     inflight = None;
-                    if let Err(e) = r {
-                        warn!(group = %g.group_id, error = %e, "interval commit failed");
+                    match r {
+                        Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "interval commit failed"),
+                        Err(e) => warn!(group = %g.group_id, error = %e, "interval commit task failed"),
+                        Ok(Ok(())) => {}
                     }
                 }
                 _ = watch.tick(), if watch_every.is_some() => {
@@ -1072,7 +1084,8 @@ impl GroupTask {
                     }
                 }
                 _ = commit.tick(), if commit_every.is_some() && inflight.is_none() => {
-                    inflight = Some(Box::pin(g.commit_pending(None)));
+                    let g = g.clone();
+                    inflight = Some(AbortOnDrop(tokio::spawn(async move { g.commit_pending(None).await })));
                 }
                 _ = beat.tick() => {
                     let req = HeartbeatRequest {
