@@ -609,11 +609,17 @@ async fn group_survives_leader_and_coordinator_loss(cluster: &mut TestCluster) {
         let bootstrap = bootstrap.clone();
         let topic = topic.clone();
         tokio::spawn(async move {
+            // A delivery budget that outlasts a failover (a leader kill, then the
+            // restarted node catching up while the coordinator's node is killed: below
+            // min.insync.replicas for a while), as Java's 120 s `delivery.timeout.ms`
+            // does: the default 10 attempts (~7 s) give up on records the group is then
+            // expected to process.
             let mut writer = Writer::new(
                 WriterConfig::new(bootstrap)
                     .topic(&topic)
                     .required_acks(RequiredAcks::All)
-                    .idempotent(true),
+                    .idempotent(true)
+                    .max_attempts(60),
             )
             .unwrap();
             let mut errors = Vec::new();
@@ -695,6 +701,11 @@ async fn group_survives_leader_and_coordinator_loss(cluster: &mut TestCluster) {
         .unwrap();
     #[allow(non_snake_case)]
     let N = n;
+    // Records the writer gave up on can never be processed: name that cause first.
+    assert!(
+        producer_errors.is_empty(),
+        "writer errors: {producer_errors:?}"
+    );
     let live = blocking(|| cluster.live_addr());
     // Every record processed.
     let t_wait = Instant::now();

@@ -109,39 +109,44 @@ impl Admin {
     pub async fn find_coordinator(&self, group: &str) -> Result<i32> {
         self.retry("FindCoordinator", || async move {
             let (_, c) = self.any_connection().await?;
-            let v = c.version_for::<FindCoordinatorRequest>()?;
-            let req = FindCoordinatorRequest {
-                key: group.to_string(),
-                key_type: 0,
-                coordinator_keys: if v >= 4 {
-                    vec![group.to_string()]
-                } else {
-                    Vec::new()
-                },
-                ..Default::default()
-            };
-            let resp = c.send_version(&req, v).await?;
-            let (code, msg, node) = if v >= 4 {
-                let co = resp
-                    .coordinators
-                    .iter()
-                    .find(|co| co.key == group)
-                    .ok_or_else(|| {
-                        Error::protocol("FindCoordinator response does not mention the group")
-                    })?;
-                (co.error_code, co.error_message.clone(), co.node_id)
-            } else {
-                (resp.error_code, resp.error_message.clone(), resp.node_id)
-            };
-            match ErrorCode::non_zero(code) {
-                Some(code) => Err(code_error(code, msg.as_deref()).with_broker(c.broker())),
-                None => {
-                    debug!(group, coordinator = node, "found group coordinator");
-                    Ok(node)
-                }
-            }
+            Self::find_coordinator_on(&c, group).await
         })
         .await
+    }
+
+    /// FindCoordinator for `group` asked of the broker behind `c`, once.
+    pub(crate) async fn find_coordinator_on(c: &Connection, group: &str) -> Result<i32> {
+        let v = c.version_for::<FindCoordinatorRequest>()?;
+        let req = FindCoordinatorRequest {
+            key: group.to_string(),
+            key_type: 0,
+            coordinator_keys: if v >= 4 {
+                vec![group.to_string()]
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
+        };
+        let resp = c.send_version(&req, v).await?;
+        let (code, msg, node) = if v >= 4 {
+            let co = resp
+                .coordinators
+                .iter()
+                .find(|co| co.key == group)
+                .ok_or_else(|| {
+                    Error::protocol("FindCoordinator response does not mention the group")
+                })?;
+            (co.error_code, co.error_message.clone(), co.node_id)
+        } else {
+            (resp.error_code, resp.error_message.clone(), resp.node_id)
+        };
+        match ErrorCode::non_zero(code) {
+            Some(code) => Err(code_error(code, msg.as_deref()).with_broker(c.broker())),
+            None => {
+                debug!(group, coordinator = node, "found group coordinator");
+                Ok(node)
+            }
+        }
     }
 
     /// The coordinator of `group`: cached, else found with FindCoordinator.
@@ -348,6 +353,19 @@ impl Admin {
         group: &str,
         topics: Option<&[&str]>,
     ) -> Result<Results<TopicPartition, CommittedOffset>> {
+        let wanted = self.offset_fetch_wanted(topics).await?;
+        let wanted = wanted.as_deref();
+        self.with_coordinator("OffsetFetch", group, |c, _| async move {
+            Self::offset_fetch_on(&c, group, wanted).await
+        })
+        .await
+    }
+
+    /// The partitions of `topics` (every partition of each), for an OffsetFetch.
+    pub(crate) async fn offset_fetch_wanted(
+        &self,
+        topics: Option<&[&str]>,
+    ) -> Result<Option<Vec<(String, Vec<i32>)>>> {
         let mut wanted: Option<Vec<(String, Vec<i32>)>> = None;
         if let Some(ts) = topics {
             let mut v = Vec::new();
@@ -356,32 +374,23 @@ impl Admin {
             }
             wanted = Some(v);
         }
-        let wanted = &wanted;
-        self.with_coordinator("OffsetFetch", group, |c, _| async move {
-            let v = c.version_for::<OffsetFetchRequest>()?;
-            let req = if v >= 8 {
-                OffsetFetchRequest {
-                    groups: vec![OffsetFetchRequestGroup {
-                        group_id: group.to_string(),
-                        topics: wanted.as_ref().map(|w| {
-                            w.iter()
-                                .map(|(t, ps)| OffsetFetchRequestTopics {
-                                    name: t.clone(),
-                                    partition_indexes: ps.clone(),
-                                    ..Default::default()
-                                })
-                                .collect()
-                        }),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }
-            } else {
-                OffsetFetchRequest {
+        Ok(wanted)
+    }
+
+    /// OffsetFetch of `group` (the `wanted` partitions, or all) over `c`, once.
+    pub(crate) async fn offset_fetch_on(
+        c: &Connection,
+        group: &str,
+        wanted: Option<&[(String, Vec<i32>)]>,
+    ) -> Result<Results<TopicPartition, CommittedOffset>> {
+        let v = c.version_for::<OffsetFetchRequest>()?;
+        let req = if v >= 8 {
+            OffsetFetchRequest {
+                groups: vec![OffsetFetchRequestGroup {
                     group_id: group.to_string(),
                     topics: wanted.as_ref().map(|w| {
                         w.iter()
-                            .map(|(t, ps)| OffsetFetchRequestTopic {
+                            .map(|(t, ps)| OffsetFetchRequestTopics {
                                 name: t.clone(),
                                 partition_indexes: ps.clone(),
                                 ..Default::default()
@@ -389,72 +398,86 @@ impl Admin {
                             .collect()
                     }),
                     ..Default::default()
-                }
-            };
-            let resp = c.send_version(&req, v).await?;
-            let mut out = Vec::new();
-            let mut push = |topic: &str,
-                            partition: i32,
-                            offset: i64,
-                            epoch: i32,
-                            meta: Option<String>,
-                            code: i16| {
-                let tp = TopicPartition::new(topic, partition);
-                let r = match ErrorCode::non_zero(code) {
-                    Some(code) => Err(Error::kafka(code)
-                        .with_topic(topic)
-                        .with_partition(partition)),
-                    None => Ok(CommittedOffset {
-                        offset,
-                        leader_epoch: epoch,
-                        metadata: meta,
-                    }),
-                };
-                out.push((tp, r));
-            };
-            let group_code = if v >= 8 {
-                let g = resp
-                    .groups
-                    .into_iter()
-                    .find(|g| g.group_id == group)
-                    .ok_or_else(|| {
-                        Error::protocol("OffsetFetch response does not mention the group")
-                    })?;
-                for t in g.topics {
-                    for p in t.partitions {
-                        push(
-                            &t.name,
-                            p.partition_index,
-                            p.committed_offset,
-                            p.committed_leader_epoch,
-                            p.metadata,
-                            p.error_code,
-                        );
-                    }
-                }
-                g.error_code
-            } else {
-                for t in resp.topics {
-                    for p in t.partitions {
-                        push(
-                            &t.name,
-                            p.partition_index,
-                            p.committed_offset,
-                            p.committed_leader_epoch,
-                            p.metadata,
-                            p.error_code,
-                        );
-                    }
-                }
-                resp.error_code
-            };
-            if let Some(code) = ErrorCode::non_zero(group_code) {
-                return Err(Error::kafka(code).with_broker(c.broker()));
+                }],
+                ..Default::default()
             }
-            out.sort_by(|a, b| a.0.cmp(&b.0));
-            Ok(out)
-        })
-        .await
+        } else {
+            OffsetFetchRequest {
+                group_id: group.to_string(),
+                topics: wanted.as_ref().map(|w| {
+                    w.iter()
+                        .map(|(t, ps)| OffsetFetchRequestTopic {
+                            name: t.clone(),
+                            partition_indexes: ps.clone(),
+                            ..Default::default()
+                        })
+                        .collect()
+                }),
+                ..Default::default()
+            }
+        };
+        let resp = c.send_version(&req, v).await?;
+        let mut out = Vec::new();
+        let mut push = |topic: &str,
+                        partition: i32,
+                        offset: i64,
+                        epoch: i32,
+                        meta: Option<String>,
+                        code: i16| {
+            let tp = TopicPartition::new(topic, partition);
+            let r = match ErrorCode::non_zero(code) {
+                Some(code) => Err(Error::kafka(code)
+                    .with_topic(topic)
+                    .with_partition(partition)),
+                None => Ok(CommittedOffset {
+                    offset,
+                    leader_epoch: epoch,
+                    metadata: meta,
+                }),
+            };
+            out.push((tp, r));
+        };
+        let group_code = if v >= 8 {
+            let g = resp
+                .groups
+                .into_iter()
+                .find(|g| g.group_id == group)
+                .ok_or_else(|| {
+                    Error::protocol("OffsetFetch response does not mention the group")
+                })?;
+            for t in g.topics {
+                for p in t.partitions {
+                    push(
+                        &t.name,
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.metadata,
+                        p.error_code,
+                    );
+                }
+            }
+            g.error_code
+        } else {
+            for t in resp.topics {
+                for p in t.partitions {
+                    push(
+                        &t.name,
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.metadata,
+                        p.error_code,
+                    );
+                }
+            }
+            resp.error_code
+        };
+        if let Some(code) = ErrorCode::non_zero(group_code) {
+            return Err(Error::kafka(code).with_broker(c.broker()));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
     }
 
     /// Commit `offsets` for `group` as an admin (generation -1, no member: the group must
@@ -486,7 +509,24 @@ impl Admin {
         group_instance_id: Option<&str>,
         offsets: &[(TopicPartition, i64)],
     ) -> Result<Results<TopicPartition>> {
-        let req = OffsetCommitRequest {
+        let req =
+            &Self::offset_commit_request(group, generation, member_id, group_instance_id, offsets);
+        self.with_coordinator("OffsetCommit", group, |c, _| async move {
+            Self::offset_commit_on(&c, req, offsets).await
+        })
+        .await
+    }
+
+    /// The OffsetCommit request committing `offsets` for `group` as `member_id` of
+    /// `generation`.
+    pub(crate) fn offset_commit_request(
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        offsets: &[(TopicPartition, i64)],
+    ) -> OffsetCommitRequest {
+        OffsetCommitRequest {
             group_id: group.to_string(),
             generation_id_or_member_epoch: generation,
             member_id: member_id.to_string(),
@@ -510,24 +550,27 @@ impl Admin {
                 })
                 .collect(),
             ..Default::default()
-        };
-        let req = &req;
-        let resp = self
-            .with_coordinator("OffsetCommit", group, |c, _| async move {
-                let resp = c.send(req).await?;
-                // Kafka reports coordinator moves per partition.
-                for t in &resp.topics {
-                    for p in &t.partitions {
-                        if let Some(code) =
-                            ErrorCode::non_zero(p.error_code).filter(|c| coordinator_moved(*c))
-                        {
-                            return Err(Error::kafka(code).with_broker(c.broker()));
-                        }
-                    }
+        }
+    }
+
+    /// Send `req` (committing `offsets`) over `c`, once: one result per partition; a
+    /// coordinator move reported for any partition is the whole call's error.
+    pub(crate) async fn offset_commit_on(
+        c: &Connection,
+        req: &OffsetCommitRequest,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<Results<TopicPartition>> {
+        let resp = c.send(req).await?;
+        // Kafka reports coordinator moves per partition.
+        for t in &resp.topics {
+            for p in &t.partitions {
+                if let Some(code) =
+                    ErrorCode::non_zero(p.error_code).filter(|c| coordinator_moved(*c))
+                {
+                    return Err(Error::kafka(code).with_broker(c.broker()));
                 }
-                Ok(resp)
-            })
-            .await?;
+            }
+        }
         Ok(partition_results(
             offsets.iter().map(|(tp, _)| tp),
             "OffsetCommit",

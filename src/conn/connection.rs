@@ -405,6 +405,11 @@ impl Connection {
         &self.shared.config
     }
 
+    /// Whether `self` and `other` are handles on the same connection.
+    pub(crate) fn same(&self, other: &Connection) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// Whether the connection is dead (failed or closed); every further send fails with the
     /// reason it died.
     pub fn is_closed(&self) -> bool {

@@ -34,9 +34,12 @@
 //! mixed members agrees on a protocol every member offers; a member offering both an
 //! eager and a cooperative assignor rebalances eagerly.
 //!
-//! Errors of the group (e.g. `GroupAuthorizationFailed`, no coordinator after the
-//! retries) are yielded by the reader's stream; the task keeps retrying after
-//! `join_backoff`.
+//! The coordinator is reached over a dedicated connection (see `coordinator.rs`):
+//! coordinator failures (`NOT_COORDINATOR`, `COORDINATOR_NOT_AVAILABLE`,
+//! `COORDINATOR_LOAD_IN_PROGRESS`, connection failures and timeouts) are retried
+//! silently, finding the coordinator again and keeping the generation, as the Java client
+//! does. Other errors of the group (e.g. `GroupAuthorizationFailed`) are yielded by the
+//! reader's stream; the task keeps retrying after `join_backoff`.
 //!
 //! Topic patterns and the partition watch: every
 //! [`partition_watch_interval`](crate::reader::ReaderConfig::partition_watch_interval)
@@ -56,6 +59,9 @@
 
 mod assignor;
 mod commit;
+mod coordinator;
+#[cfg(test)]
+mod coordinator_tests;
 
 use crate::util::duration_ms;
 use std::collections::{BTreeMap, VecDeque};
@@ -75,6 +81,7 @@ pub use assignor::{
 };
 pub(crate) use commit::Commits;
 pub use commit::{CommitMode, Committer, Offset};
+use coordinator::{coordinator_lost, coordinator_retriable, Coordinator, Lane};
 
 use crate::admin::Admin;
 use crate::conn::Connection;
@@ -209,6 +216,10 @@ pub(crate) struct GroupShared {
     pub(crate) group_id: String,
     pub(crate) instance_id: Option<String>,
     pub(crate) admin: Admin,
+    /// The dedicated coordinator connection (heartbeats, join, sync, commits).
+    coord: Coordinator,
+    /// How long one coordinator request may take (OffsetCommit, OffsetFetch).
+    request_timeout: Duration,
     pub(crate) mode: CommitMode,
     pub(crate) contiguous: bool,
     commits: Mutex<Commits>,
@@ -224,13 +235,29 @@ pub(crate) struct GroupShared {
     pub(crate) wake: Notify,
 }
 
+/// How long one coordinator lookup step (FindCoordinator to one broker, a dial) may
+/// take: twice the heartbeat interval, 2 to 5 s.
+fn coordinator_step(config: &ReaderConfig) -> Duration {
+    config
+        .heartbeat_interval
+        .saturating_mul(2)
+        .clamp(Duration::from_secs(2), Duration::from_secs(5))
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl GroupShared {
-    pub(crate) fn new(config: &ReaderConfig, group_id: String, admin: Admin) -> Self {
+    pub(crate) fn new(
+        config: &ReaderConfig,
+        group_id: String,
+        admin: Admin,
+        cluster: crate::cluster::Cluster,
+    ) -> Self {
         GroupShared {
+            coord: Coordinator::new(group_id.clone(), cluster, coordinator_step(config)),
+            request_timeout: config.request_timeout,
             group_id,
             instance_id: config.group_instance_id.clone(),
             admin,
@@ -299,33 +326,27 @@ impl GroupShared {
                 )
             })
             .collect();
-        // The admin call finds the coordinator again on `NotCoordinator` and the like, but
-        // gives up after a few quick attempts; a coordinator failover (the broker fenced,
-        // the offsets partition's new leader loading the group) takes longer, so keep
-        // retrying within the commit timeout. The generation stays valid meanwhile.
-        let deadline = Instant::now() + self.commit_timeout;
-        let mut backoff = Duration::from_millis(100);
-        let results = loop {
-            match self
-                .admin
-                .commit_offsets_as(
-                    &self.group_id,
-                    generation,
-                    &member_id,
-                    self.instance_id.as_deref(),
-                    &offsets,
-                )
-                .await
-            {
-                Ok(r) => break r,
-                Err(e) if e.is_retriable() && Instant::now() + backoff < deadline => {
-                    debug!(group = %self.group_id, error = %e, "commit failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
-                Err(e) => return Err(e),
-            }
-        };
+        // Over the coordinator connection, finding the coordinator again on
+        // `NotCoordinator` and the like and retrying within the commit timeout: a
+        // coordinator failover (the broker fenced, the offsets partition's new leader
+        // loading the group) takes a few seconds. The generation stays valid meanwhile.
+        let req = Admin::offset_commit_request(
+            &self.group_id,
+            generation,
+            &member_id,
+            self.instance_id.as_deref(),
+            &offsets,
+        );
+        let (req, offsets) = (&req, &offsets);
+        let results = self
+            .coord
+            .call(
+                "OffsetCommit",
+                Instant::now() + self.commit_timeout,
+                self.request_timeout,
+                |c| async move { Admin::offset_commit_on(&c, req, offsets).await },
+            )
+            .await?;
         let mut first_err = None;
         let mut c = self.commits();
         for ((tp, r), (_, offset)) in results.into_iter().zip(due.iter()) {
@@ -436,6 +457,15 @@ struct Joined {
     members: Vec<JoinGroupResponseMember>,
 }
 
+/// A task aborted when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Why a generation ended.
 enum End {
     /// Rejoin, committing first.
@@ -528,6 +558,8 @@ impl GroupTask {
         let cooperative = self.cooperative();
         let mut member_id = String::new();
         let mut failures = 0u32;
+        // between retries of coordinator failures (100 ms doubling to 1 s)
+        let mut coordinator_backoff = Duration::from_millis(100);
         // The partitions this member owns and the generation it last joined: the eager
         // protocol gives all of them up before each JoinGroup, the cooperative one keeps
         // them (and reports them in the subscription) and gives up only those the new
@@ -540,14 +572,15 @@ impl GroupTask {
                 r = self.join_and_sync(&mut member_id, &owned, generation, &mut watched) => r,
                 _ = g.wake.notified() => continue,
             };
-            let (conn, new_generation, assigned) = match joined {
+            let (new_generation, assigned) = match joined {
                 Ok(v) => {
                     failures = 0;
+                    coordinator_backoff = Duration::from_millis(100);
                     v
                 }
                 Err(e) if e.kafka_code() == Some(ErrorCode::RebalanceInProgress) => {
-                    // another member joined or left between our JoinGroup and SyncGroup (or,
-                    // with tansu, the leader has not synced yet): rejoin soon
+                    // another member joined or left between our JoinGroup and SyncGroup:
+                    // rejoin soon
                     debug!(group = %g.group_id, error = %e, "rebalance in progress; joining again");
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(100)) => {}
@@ -565,6 +598,18 @@ impl GroupTask {
                     self.give_up(&owned, true).await;
                     owned.clear();
                     generation = -1;
+                    continue;
+                }
+                Err(e) if coordinator_retriable(&e) => {
+                    // The coordinator moved, is loading or unreachable: found again and
+                    // retried silently, as the Java client does; the membership (if any)
+                    // is kept.
+                    info!(group = %g.group_id, error = %e, "group coordinator unavailable while joining; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(coordinator_backoff) => {}
+                        _ = g.wake.notified() => {}
+                    }
+                    coordinator_backoff = (coordinator_backoff * 2).min(Duration::from_secs(1));
                     continue;
                 }
                 Err(e) => {
@@ -600,7 +645,9 @@ impl GroupTask {
             }
             if let Err(e) = self.take(generation, &member_id, &added).await {
                 warn!(group = %g.group_id, error = %e, "fetching committed offsets failed; rejoining");
-                self.report(e);
+                if !coordinator_retriable(&e) {
+                    self.report(e);
+                }
                 if !cooperative {
                     self.give_up(&owned, false).await;
                     owned.clear();
@@ -616,10 +663,7 @@ impl GroupTask {
                 debug!(group = %g.group_id, generation, revoked = revoked.len(), "revoked partitions; rejoining");
                 continue;
             }
-            match self
-                .heartbeat_loop(&conn, generation, &member_id, &watched)
-                .await
-            {
+            match self.heartbeat_loop(generation, &member_id, &watched).await {
                 End::Rejoin => {
                     if !cooperative {
                         self.give_up(&owned, false).await;
@@ -642,33 +686,45 @@ impl GroupTask {
             warn!(group = %g.group_id, error = %e, "committing on close failed");
         }
         self.leave(&member_id).await;
+        g.coord.close().await;
         g.close_events();
     }
 
-    async fn coordinator(&self) -> Result<Connection> {
-        let node = self
-            .group
-            .admin
-            .find_coordinator(&self.group.group_id)
-            .await?;
-        self.reader.cluster.connection(node).await
-    }
-
-    /// JoinGroup and SyncGroup: the coordinator connection, the generation and this
-    /// member's partitions.
+    /// JoinGroup and SyncGroup over the coordinator connection: the generation and this
+    /// member's partitions. A coordinator lost on the way is marked unknown (found
+    /// again on the next attempt).
     async fn join_and_sync(
         &self,
         member_id: &mut String,
         owned: &[TopicPartition],
         generation: i32,
         watched: &mut Watched,
-    ) -> Result<(Connection, i32, Vec<TopicPartition>)> {
+    ) -> Result<(i32, Vec<TopicPartition>)> {
+        let conn = self.group.coord.connection(Lane::Membership).await?;
+        let r = self
+            .join_and_sync_on(&conn, member_id, owned, generation, watched)
+            .await;
+        if let Err(e) = &r {
+            if coordinator_lost(e) {
+                self.group.coord.mark_unknown(&conn, e);
+            }
+        }
+        r
+    }
+
+    async fn join_and_sync_on(
+        &self,
+        conn: &Connection,
+        member_id: &mut String,
+        owned: &[TopicPartition],
+        generation: i32,
+        watched: &mut Watched,
+    ) -> Result<(i32, Vec<TopicPartition>)> {
         let g = &self.group;
-        let conn = self.coordinator().await?;
         watched.topics = self.subscribed().await?;
         watched.counts = None;
         let joined = self
-            .join(&conn, member_id, owned, generation, &watched.topics)
+            .join(conn, member_id, owned, generation, &watched.topics)
             .await?;
         *member_id = joined.member_id.clone();
         let is_leader = joined.leader == joined.member_id;
@@ -718,7 +774,7 @@ impl GroupTask {
             }
         }
         partitions.sort();
-        Ok((conn, joined.generation, partitions))
+        Ok((joined.generation, partitions))
     }
 
     async fn join(
@@ -895,11 +951,18 @@ impl GroupTask {
         if !partitions.is_empty() {
             let mut topics: Vec<&str> = partitions.iter().map(|tp| tp.topic.as_str()).collect();
             topics.dedup();
-            for (tp, r) in g
-                .admin
-                .fetch_group_offsets(&g.group_id, Some(&topics))
-                .await?
-            {
+            let wanted = g.admin.offset_fetch_wanted(Some(&topics)).await?;
+            let (group_id, wanted) = (&g.group_id, wanted.as_deref());
+            let fetched = g
+                .coord
+                .call(
+                    "OffsetFetch",
+                    Instant::now() + g.commit_timeout,
+                    g.request_timeout,
+                    |c| async move { Admin::offset_fetch_on(&c, group_id, wanted).await },
+                )
+                .await?;
+            for (tp, r) in fetched {
                 committed.insert(TopicPartition::new(tp.topic, tp.partition), r?.offset);
             }
         }
@@ -960,20 +1023,23 @@ impl GroupTask {
         });
     }
 
-    async fn heartbeat_loop(
-        &self,
-        conn: &Connection,
-        generation: i32,
-        member_id: &str,
-        watched: &Watched,
-    ) -> End {
+    async fn heartbeat_loop(&self, generation: i32, member_id: &str, watched: &Watched) -> End {
         let g = &self.group;
         let config = self.config();
-        // The coordinator connection; `None` once the coordinator is known to be lost
-        // (connection failed, `NotCoordinator`, `CoordinatorNotAvailable`, timeout): the
-        // next heartbeat finds it again first. The generation stays valid meanwhile, as
-        // in the Java client's `markCoordinatorUnknown` — no rejoin.
-        let mut conn: Option<Connection> = Some(conn.clone());
+        // Heartbeats go over the dedicated coordinator connection. A coordinator lost
+        // (connection failed or timed out, `NotCoordinator`, `CoordinatorNotAvailable`)
+        // is marked unknown and found again before the next heartbeat, which comes soon
+        // (100 ms doubling to the interval); the generation stays valid meanwhile, as in
+        // the Java client's `markCoordinatorUnknown` — no rejoin. Only the coordinator's
+        // answer (`UnknownMemberId`, `IllegalGeneration`, `FencedInstanceId`,
+        // `RebalanceInProgress`) changes the membership — or no answer at all for the
+        // session and rebalance timeouts together, after which the broker has surely
+        // expired this member.
+        let send_timeout = (config.session_timeout / 3).max(coordinator_step(config));
+        let give_up_after = config
+            .session_timeout
+            .saturating_add(config.rebalance_timeout);
+        let mut retry = Duration::from_millis(100);
         let mut beat = tokio::time::interval(config.heartbeat_interval);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let commit_every = match g.mode {
@@ -987,21 +1053,24 @@ impl GroupTask {
         watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         watch.reset();
         let mut last_ok = Instant::now();
-        // The interval commit in flight: polled alongside the heartbeats, so a slow
-        // commit never delays a heartbeat. Dropping it (on return) loses nothing: offsets
-        // count as committed only once the broker accepted them.
-        type Commit<'a> = Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + 'a>>;
-        let mut inflight: Option<Commit<'_>> = None;
+        // The interval commit in flight: a task of its own, so a slow commit never
+        // delays a heartbeat — and never deadlocks one: a commit future polled by this
+        // loop would stall, while a heartbeat runs, holding the coordinator lookup the
+        // heartbeat waits for. Aborting it (on return) loses nothing: offsets count as
+        // committed only once the broker accepted them.
+        let mut inflight: Option<AbortOnDrop> = None;
         loop {
             if g.closing() {
                 return End::Close;
             }
             tokio::select! {
                 _ = g.wake.notified() => {}
-                Some(r) = futures::future::OptionFuture::from(inflight.as_mut()), if inflight.is_some() => {
+                Some(r) = futures::future::OptionFuture::from(inflight.as_mut().map(|h| &mut h.0)), if inflight.is_some() => {
                     inflight = None;
-                    if let Err(e) = r {
-                        warn!(group = %g.group_id, error = %e, "interval commit failed");
+                    match r {
+                        Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "interval commit failed"),
+                        Err(e) => warn!(group = %g.group_id, error = %e, "interval commit task failed"),
+                        Ok(Ok(())) => {}
                     }
                 }
                 _ = watch.tick(), if watch_every.is_some() => {
@@ -1015,26 +1084,10 @@ impl GroupTask {
                     }
                 }
                 _ = commit.tick(), if commit_every.is_some() && inflight.is_none() => {
-                    inflight = Some(Box::pin(g.commit_pending(None)));
+                    let g = g.clone();
+                    inflight = Some(AbortOnDrop(tokio::spawn(async move { g.commit_pending(None).await })));
                 }
                 _ = beat.tick() => {
-                    if conn.is_none() {
-                        match tokio::time::timeout(config.session_timeout, self.coordinator()).await {
-                            Ok(Ok(c)) => {
-                                info!(group = %g.group_id, generation, broker = c.broker(), "group coordinator found again");
-                                conn = Some(c);
-                            }
-                            Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "finding the group coordinator failed"),
-                            Err(_) => warn!(group = %g.group_id, "finding the group coordinator timed out"),
-                        }
-                    }
-                    let Some(c) = conn.clone() else {
-                        if last_ok.elapsed() >= config.session_timeout {
-                            warn!(group = %g.group_id, generation, "no coordinator found within the session timeout");
-                            return End::Lost { forget_member_id: false };
-                        }
-                        continue;
-                    };
                     let req = HeartbeatRequest {
                         group_id: g.group_id.clone(),
                         generation_id: generation,
@@ -1042,49 +1095,72 @@ impl GroupTask {
                         group_instance_id: g.instance_id.clone(),
                         ..Default::default()
                     };
-                    let r = tokio::time::timeout(config.session_timeout, c.send(&req)).await;
-                    match r.map(|r| r.map(|resp| ErrorCode::non_zero(resp.error_code))) {
-                        Ok(Ok(None)) => last_ok = Instant::now(),
-                        Ok(Ok(Some(code @ (ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable)))) => {
-                            warn!(group = %g.group_id, generation, ?code, "group coordinator moved; finding it again");
-                            conn = None;
-                            beat.reset_immediately();
+                    match self.heartbeat(&req, send_timeout).await {
+                        Ok(()) => {
+                            last_ok = Instant::now();
+                            retry = Duration::from_millis(100);
                         }
-                        Ok(Ok(Some(ErrorCode::CoordinatorLoadInProgress))) => {
-                            debug!(group = %g.group_id, generation, "group coordinator still loading");
+                        Err(e) if coordinator_retriable(&e) => {
+                            info!(group = %g.group_id, generation, error = %e, "heartbeat failed; retrying (generation kept)");
+                            beat.reset_after(retry.min(config.heartbeat_interval));
+                            retry = (retry * 2).min(Duration::from_secs(1));
                         }
-                        Ok(Ok(Some(ErrorCode::RebalanceInProgress))) => {
-                            info!(group = %g.group_id, generation, "rebalance in progress; rejoining");
-                            return End::Rejoin;
-                        }
-                        Ok(Ok(Some(c @ (ErrorCode::IllegalGeneration | ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId)))) => {
-                            warn!(group = %g.group_id, generation, code = ?c, "membership lost");
-                            return End::Lost { forget_member_id: c == ErrorCode::UnknownMemberId };
-                        }
-                        Ok(Ok(Some(c))) => {
-                            warn!(group = %g.group_id, generation, code = ?c, "heartbeat failed; rejoining");
-                            if !Error::kafka(c).is_retriable() {
-                                self.report(Error::kafka(c).with_message("Heartbeat failed"));
+                        Err(e) => match e.kafka_code() {
+                            Some(ErrorCode::RebalanceInProgress) => {
+                                info!(group = %g.group_id, generation, "rebalance in progress; rejoining");
+                                return End::Rejoin;
                             }
-                            return End::Rejoin;
-                        }
-                        Ok(Err(e)) => {
-                            warn!(group = %g.group_id, error = %e, "heartbeat failed; finding the group coordinator again");
-                            conn = None;
-                            beat.reset_immediately();
-                        }
-                        Err(_) => {
-                            warn!(group = %g.group_id, "heartbeat timed out; finding the group coordinator again");
-                            conn = None;
-                        }
+                            Some(c @ (ErrorCode::IllegalGeneration | ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId)) => {
+                                warn!(group = %g.group_id, generation, code = ?c, "membership lost");
+                                return End::Lost { forget_member_id: c == ErrorCode::UnknownMemberId };
+                            }
+                            Some(c) => {
+                                warn!(group = %g.group_id, generation, code = ?c, "heartbeat failed; rejoining");
+                                if !e.is_retriable() {
+                                    self.report(e.with_message("Heartbeat failed"));
+                                }
+                                return End::Rejoin;
+                            }
+                            None => {
+                                warn!(group = %g.group_id, generation, error = %e, "heartbeat failed");
+                            }
+                        },
                     }
-                    if last_ok.elapsed() >= config.session_timeout {
-                        warn!(group = %g.group_id, generation, "no heartbeat answered within the session timeout");
+                    if last_ok.elapsed() >= give_up_after {
+                        warn!(group = %g.group_id, generation, "no heartbeat answered within the session and rebalance timeouts");
                         return End::Lost { forget_member_id: false };
                     }
                 }
             }
         }
+    }
+
+    /// One heartbeat over the coordinator connection (found first if unknown); a lost
+    /// coordinator is marked unknown. The send is time-boxed by `send_timeout`.
+    async fn heartbeat(&self, req: &HeartbeatRequest, send_timeout: Duration) -> Result<()> {
+        let coord = &self.group.coord;
+        let c = coord.connection(Lane::Membership).await?;
+        let r = match tokio::time::timeout(send_timeout, c.send(req)).await {
+            Ok(Ok(resp)) => match ErrorCode::non_zero(resp.error_code) {
+                None => Ok(()),
+                Some(code) => Err(Error::kafka(code).with_broker(c.broker())),
+            },
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::new(
+                crate::error::ErrorKind::Timeout,
+                format!(
+                    "heartbeat not answered within {} ms",
+                    send_timeout.as_millis()
+                ),
+            )
+            .with_broker(c.broker())),
+        };
+        if let Err(e) = &r {
+            if coordinator_lost(e) {
+                coord.mark_unknown(&c, e);
+            }
+        }
+        r
     }
 
     /// LeaveGroup, best effort (static members stay, so a restart keeps its partitions).
@@ -1094,7 +1170,7 @@ impl GroupTask {
             return;
         }
         let r = async {
-            let conn = self.coordinator().await?;
+            let conn = g.coord.connection(Lane::Membership).await?;
             let v = conn.version_for::<LeaveGroupRequest>()?;
             let req = LeaveGroupRequest {
                 group_id: g.group_id.clone(),

@@ -205,7 +205,12 @@ impl Reader {
         });
         let group = shared.config.group_id.clone().map(|id| {
             let admin = crate::admin::Admin::new(shared.cluster.clone());
-            Arc::new(GroupShared::new(&shared.config, id, admin))
+            Arc::new(GroupShared::new(
+                &shared.config,
+                id,
+                admin,
+                shared.cluster.clone(),
+            ))
         });
         let task = tokio::spawn(task::run(shared.clone()));
         let group_task = group.clone().map(|group| {
