@@ -53,7 +53,19 @@ async fn main() -> kafkapipe::Result<()> {
             ..ProduceOptions::default()
         };
         let started = Instant::now();
-        let base = conn.produce(&topic, partition, &records, &opts).await?;
+        // Kafka creates a topic's partitions asynchronously: for a moment after
+        // CreateTopics returns, the leader may answer NOT_LEADER_OR_FOLLOWER. `Conn` is the
+        // low-level API and does not retry (the `Writer` does), so retry here.
+        let mut attempt = 0;
+        let base = loop {
+            match conn.produce(&topic, partition, &records, &opts).await {
+                Err(e) if e.is_retriable() && attempt < 50 => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                result => break result?,
+            }
+        };
         let produced = started.elapsed();
 
         let started = Instant::now();
