@@ -25,20 +25,6 @@ use kafkapipe::group::{CommitMode, GroupEvent};
 use kafkapipe::reader::{Reader, ReaderConfig};
 use kafkapipe::writer::{Hash, Message, Writer, WriterConfig};
 
-fn init_log() {
-    if let Some(v) = std::env::var_os("KAFKAPIPE_TEST_LOG") {
-        let level = if v == "debug" {
-            tracing::Level::DEBUG
-        } else {
-            tracing::Level::INFO
-        };
-        let _ = tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_test_writer()
-            .try_init();
-    }
-}
-
 fn wanted(n: u32) -> bool {
     match std::env::var("KAFKAPIPE_FAILOVER") {
         Ok(list) => list.split(',').any(|s| s.trim() == n.to_string()),
@@ -777,7 +763,7 @@ async fn group_survives_leader_and_coordinator_loss(cluster: &mut TestCluster) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_scenarios() {
-    init_log();
+    common::init_log();
     let t0 = Instant::now();
     let mut cluster = blocking(|| TestCluster::start(3));
     eprintln!("cluster of 3 ready in {:?}", t0.elapsed());

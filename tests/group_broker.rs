@@ -23,16 +23,6 @@ use kafkapipe::group::{CommitMode, GroupEvent};
 use kafkapipe::reader::{Message, Reader, ReaderConfig, TopicPartition};
 use kafkapipe::record::Record;
 
-/// `KAFKAPIPE_TEST_LOG=1`: print the client's group logs (info and above).
-fn init_log() {
-    if std::env::var_os("KAFKAPIPE_TEST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_test_writer()
-            .try_init();
-    }
-}
-
 async fn conn() -> Conn {
     Conn::connect(&common::shared().addr).await.unwrap()
 }
@@ -267,7 +257,7 @@ fn spawn_producer(
 /// processed at least once, no commit ever regresses, and after the members close the
 /// committed offsets are the log end.
 async fn members_join_and_leave_while_messages_flow() {
-    init_log();
+    common::init_log();
     let topic = new_topic("group-flow", 6).await;
     let group = common::unique_topic("group-flow-g");
     produce(&topic, 6, 0, 1_000).await;
@@ -621,7 +611,7 @@ async fn shares_a_group_with_a_librdkafka_member() {
 /// `roundrobin` assignor; the kafkapipe member decodes librdkafka's assignment and reads
 /// its partitions.
 async fn follows_a_librdkafka_leader() {
-    init_log();
+    common::init_log();
     let topic = new_topic("group-interop-follow", 6).await;
     let group = common::unique_topic("group-interop-follow-g");
     produce(&topic, 6, 0, 50).await;
@@ -706,7 +696,7 @@ async fn follows_a_librdkafka_leader() {
 /// A static member (group instance id) does not leave the group on close, and a restart
 /// with the same instance id gets its partitions back and resumes at its commits.
 async fn static_member_stays_in_the_group_across_a_restart() {
-    init_log();
+    common::init_log();
     let topic = new_topic("group-static", 2).await;
     let group = common::unique_topic("group-static-g");
     produce(&topic, 2, 0, 20).await;
@@ -1181,7 +1171,7 @@ async fn leader_watch_assigns_partitions_that_appear() {
 /// group; every failure is reported by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn group_scenarios() {
-    init_log();
+    common::init_log();
     type Scenario = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
     let scenarios: Vec<(&str, Scenario)> = vec![
         (

@@ -75,27 +75,6 @@ struct Counters {
     member_restarts: AtomicU64,
 }
 
-fn max_rss_mb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb / 1024)
-}
-
-fn init_log() {
-    if std::env::var_os("KAFKAPIPE_TEST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_test_writer()
-            .try_init();
-    }
-}
-
 /// One writer: chunks of `CHUNK` keyed messages, each chunk flushed; a chunk counts as
 /// produced only once its flush succeeded. A failed flush leaves its chunk unconfirmed
 /// (neither counted as produced nor as lost) and the writer is replaced.
@@ -238,7 +217,7 @@ async fn run_member(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_on_a_three_node_cluster_with_kills_and_cuts() {
-    init_log();
+    common::init_log();
     let secs = env_secs("KAFKAPIPE_SOAK_SECS", 30);
     let kill_every = env_secs("KAFKAPIPE_SOAK_KILL_EVERY_SECS", 30)
         .min(secs / 2)
@@ -382,7 +361,7 @@ async fn soak_on_a_three_node_cluster_with_kills_and_cuts() {
         "reader_errors": counters.reader_errors.load(Ordering::Relaxed),
         "write_errors": counters.write_errors.load(Ordering::Relaxed),
         "drain_secs": drain.elapsed().as_secs_f64(),
-        "max_rss_mb": max_rss_mb(),
+        "max_rss_mb": common::proc_memory_mib("self", "VmHWM").unwrap_or(0),
     });
     println!("{summary}");
     assert!(!produced.is_empty(), "nothing was produced");

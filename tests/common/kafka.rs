@@ -363,16 +363,7 @@ impl KafkaNode {
 
     /// Resident memory of the JVM in MiB, from /proc.
     pub fn rss_mib(&self) -> Option<u64> {
-        let pid = self.pid()?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let kb: u64 = status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()?;
-        Some(kb / 1024)
+        super::proc_memory_mib(&self.pid()?.to_string(), "VmRSS")
     }
 }
 

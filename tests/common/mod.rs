@@ -44,6 +44,36 @@ exec 3<&-
 wait "$pid"
 "#;
 
+/// `KAFKAPIPE_TEST_LOG=1`: print the client's logs (info and above) in tests;
+/// `KAFKAPIPE_TEST_LOG=debug` for debug and above.
+pub fn init_log() {
+    if let Some(v) = std::env::var_os("KAFKAPIPE_TEST_LOG") {
+        let level = if v == "debug" {
+            tracing::Level::DEBUG
+        } else {
+            tracing::Level::INFO
+        };
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// A memory figure (`VmRSS`, `VmHWM`, …) of process `pid` (`"self"` for this one) in
+/// MiB, read from `/proc/PID/status`.
+pub fn proc_memory_mib(pid: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = status
+        .lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1024)
+}
+
 /// One single-node Kafka per test binary, started on first use.
 pub fn shared() -> &'static TestBroker {
     static BROKER: OnceLock<TestBroker> = OnceLock::new();
