@@ -640,9 +640,10 @@ async fn describe_group_with_a_joined_member() {
         b.put_slice(d);
     };
 
-    // The coordinator (this broker: it is the only one) must have loaded the group's
-    // partition of __consumer_offsets before it accepts JoinGroup; FindCoordinator
-    // creates that topic on first use and answers once it is ready.
+    // The coordinator (this broker: it is the only one) answers FindCoordinator before it
+    // has loaded the group's partition of __consumer_offsets (created on first use); until
+    // then JoinGroup gets NOT_COORDINATOR (16), COORDINATOR_NOT_AVAILABLE (15) or
+    // COORDINATOR_LOAD_IN_PROGRESS (14), so the raw request is repeated while it does.
     assert_eq!(
         admin.find_coordinator(&group).await.unwrap(),
         admin.describe_cluster().await.unwrap().brokers[0].id
@@ -657,14 +658,24 @@ async fn describe_group_with_a_joined_member() {
     join.put_i32(1);
     str16(&mut join, "range");
     bytes32(&mut join, &subscription.encode(1).unwrap());
-    let addr = broker.addr.clone();
-    let resp = tokio::task::spawn_blocking(move || {
-        common::raw_request(&addr, 11, 1, &join, Duration::from_secs(10))
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    let mut r = Bytes::from(resp).slice(4..);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut r = loop {
+        let addr = broker.addr.clone();
+        let body = join.clone();
+        let resp = tokio::task::spawn_blocking(move || {
+            common::raw_request(&addr, 11, 1, &body, Duration::from_secs(10))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let r = Bytes::from(resp).slice(4..);
+        let code = i16::from_be_bytes([r[0], r[1]]);
+        if matches!(code, 14..=16) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        break r;
+    };
     assert_eq!(get_i16(&mut r).unwrap(), 0, "JoinGroup error");
     let generation = get_i32(&mut r).unwrap();
     let _protocol = get_string(&mut r, false).unwrap();
