@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """Generate protocol message modules from Apache Kafka's JSON message schemas.
 
-Usage: scripts/gen_messages.py SCHEMA_DIR
+Usage: scripts/gen_messages.py SCHEMA_DIR [GROUP]
 
 SCHEMA_DIR holds Apache Kafka's `clients/src/main/resources/common/message/*.json`
 (for example the copy bundled with kafka-python under
-`kafka/protocol/schemas/resources`). For each API listed in MESSAGES this writes
+`kafka/protocol/schemas/resources`). GROUP (default `admin`) is one of the keys of
+GROUPS. For each API listed in the group this writes
 `src/protocol/messages/<module>.rs` (request + response structs, per-version
-Encode/Decode, the Request impl, property tests) and `tests/oracle/admin.rs`
-(differential tests against the kafka-protocol crate). The output is ordinary,
-rustfmt-formatted Rust that is committed; rerun after changing this script.
+Encode/Decode, the Request impl, property tests) and the group's oracle file
+`tests/oracle/<group>.rs` (differential tests against the kafka-protocol crate). The
+output is ordinary, rustfmt-formatted Rust that is committed; rerun after changing this
+script.
+
+The `txn` and `consumer_group` groups need the schemas of Apache Kafka 4.1 (the
+version ranges below are 4.1's; fields of versions a schema lacks are not generated).
 """
 
 import json
@@ -56,13 +61,59 @@ MESSAGES = [
      "leave a group (several members per request from v3, KIP-345)."),
 ]
 
+# transactions (exactly-once)
+TXN_MESSAGES = [
+    ("add_partitions_to_txn", "AddPartitionsToTxn", 0, 5,
+     "add partitions to a transaction. Clients send the v0–v3 form (the "
+     "`v3_and_below_*` fields); from v4 the request is batched per transaction and is "
+     "sent by brokers to verify partitions (KIP-890)."),
+    ("add_offsets_to_txn", "AddOffsetsToTxn", 0, 4,
+     "add a group's offsets to a transaction (before TxnOffsetCommit)."),
+    ("end_txn", "EndTxn", 0, 5,
+     "commit or abort a transaction (v5 returns the bumped producer id and epoch, "
+     "KIP-890)."),
+    ("txn_offset_commit", "TxnOffsetCommit", 0, 5,
+     "commit offsets within a transaction (group generation and member from v3, "
+     "KIP-447)."),
+]
+
+# the consumer group protocol (KIP-848)
+CONSUMER_GROUP_MESSAGES = [
+    ("consumer_group_heartbeat", "ConsumerGroupHeartbeat", 0, 1,
+     "join, heartbeat in and leave a consumer group of the KIP-848 protocol; the "
+     "coordinator answers with the member's epoch and assignment."),
+    ("consumer_group_describe", "ConsumerGroupDescribe", 0, 1,
+     "describe KIP-848 consumer groups: epochs, assignor and members with their current "
+     "and target assignments."),
+]
+
+# group → (messages, first line of the oracle file's doc)
+GROUPS = {
+    "admin": (MESSAGES, "the admin and group-offset APIs"),
+    "txn": (TXN_MESSAGES, "the transaction APIs"),
+    "consumer_group": (CONSUMER_GROUP_MESSAGES, "the KIP-848 consumer group APIs"),
+}
+
 # struct names that would otherwise clash once re-exported from `messages`
 RENAMES = {
     ("IncrementalAlterConfigsRequest", "AlterConfigsResource"): "IncrementalAlterConfigsResource",
     ("IncrementalAlterConfigsRequest", "AlterableConfig"): "IncrementalAlterableConfig",
     ("IncrementalAlterConfigsResponse", "AlterConfigsResourceResponse"):
         "IncrementalAlterConfigsResourceResponse",
+    ("ConsumerGroupHeartbeatRequest", "TopicPartitions"):
+        "ConsumerGroupHeartbeatRequestTopicPartitions",
+    ("ConsumerGroupHeartbeatResponse", "TopicPartitions"):
+        "ConsumerGroupHeartbeatResponseTopicPartitions",
+    ("ConsumerGroupHeartbeatResponse", "Assignment"): "ConsumerGroupHeartbeatAssignment",
+    ("ConsumerGroupDescribeResponse", "DescribedGroup"): "ConsumerGroupDescribedGroup",
+    ("ConsumerGroupDescribeResponse", "Member"): "ConsumerGroupDescribedMember",
+    ("ConsumerGroupDescribeResponse", "Assignment"): "ConsumerGroupDescribeAssignment",
+    ("ConsumerGroupDescribeResponse", "TopicPartitions"):
+        "ConsumerGroupDescribeTopicPartitions",
 }
+
+# the `commonStructs` of the schema being generated, by name
+COMMON = {}
 
 KEYWORDS = {"type", "match", "ref", "self", "mod", "fn", "in", "loop", "move", "use"}
 
@@ -189,10 +240,10 @@ class Field:
         if d is None or d == "null":
             return PRIM[self.elem][4]
         if self.elem == "bool":
-            return d.lower()
+            return str(d).lower()
         if self.elem == "uuid":
             return "[0; 16]"
-        v = int(d, 0)
+        v = int(str(d), 0)
         if self.elem == "int32" and v == -2147483648:
             return "i32::MIN"
         return str(v)
@@ -228,6 +279,10 @@ class Struct:
             if f.struct and "fields" in fj:
                 Struct(f.struct, fj["fields"], msg, lo, hi, structs,
                        f"{f.about}" if f.about else f.struct)
+            elif f.struct and all(s.name != f.struct for s in structs):
+                common = COMMON[f.elem]
+                Struct(f.struct, common["fields"], msg, lo, hi, structs,
+                       common.get("about", f.about or f.struct))
         structs.append(self)
 
     def min_size(self):
@@ -314,6 +369,12 @@ def enc_field(f, s, lo, hi, structs_by_name):
             elif f.elem == "bytes":
                 null_stmt = f"put_nullable_bytes(buf, {acc}.as_deref(), flexible)?;"
                 plain = f"put_bytes(buf, {acc}.as_deref().unwrap_or(&[]), flexible)?;"
+            elif f.struct:
+                if f.nullable != f.present:
+                    raise SystemExit(f"partly nullable struct {f.name} unsupported")
+                plain = None
+                null_stmt = (f"match &{acc} {{ None => buf.put_i8(-1), Some(x) => "
+                             f"{{ buf.put_i8(1); {enc_elem(f, 'x')}?; }} }}")
             else:
                 raise SystemExit(f"nullable {f.elem} unsupported")
             nc = cond(f.nullable, f.present[0], f.present[1])
@@ -351,7 +412,10 @@ def dec_field(f, lo, hi, structs_by_name):
         else:
             expr = f"get_array(buf, flexible, {mn}, {fn})?"
     else:
-        if f.optional:
+        if f.optional and f.struct:
+            # a null marker: negative for null (as the Java client reads it), else present
+            expr = f"if get_i8(buf)? < 0 {{ None }} else {{ Some({dec_elem(f)}) }}"
+        elif f.optional:
             nc = cond(f.nullable, f.present[0], f.present[1])
             kind = "string" if f.elem == "string" else "bytes"
             null_expr = f"get_nullable_{kind}(buf, flexible)?"
@@ -484,6 +548,8 @@ def gen_norm(s, lo, hi):
                 out.append(f"for y in x.{f.name}.iter_mut().flatten() {{ norm_{snake(f.struct)}(y, version, flexible); }}")
             elif f.array:
                 out.append(f"for y in &mut x.{f.name} {{ norm_{snake(f.struct)}(y, version, flexible); }}")
+            elif f.optional:
+                out.append(f"if let Some(y) = x.{f.name}.as_mut() {{ norm_{snake(f.struct)}(y, version, flexible); }}")
             else:
                 out.append(f"norm_{snake(f.struct)}(&mut x.{f.name}, version, flexible);")
             used_version = True
@@ -555,9 +621,11 @@ def gen_sample(s, lo, hi):
 
 def main():
     schema_dir = sys.argv[1]
+    group = sys.argv[2] if len(sys.argv) > 2 else "admin"
+    messages, what = GROUPS[group]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     oracle = [
-        "//! Differential tests for the admin and group-offset APIs, generated by",
+        f"//! Differential tests for {what}, generated by",
         "//! `scripts/gen_messages.py`: for every version, a value with every field of that",
         "//! version set goes ours → kafka-protocol → identical bytes → ours.",
         "#![allow(clippy::field_reassign_with_default)]",
@@ -569,7 +637,7 @@ def main():
         "use super::{check, unknown, ID};",
         "",
     ]
-    for module, api, lo, hi, summary in MESSAGES:
+    for module, api, lo, hi, summary in messages:
         req = load(os.path.join(schema_dir, f"{api}Request.json"))
         resp = load(os.path.join(schema_dir, f"{api}Response.json"))
         flex = vrange(req.get("flexibleVersions"), 0, 10000)
@@ -578,7 +646,11 @@ def main():
         assert (rflex[0] if rflex else 32767) == flex_from, api
         key = req["apiKey"]
         structs = []
+        COMMON.clear()
+        COMMON.update({c["name"]: c for c in req.get("commonStructs", [])})
         Struct(f"{api}Request", req["fields"], f"{api}Request", lo, hi, structs, f"{api} request.")
+        COMMON.clear()
+        COMMON.update({c["name"]: c for c in resp.get("commonStructs", [])})
         Struct(f"{api}Response", resp["fields"], f"{api}Response", lo, hi, structs, f"{api} response.")
         by_name = {s.name: s for s in structs}
         # a field nullable in only some of its versions: its `None` default is sent as
@@ -707,12 +779,14 @@ def main():
         print(f"//! | {api} ({key}) | {lo}–{hi} | {flex_from if flex_from <= hi else '—'} |")
     if not any(re.search(r"\bID\b", line) for line in oracle[11:]):
         oracle[9] = "use super::{check, unknown};"
+    if not any("Bytes" in line for line in oracle[11:]):
+        del oracle[5]
     os.makedirs(os.path.join(root, "tests/oracle"), exist_ok=True)
-    with open(os.path.join(root, "tests/oracle/admin.rs"), "w") as fh:
+    with open(os.path.join(root, f"tests/oracle/{group}.rs"), "w") as fh:
         fh.write("\n".join(oracle) + "\n")
     subprocess.run(["rustfmt", "--edition", "2021"] +
-                   [os.path.join(root, "src/protocol/messages", f"{m[0]}.rs") for m in MESSAGES] +
-                   [os.path.join(root, "tests/oracle/admin.rs")], check=True)
+                   [os.path.join(root, "src/protocol/messages", f"{m[0]}.rs") for m in messages] +
+                   [os.path.join(root, f"tests/oracle/{group}.rs")], check=True)
 
 
 if __name__ == "__main__":

@@ -12,5 +12,7 @@ source scripts/lib/kafka.sh
 kafka_ensure
 confluent_ensure
 
-cargo test --all-targets "$@"
-cargo test --doc "$@"
+# `cli`: the kafkapipe binary and its subprocess tests (tests/cli_bin.rs).
+# `mock`: MockCluster and the tests that run against it (tests/mock_cluster.rs and the fault tests).
+cargo test --all-targets --features cli,mock "$@"
+cargo test --doc --features cli,mock "$@"

@@ -175,6 +175,11 @@ impl Error {
         self
     }
 
+    /// The message, if one was set (without kind, context or source).
+    pub(crate) fn message(&self) -> Option<&str> {
+        self.inner.message.as_deref()
+    }
+
     /// What kind of failure this is.
     pub fn kind(&self) -> ErrorKind {
         self.inner.kind

@@ -17,6 +17,7 @@
 //! | [`admin`] | the admin client: topics, partitions, configs, groups, offsets, records, cluster |
 //! | `tls` | TLS settings (rustls; feature `tls`, on by default) |
 //! | [`sasl`] | SASL mechanisms: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER |
+//! | `mock` | `MockCluster`, an in-process Kafka cluster with fault hooks for tests (feature `mock`) |
 //!
 //! Consumer groups build on these layers.
 //!
@@ -46,6 +47,8 @@ pub mod compression;
 pub mod conn;
 mod error;
 pub mod group;
+#[cfg(feature = "mock")]
+pub mod mock;
 pub mod protocol;
 pub mod reader;
 pub mod record;

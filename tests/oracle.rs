@@ -16,6 +16,10 @@ use uuid::Uuid;
 
 #[path = "oracle/admin.rs"]
 mod admin;
+#[path = "oracle/consumer_group.rs"]
+mod consumer_group;
+#[path = "oracle/txn.rs"]
+mod txn;
 
 const ID: [u8; 16] = [7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
 
@@ -786,5 +790,145 @@ fn sasl_authenticate() {
         let ours: SaslAuthenticateResponse = from_theirs(&theirs, v);
         assert_eq!(&ours.auth_bytes[..], b"r=n,s=c2FsdA==,i=4096");
         assert_eq!(ours.session_lifetime_ms, if v >= 1 { 5 } else { 0 });
+    }
+}
+
+/// Our API key, version range and header versions of `O` equal kafka-protocol's for `T`.
+fn same_api<O, T>()
+where
+    O: kafkapipe::protocol::Request,
+    T: kafka_protocol::protocol::Request,
+{
+    use kafka_protocol::protocol::HeaderVersion;
+    let name = std::any::type_name::<O>();
+    assert_eq!(O::API_KEY.0, T::KEY, "{name}");
+    assert_ne!(O::API_KEY.name(), "Unknown", "{name}");
+    assert_eq!(O::MIN_VERSION, T::VERSIONS.min, "{name}");
+    assert_eq!(O::MAX_VERSION, T::VERSIONS.max, "{name}");
+    for v in O::MIN_VERSION..=O::MAX_VERSION {
+        assert_eq!(
+            O::request_header_version(v),
+            T::header_version(v),
+            "{name} v{v}"
+        );
+        assert_eq!(
+            O::response_header_version(v),
+            <T::Response as HeaderVersion>::header_version(v),
+            "{name} v{v}"
+        );
+    }
+}
+
+#[test]
+fn transaction_and_kip848_api_ranges() {
+    same_api::<AddPartitionsToTxnRequest, kp::AddPartitionsToTxnRequest>();
+    same_api::<AddOffsetsToTxnRequest, kp::AddOffsetsToTxnRequest>();
+    same_api::<EndTxnRequest, kp::EndTxnRequest>();
+    same_api::<TxnOffsetCommitRequest, kp::TxnOffsetCommitRequest>();
+    same_api::<InitProducerIdRequest, kp::InitProducerIdRequest>();
+    same_api::<ConsumerGroupHeartbeatRequest, kp::ConsumerGroupHeartbeatRequest>();
+    same_api::<ConsumerGroupDescribeRequest, kp::ConsumerGroupDescribeRequest>();
+}
+
+#[test]
+fn end_txn_v5_returns_the_bumped_producer() {
+    let theirs = kp::EndTxnResponse::default()
+        .with_error_code(0)
+        .with_producer_id(kp::ProducerId(77))
+        .with_producer_epoch(4);
+    let ours: EndTxnResponse = from_theirs(&theirs, 5);
+    assert_eq!((ours.producer_id, ours.producer_epoch), (77, 4));
+    // before v5 the fields are absent and keep their -1 defaults
+    let ours: EndTxnResponse = from_theirs(&kp::EndTxnResponse::default(), 4);
+    assert_eq!((ours.producer_id, ours.producer_epoch), (-1, -1));
+}
+
+#[test]
+fn add_partitions_to_txn_batched_and_classic() {
+    use kp::add_partitions_to_txn_request as r;
+    let topic = r::AddPartitionsToTxnTopic::default()
+        .with_name(kp::TopicName(StrBytes::from_static_str("events")))
+        .with_partitions(vec![0, 2]);
+    let theirs = kp::AddPartitionsToTxnRequest::default().with_transactions(vec![
+        r::AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(kp::TransactionalId(StrBytes::from_static_str("tx")))
+            .with_producer_id(kp::ProducerId(9))
+            .with_producer_epoch(2)
+            .with_verify_only(true)
+            .with_topics(vec![topic.clone()]),
+    ]);
+    for v in 4..=5 {
+        let ours: AddPartitionsToTxnRequest = from_theirs(&theirs, v);
+        let t = &ours.transactions[0];
+        assert_eq!((t.transactional_id.as_str(), t.producer_id), ("tx", 9));
+        assert!(t.verify_only);
+        assert_eq!(t.topics[0].partitions, vec![0, 2]);
+    }
+    let theirs = kp::AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(kp::TransactionalId(StrBytes::from_static_str("tx")))
+        .with_v3_and_below_producer_id(kp::ProducerId(9))
+        .with_v3_and_below_topics(vec![topic]);
+    for v in 0..=3 {
+        let ours: AddPartitionsToTxnRequest = from_theirs(&theirs, v);
+        assert_eq!(ours.v3_and_below_transactional_id, "tx");
+        assert_eq!(ours.v3_and_below_topics[0].name, "events");
+    }
+}
+
+#[test]
+fn txn_offset_commit_kip447_member_fields() {
+    let req = TxnOffsetCommitRequest {
+        transactional_id: "tx".into(),
+        group_id: "g".into(),
+        producer_id: 5,
+        producer_epoch: 1,
+        generation_id: 12,
+        member_id: "m-1".into(),
+        group_instance_id: Some("i-1".into()),
+        ..TxnOffsetCommitRequest::default()
+    };
+    for v in 3..=5 {
+        let t: kp::TxnOffsetCommitRequest = check(&req, v);
+        assert_eq!(t.generation_id, 12);
+        assert_eq!(s(&t.member_id), "m-1");
+        assert_eq!(t.group_instance_id.as_ref().map(s), Some("i-1"));
+    }
+}
+
+#[test]
+fn consumer_group_heartbeat_assignment_topic_ids() {
+    use kp::consumer_group_heartbeat_response as r;
+    let theirs = kp::ConsumerGroupHeartbeatResponse::default()
+        .with_member_id(Some(StrBytes::from_static_str("m")))
+        .with_member_epoch(3)
+        .with_heartbeat_interval_ms(5000)
+        .with_assignment(Some(r::Assignment::default().with_topic_partitions(vec![
+            r::TopicPartitions::default()
+                .with_topic_id(Uuid::from_bytes(ID))
+                .with_partitions(vec![1, 4]),
+        ])));
+    for v in 0..=1 {
+        let ours: ConsumerGroupHeartbeatResponse = from_theirs(&theirs, v);
+        assert_eq!(ours.member_id.as_deref(), Some("m"));
+        let a = ours.assignment.as_ref().expect("assignment");
+        assert_eq!(a.topic_partitions[0].topic_id, ID);
+        assert_eq!(a.topic_partitions[0].partitions, vec![1, 4]);
+        // no assignment: the null marker
+        let none: ConsumerGroupHeartbeatResponse =
+            from_theirs(&kp::ConsumerGroupHeartbeatResponse::default(), v);
+        assert_eq!(none.assignment, None);
+    }
+    // a request that leaves the group: epoch -1, everything else null
+    let leave = ConsumerGroupHeartbeatRequest {
+        group_id: "g".into(),
+        member_id: "m".into(),
+        member_epoch: -1,
+        ..ConsumerGroupHeartbeatRequest::default()
+    };
+    for v in 0..=1 {
+        let t: kp::ConsumerGroupHeartbeatRequest = check(&leave, v);
+        assert_eq!(t.member_epoch, -1);
+        assert!(t.subscribed_topic_names.is_none() && t.topic_partitions.is_none());
+        assert_eq!(t.rebalance_timeout_ms, -1);
     }
 }

@@ -4,7 +4,7 @@
 //! seeks while running, lag, bounded prefetch with a slow consumer, runtime
 //! (un)assignment, every codec, and close.
 //!
-//! Leader moves are covered against a scripted fake broker in `reader_fake.rs`.
+//! Leader moves are covered against `MockCluster` in `reader_fake.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,22 +1,82 @@
-//! `Reader` fault cases with exact timing, against the scripted fake cluster in
-//! `common/fake_broker.rs`: OffsetOutOfRange under each reset policy, start and seek by
-//! timestamp, start at the last offset, leader moves between brokers, errors yielded after
-//! `max_attempts`, and close stopping all fetching.
+//! `Reader` fault cases with exact timing, against `kafkapipe::mock::MockCluster`:
+//! OffsetOutOfRange under each reset policy, start and seek by timestamp, start at the
+//! last offset, leader moves between brokers, transient errors retried silently and
+//! yielded after `retry_timeout`, and close stopping all fetching.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::time::Duration;
 
-use common::fake_broker::FakeCluster;
-use kafkapipe::protocol::ErrorCode;
+use bytes::{Bytes, BytesMut};
+use kafkapipe::compression::Compression;
+use kafkapipe::mock::MockCluster;
+use kafkapipe::protocol::messages::ListOffsetsRequest;
+use kafkapipe::protocol::{ApiKey, ErrorCode};
 use kafkapipe::reader::{Message, OffsetReset, Reader, ReaderConfig, StartOffset};
+use kafkapipe::record::RecordBatchBuilder;
 
-fn config(fake: &FakeCluster) -> ReaderConfig {
-    ReaderConfig::new([fake.bootstrap()])
+/// `n` brokers, topic `t` with `partitions` partitions (partition p led by broker
+/// p % n + 1).
+async fn cluster(n: i32, partitions: i32) -> MockCluster {
+    MockCluster::builder()
+        .brokers(n)
+        .topic("t", partitions)
+        .start()
+        .await
+        .unwrap()
+}
+
+/// One batch holding offsets `from..to`: key `"k{offset}"`, value `"v{offset}"`,
+/// timestamp 1_700_000_000_000 + offset.
+fn batch(from: i64, to: i64) -> Bytes {
+    let mut b = RecordBatchBuilder::new(Compression::None);
+    for o in from..to {
+        b.append(
+            1_700_000_000_000 + o,
+            Some(format!("k{o}").as_bytes()),
+            Some(format!("v{o}").as_bytes()),
+            &[],
+        )
+        .unwrap();
+    }
+    let mut bytes = BytesMut::from(&b.build().unwrap()[..]);
+    // The base offset is not covered by the CRC.
+    bytes[..8].copy_from_slice(&from.to_be_bytes());
+    bytes.freeze()
+}
+
+/// Fill a partition up to offset `to`, in batches of at most 5 records.
+fn fill(cluster: &MockCluster, partition: i32, to: i64) {
+    let mut o = cluster.high_watermark("t", partition).unwrap();
+    while o < to {
+        let end = to.min(o + 5);
+        assert_eq!(cluster.append_raw("t", partition, batch(o, end)), Some(o));
+        o = end;
+    }
+}
+
+/// Fetches are limited to one batch per partition (every batch these tests write fits
+/// in the size of the largest), so a reader moves through a log a few records at a time.
+fn config(cluster: &MockCluster) -> ReaderConfig {
+    ReaderConfig::new(cluster.bootstrap())
+        .max_partition_bytes(batch(995, 1000).len() as i32)
         .max_wait(Duration::from_millis(20))
         .read_backoff(Duration::from_millis(5), Duration::from_millis(20))
+}
+
+fn fetch_count(cluster: &MockCluster) -> u64 {
+    cluster.requests(ApiKey::FETCH)
+}
+
+/// The timestamps asked for by the ListOffsets requests captured so far.
+fn list_offsets_asked(cluster: &MockCluster) -> Vec<i64> {
+    cluster
+        .captured::<ListOffsetsRequest>()
+        .iter()
+        .flat_map(|r| r.topics.iter())
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.timestamp)
+        .collect()
 }
 
 async fn next(reader: &mut Reader) -> Message {
@@ -36,10 +96,12 @@ async fn offsets(reader: &mut Reader, n: usize) -> Vec<i64> {
 
 #[tokio::test]
 async fn offset_out_of_range_resets_to_earliest() {
-    let fake = FakeCluster::start(1).await;
-    fake.add("t", 0, 1, 10, 15);
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 15);
+    mock.delete_records("t", 0, 10);
+    mock.capture(ApiKey::LIST_OFFSETS);
     let mut reader = Reader::new(
-        config(&fake)
+        config(&mock)
             .partition("t", 0)
             .start_offset(StartOffset::At(3)),
     )
@@ -47,24 +109,17 @@ async fn offset_out_of_range_resets_to_earliest() {
     .unwrap();
     assert_eq!(offsets(&mut reader, 5).await, vec![10, 11, 12, 13, 14]);
     assert_eq!(reader.stats().offset_resets, 1);
-    let asked: Vec<i64> = fake
-        .state
-        .lock()
-        .unwrap()
-        .list_offsets
-        .iter()
-        .map(|l| l.2)
-        .collect();
+    let asked = list_offsets_asked(&mock);
     assert_eq!(asked, vec![-2], "one ListOffsets(earliest)");
     reader.close().await;
 }
 
 #[tokio::test]
 async fn offset_out_of_range_resets_to_latest() {
-    let fake = FakeCluster::start(1).await;
-    fake.add("t", 0, 1, 0, 15);
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 15);
     let mut reader = Reader::new(
-        config(&fake)
+        config(&mock)
             .partition("t", 0)
             .start_offset(StartOffset::At(100))
             .offset_reset(OffsetReset::Latest),
@@ -74,17 +129,18 @@ async fn offset_out_of_range_resets_to_latest() {
     while reader.position("t", 0) != Some(15) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    fake.set_end("t", 0, 18);
+    fill(&mock, 0, 18);
     assert_eq!(offsets(&mut reader, 3).await, vec![15, 16, 17]);
     reader.close().await;
 }
 
 #[tokio::test]
 async fn offset_out_of_range_with_error_policy_is_yielded_and_parks_until_seek() {
-    let fake = FakeCluster::start(1).await;
-    fake.add("t", 0, 1, 10, 15);
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 15);
+    mock.delete_records("t", 0, 10);
     let mut reader = Reader::new(
-        config(&fake)
+        config(&mock)
             .partition("t", 0)
             .start_offset(StartOffset::At(3))
             .offset_reset(OffsetReset::Error),
@@ -95,9 +151,9 @@ async fn offset_out_of_range_with_error_policy_is_yielded_and_parks_until_seek()
     assert_eq!(err.kafka_code(), Some(ErrorCode::OffsetOutOfRange));
     assert_eq!((err.topic(), err.partition()), (Some("t"), Some(0)));
     // Parked: no further fetches of the partition until the application seeks.
-    let fetches = fake.fetches();
+    let fetches = fetch_count(&mock);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(fake.fetches(), fetches);
+    assert_eq!(fetch_count(&mock), fetches);
     reader.seek("t", 0, 12).unwrap();
     assert_eq!(offsets(&mut reader, 3).await, vec![12, 13, 14]);
     reader.close().await;
@@ -105,55 +161,39 @@ async fn offset_out_of_range_with_error_policy_is_yielded_and_parks_until_seek()
 
 #[tokio::test]
 async fn starts_and_seeks_by_timestamp() {
-    let fake = FakeCluster::start(1).await;
-    fake.add("t", 0, 1, 0, 40);
-    fake.state
-        .lock()
-        .unwrap()
-        .time_offsets
-        .insert(("t".to_string(), 0), 12);
+    // Record o has timestamp 1_700_000_000_000 + o.
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 40);
+    mock.capture(ApiKey::LIST_OFFSETS);
     let mut reader = Reader::new(
-        config(&fake)
+        config(&mock)
             .partition("t", 0)
             .start_offset(StartOffset::AtTimestamp(1_700_000_000_012)),
     )
     .await
     .unwrap();
     assert_eq!(offsets(&mut reader, 2).await, vec![12, 13]);
-    fake.state
-        .lock()
-        .unwrap()
-        .time_offsets
-        .insert(("t".to_string(), 0), 30);
     reader.seek_to_time("t", 0, 1_700_000_000_030).unwrap();
     // Whatever was buffered from 14 on is gone.
     assert_eq!(offsets(&mut reader, 3).await, vec![30, 31, 32]);
-    let asked: Vec<i64> = fake
-        .state
-        .lock()
-        .unwrap()
-        .list_offsets
-        .iter()
-        .map(|l| l.2)
-        .collect();
+    let asked = list_offsets_asked(&mock);
     assert_eq!(asked, vec![1_700_000_000_012, 1_700_000_000_030]);
     // No record at or after the timestamp: start at the end.
-    fake.state.lock().unwrap().time_offsets.clear();
     reader.seek_to_time("t", 0, 1_800_000_000_000).unwrap();
     while reader.position("t", 0) != Some(40) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    fake.set_end("t", 0, 41);
+    fill(&mock, 0, 41);
     assert_eq!(next(&mut reader).await.offset, 40);
     reader.close().await;
 }
 
 #[tokio::test]
 async fn starts_at_the_last_offset() {
-    let fake = FakeCluster::start(1).await;
-    fake.add("t", 0, 1, 0, 25);
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 25);
     let mut reader = Reader::new(
-        config(&fake)
+        config(&mock)
             .partition("t", 0)
             .start_offset(StartOffset::Last),
     )
@@ -163,17 +203,17 @@ async fn starts_at_the_last_offset() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(reader.position("t", 0), Some(25));
-    fake.set_end("t", 0, 27);
+    fill(&mock, 0, 27);
     assert_eq!(offsets(&mut reader, 2).await, vec![25, 26]);
     reader.close().await;
 }
 
 #[tokio::test]
 async fn follows_a_leader_move_without_gap_or_repeat() {
-    let fake = FakeCluster::start(2).await;
-    fake.add("t", 0, 1, 0, 40);
-    fake.add("t", 1, 2, 0, 40);
-    let mut reader = Reader::new(config(&fake).topic("t").queue_capacity(4))
+    let mock = cluster(2, 2).await;
+    fill(&mock, 0, 40);
+    fill(&mock, 1, 40);
+    let mut reader = Reader::new(config(&mock).topic("t").queue_capacity(4))
         .await
         .unwrap();
     let mut seen: Vec<Vec<i64>> = vec![Vec::new(), Vec::new()];
@@ -187,15 +227,14 @@ async fn follows_a_leader_move_without_gap_or_repeat() {
         seen[m.partition as usize].push(m.offset);
         if !moved && seen[0].len() == 7 {
             // Both partitions swap leaders while fetches are going on.
-            fake.set_leader("t", 0, 2);
-            fake.set_leader("t", 1, 1);
+            mock.move_leader("t", 0, 2).unwrap();
+            mock.move_leader("t", 1, 1).unwrap();
             moved = true;
         }
     }
     assert_eq!(seen[0], (0..40).collect::<Vec<_>>());
     assert_eq!(seen[1], (0..40).collect::<Vec<_>>());
-    let per_broker = fake.state.lock().unwrap().fetches.clone();
-    assert!(per_broker[&1] > 0 && per_broker[&2] > 0);
+    assert!(mock.requests_to(1, ApiKey::FETCH) > 0 && mock.requests_to(2, ApiKey::FETCH) > 0);
     assert!(
         reader.stats().errors > 0,
         "the move was noticed through NotLeader errors"
@@ -204,13 +243,57 @@ async fn follows_a_leader_move_without_gap_or_repeat() {
 }
 
 #[tokio::test]
-async fn yields_an_error_after_max_attempts_and_keeps_trying() {
-    let fake = FakeCluster::start(1).await;
-    // Led by broker 7, which does not exist: every attempt fails.
-    fake.add("t", 0, 7, 0, 5);
-    let mut reader = Reader::new(config(&fake).partition("t", 0).max_attempts(2))
-        .await
-        .unwrap();
+async fn transient_errors_are_retried_without_yielding_them() {
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 5);
+    // Every fetch of the partition fails, transiently.
+    mock.fault_partition(
+        ApiKey::FETCH,
+        "t",
+        0,
+        ErrorCode::NotLeaderOrFollower,
+        u32::MAX,
+    );
+    let mut reader = Reader::new(config(&mock).partition("t", 0)).await.unwrap();
+    while reader.stats().retries < 6 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Failing for far less than the 5 minute retry timeout: no error item.
+    let nothing = tokio::time::timeout(Duration::from_millis(100), reader.next_message()).await;
+    assert!(nothing.is_err(), "unexpected item {nothing:?}");
+    let stats = reader.stats();
+    assert!(stats.errors >= 6 && stats.retries >= 6, "{stats:?}");
+    assert!(
+        stats
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("partition 0")),
+        "{stats:?}"
+    );
+    mock.clear_faults();
+    assert_eq!(offsets(&mut reader, 5).await, vec![0, 1, 2, 3, 4]);
+    reader.close().await;
+}
+
+#[tokio::test]
+async fn yields_an_error_after_retry_timeout_and_keeps_trying() {
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 5);
+    // Every fetch of the partition fails, transiently.
+    mock.fault_partition(
+        ApiKey::FETCH,
+        "t",
+        0,
+        ErrorCode::NotLeaderOrFollower,
+        u32::MAX,
+    );
+    let mut reader = Reader::new(
+        config(&mock)
+            .partition("t", 0)
+            .retry_timeout(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
     let err = tokio::time::timeout(Duration::from_secs(5), reader.next_message())
         .await
         .unwrap()
@@ -218,70 +301,190 @@ async fn yields_an_error_after_max_attempts_and_keeps_trying() {
     assert_eq!(err.partition(), Some(0));
     assert!(reader.stats().errors >= 2);
     // The broker comes back as leader: reading continues.
-    fake.set_leader("t", 0, 1);
+    mock.clear_faults();
     assert_eq!(offsets(&mut reader, 5).await, vec![0, 1, 2, 3, 4]);
+    reader.close().await;
+}
+
+/// A fatal partition error (here an authorization failure) is yielded at once, not after
+/// the retry timeout; the partition is retried (slowly) and recovers once it is fixed.
+#[tokio::test]
+async fn fatal_errors_are_yielded_at_once_and_retried() {
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 5);
+    mock.fault_partition(
+        ApiKey::FETCH,
+        "t",
+        0,
+        ErrorCode::TopicAuthorizationFailed,
+        u32::MAX,
+    );
+    let mut reader = Reader::new(config(&mock).partition("t", 0)).await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), reader.next_message())
+        .await
+        .expect("the fatal error well before the 5 minute retry timeout")
+        .unwrap_err();
+    assert_eq!(err.kafka_code(), Some(ErrorCode::TopicAuthorizationFailed));
+    assert_eq!(err.partition(), Some(0));
+    assert_eq!(
+        reader.stats().retries,
+        0,
+        "a fatal error is not retried as transient"
+    );
+    // the ACL is fixed: reading goes on
+    mock.clear_faults();
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        match tokio::time::timeout(Duration::from_secs(5), reader.next_message())
+            .await
+            .unwrap()
+        {
+            Ok(m) => got.push(m.offset),
+            // (a second failure may have been queued before the fix)
+            Err(e) => assert_eq!(e.kafka_code(), Some(ErrorCode::TopicAuthorizationFailed)),
+        }
+    }
+    assert_eq!(got, vec![0, 1, 2, 3, 4]);
+    reader.close().await;
+}
+
+/// Partition t-0 holds offsets 0..12 where offset 7 is alone in a batch whose last byte
+/// (covered by the CRC) is flipped.
+async fn log_with_a_corrupt_batch_at_7() -> MockCluster {
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 7);
+    let mut bad = BytesMut::from(&batch(7, 8)[..]);
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    assert_eq!(mock.append_raw("t", 0, bad.freeze()), Some(7));
+    fill(&mock, 0, 12);
+    mock
+}
+
+/// A record batch failing its CRC cannot be skipped by the reader: the error is yielded
+/// at once, the partition stops there (no error storm, nothing past it), and a seek past
+/// the bad batch resumes reading.
+#[tokio::test]
+async fn corrupt_batch_is_yielded_at_once_and_parks_until_seek() {
+    let mock = log_with_a_corrupt_batch_at_7().await;
+    let mut reader = Reader::new(config(&mock).partition("t", 0)).await.unwrap();
+    assert_eq!(offsets(&mut reader, 7).await, vec![0, 1, 2, 3, 4, 5, 6]);
+    let err = tokio::time::timeout(Duration::from_secs(5), reader.next_message())
+        .await
+        .expect("the corrupt batch is reported at once")
+        .unwrap_err();
+    assert_eq!(err.kind(), kafkapipe::ErrorKind::Protocol, "{err}");
+    assert!(err.to_string().contains("CRC"), "{err}");
+    assert_eq!(err.partition(), Some(0));
+    // parked: nothing more, no more errors, no more fetches of it
+    let fetches = fetch_count(&mock);
+    let nothing = tokio::time::timeout(Duration::from_millis(200), reader.next_message()).await;
+    assert!(nothing.is_err(), "unexpected item {nothing:?}");
+    assert_eq!(
+        fetch_count(&mock),
+        fetches,
+        "a parked partition was fetched"
+    );
+    reader.seek("t", 0, 8).unwrap();
+    assert_eq!(offsets(&mut reader, 4).await, vec![8, 9, 10, 11]);
+    reader.close().await;
+}
+
+/// Good batches and a corrupt one in the same fetch response: the records before the
+/// corrupt batch are yielded, then its error, and the partition parks. Before, the whole
+/// response was the error: records 0–6 were never yielded, a seek past the bad batch lost
+/// them and a seek to 0 repeated the error.
+#[tokio::test]
+async fn records_before_a_corrupt_batch_in_the_same_response_are_yielded() {
+    let mock = log_with_a_corrupt_batch_at_7().await;
+    // No per-partition byte cap: one response holds every batch.
+    let mut reader = Reader::new(config(&mock).max_partition_bytes(1 << 20).partition("t", 0))
+        .await
+        .unwrap();
+    assert_eq!(offsets(&mut reader, 7).await, vec![0, 1, 2, 3, 4, 5, 6]);
+    let err = tokio::time::timeout(Duration::from_secs(5), reader.next_message())
+        .await
+        .expect("the corrupt batch is reported at once")
+        .unwrap_err();
+    assert!(err.to_string().contains("CRC"), "{err}");
+    reader.seek("t", 0, 8).unwrap();
+    assert_eq!(offsets(&mut reader, 4).await, vec![8, 9, 10, 11]);
     reader.close().await;
 }
 
 #[tokio::test]
 async fn close_stops_all_fetching() {
-    let fake = FakeCluster::start(2).await;
-    fake.add("t", 0, 1, 0, 1000);
-    fake.add("t", 1, 2, 0, 0);
-    let mut reader = Reader::new(config(&fake).topic("t")).await.unwrap();
+    let mock = cluster(2, 2).await;
+    fill(&mock, 0, 1000);
+    let mut reader = Reader::new(config(&mock).topic("t")).await.unwrap();
     next(&mut reader).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(reader.stats().fetch_tasks, 1);
     reader.close().await;
     assert_eq!(reader.stats().fetch_tasks, 0);
-    let fetches = fake.fetches();
+    let fetches = fetch_count(&mock);
     tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(fake.fetches(), fetches, "a fetch was sent after close");
+    assert_eq!(fetch_count(&mock), fetches, "a fetch was sent after close");
     assert!(reader.next_message().await.is_err());
 }
 
 #[tokio::test]
-async fn unknown_topic_fails_new_after_max_attempts() {
-    let fake = FakeCluster::start(1).await;
-    let started = std::time::Instant::now();
-    let err = Reader::new(config(&fake).topic("missing").max_attempts(3))
-        .await
-        .unwrap_err();
+async fn unknown_topic_fails_new_after_retry_timeout() {
+    let mock = MockCluster::builder().start().await.unwrap();
+    let err = tokio::time::timeout(
+        Duration::from_secs(5),
+        Reader::new(
+            config(&mock)
+                .topic("missing")
+                .retry_timeout(Duration::from_millis(50)),
+        ),
+    )
+    .await
+    .expect("Reader::new gives up after the retry timeout")
+    .unwrap_err();
     assert_eq!(err.kafka_code(), Some(ErrorCode::UnknownTopicOrPartition));
     assert_eq!(err.topic(), Some("missing"));
-    // Two backoffs (5 ms, 10 ms) between three attempts, not a hang.
-    assert!(started.elapsed() < Duration::from_secs(2));
 }
 
 #[tokio::test]
 async fn dropping_the_reader_stops_fetching() {
-    let fake = FakeCluster::start(1).await;
-    fake.add("t", 0, 1, 0, 0);
-    let reader = Reader::new(config(&fake).topic("t")).await.unwrap();
-    while fake.fetches() < 2 {
+    let mock = cluster(1, 1).await;
+    let reader = Reader::new(config(&mock).topic("t")).await.unwrap();
+    while fetch_count(&mock) < 2 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     drop(reader);
     // The aborted task's last fetch may still be answered; no new one is sent.
     tokio::time::sleep(Duration::from_millis(60)).await;
-    let fetches = fake.fetches();
+    let fetches = fetch_count(&mock);
     tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(fake.fetches(), fetches, "a fetch was sent after drop");
+    assert_eq!(fetch_count(&mock), fetches, "a fetch was sent after drop");
 }
 
 #[tokio::test]
 async fn a_failing_partition_queues_one_error_at_a_time() {
-    let fake = FakeCluster::start(1).await;
-    fake.add("t", 0, 7, 0, 5);
-    let mut reader = Reader::new(config(&fake).partition("t", 0).max_attempts(1))
-        .await
-        .unwrap();
-    // Every attempt fails; with max_attempts 1 each failure would yield an error.
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 5);
+    mock.fault_partition(
+        ApiKey::FETCH,
+        "t",
+        0,
+        ErrorCode::NotLeaderOrFollower,
+        u32::MAX,
+    );
+    let mut reader = Reader::new(
+        config(&mock)
+            .partition("t", 0)
+            .retry_timeout(Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    // Every attempt fails; with a zero retry timeout each failure would yield an error.
     while reader.stats().errors < 6 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(reader.next_message().await.is_err());
-    fake.set_leader("t", 0, 1);
+    mock.clear_faults();
     // One error was queued meanwhile (not one per failure), then the messages come.
     let mut errors = 0;
     let mut got = Vec::new();
@@ -302,26 +505,25 @@ async fn a_failing_partition_queues_one_error_at_a_time() {
 
 #[tokio::test]
 async fn resumes_after_a_broker_restart_without_gap_or_repeat() {
-    let fake = FakeCluster::start(1).await;
-    fake.add("t", 0, 1, 0, 30);
-    let mut reader = Reader::new(config(&fake).partition("t", 0).queue_capacity(4))
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 30);
+    let mut reader = Reader::new(config(&mock).partition("t", 0).queue_capacity(4))
         .await
         .unwrap();
     let mut got = offsets(&mut reader, 8).await;
-    fake.stop(1);
+    mock.kill(1);
     // While it is down: what is buffered still comes, then nothing; reconnects fail.
     tokio::time::sleep(Duration::from_millis(150)).await;
     let errors = reader.stats().errors;
     assert!(errors > 0, "connection failures not noticed");
-    fake.restart(1).await;
+    mock.restart(1).await.unwrap();
     while got.len() < 30 {
         match tokio::time::timeout(Duration::from_secs(5), reader.next_message())
             .await
             .unwrap()
         {
             Ok(m) => got.push(m.offset),
-            // Down for several backoffs: the error is yielded every max_attempts failures.
-            Err(e) => assert!(e.kafka_code().is_none(), "{e}"),
+            Err(e) => panic!("a transient error was yielded: {e}"),
         }
     }
     assert_eq!(got, (0..30).collect::<Vec<_>>());
@@ -333,10 +535,11 @@ async fn read_committed_reader_starts_at_the_last_stable_offset() {
     // A read-committed reader starting "at the end" must ask for the last stable offset
     // (ListOffsets with isolation level 1), or it would skip transactions still open that
     // commit later.
-    let fake = FakeCluster::start(1).await;
-    fake.add("t", 0, 1, 0, 15);
+    let mock = cluster(1, 1).await;
+    fill(&mock, 0, 15);
+    mock.capture(ApiKey::LIST_OFFSETS);
     let mut reader = Reader::new(
-        config(&fake)
+        config(&mock)
             .partition("t", 0)
             .start_offset(StartOffset::Last)
             .isolation_level(kafkapipe::conn::IsolationLevel::ReadCommitted),
@@ -344,13 +547,100 @@ async fn read_committed_reader_starts_at_the_last_stable_offset() {
     .await
     .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while fake.state.lock().unwrap().list_offsets_isolation.is_empty() {
+    while mock.captured::<ListOffsetsRequest>().is_empty() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "no ListOffsets request"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(fake.state.lock().unwrap().list_offsets_isolation, vec![1]);
+    let isolation: Vec<i8> = mock
+        .captured::<ListOffsetsRequest>()
+        .iter()
+        .map(|r| r.isolation_level)
+        .collect();
+    assert_eq!(isolation, vec![1]);
+    reader.close().await;
+}
+
+/// A batch at `base` whose CRC-32C is recomputed after the caller edited it.
+fn recrc(mut b: BytesMut) -> Bytes {
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b.freeze()
+}
+
+#[tokio::test]
+async fn undecodable_records_are_yielded_once_after_what_precedes_them_and_park_the_partition() {
+    use kafkapipe::ErrorKind;
+
+    let mock = cluster(1, 2).await;
+    fill(&mock, 0, 5);
+    fill(&mock, 1, 5);
+    // Partition 0 serves a batch with a wrong CRC at offset 5; partition 1 an lz4 batch
+    // whose payload is no lz4 frame.
+    let mut bad_crc = BytesMut::from(&batch(5, 10)[..]);
+    bad_crc[20] ^= 0xff;
+    let mut b = RecordBatchBuilder::new(Compression::Lz4);
+    b.append(0, None, Some(b"v"), &[]).unwrap();
+    let mut bad_lz4 = BytesMut::from(&b.build().unwrap()[..61]);
+    bad_lz4.extend_from_slice(b"this is not an lz4 frame");
+    let len = (bad_lz4.len() - 12) as i32;
+    bad_lz4[0..8].copy_from_slice(&5i64.to_be_bytes());
+    bad_lz4[8..12].copy_from_slice(&len.to_be_bytes());
+    assert_eq!(mock.append_raw("t", 0, bad_crc.freeze()), Some(5));
+    assert_eq!(mock.append_raw("t", 1, recrc(bad_lz4)), Some(5));
+    fill(&mock, 0, 15);
+    fill(&mock, 1, 15);
+    let mut reader = Reader::new(config(&mock).topic("t")).await.unwrap();
+    // Each partition: its messages before the bad batch, then exactly one error.
+    let mut got: [Vec<i64>; 2] = [Vec::new(), Vec::new()];
+    let mut errors = Vec::new();
+    while errors.len() < 2 {
+        match tokio::time::timeout(Duration::from_secs(5), reader.next_message())
+            .await
+            .expect("an item within 5 s: the reader must not loop silently")
+        {
+            Ok(m) => {
+                assert!(!errors
+                    .iter()
+                    .any(|e: &kafkapipe::Error| e.partition() == Some(m.partition)));
+                got[m.partition as usize].push(m.offset);
+            }
+            Err(e) => {
+                let p = e.partition().expect("error names the partition") as usize;
+                assert_eq!(
+                    got[p],
+                    vec![0, 1, 2, 3, 4],
+                    "error before the messages: {e}"
+                );
+                errors.push(e);
+            }
+        }
+    }
+    errors.sort_by_key(|e| e.partition());
+    assert_eq!(errors[0].kind(), ErrorKind::Protocol, "{}", errors[0]);
+    assert_eq!(errors[1].kind(), ErrorKind::Compression, "{}", errors[1]);
+    for e in &errors {
+        assert!(!e.is_retriable(), "{e}");
+        assert_eq!(e.topic(), Some("t"));
+        assert!(e.to_string().contains("offset 5"), "{e}");
+    }
+    assert_eq!(reader.stats().parked_partitions, 2);
+    // Parked: the bad bytes are not fetched again, and nothing more is yielded.
+    let fetches = fetch_count(&mock);
+    let more = tokio::time::timeout(Duration::from_millis(150), reader.next_message()).await;
+    assert!(more.is_err(), "unexpected {more:?}");
+    assert_eq!(fetch_count(&mock), fetches);
+    // Seeking past the bad batch resumes.
+    reader.seek("t", 0, 10).unwrap();
+    reader.seek("t", 1, 6).unwrap();
+    let mut rest = offsets(&mut reader, 14).await;
+    rest.sort();
+    assert_eq!(
+        rest,
+        vec![6, 7, 8, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14]
+    );
+    assert_eq!(reader.stats().parked_partitions, 0);
     reader.close().await;
 }

@@ -620,3 +620,107 @@ async fn idempotent_writer_round_trip() {
     let f = conn.fetch(&topic, 0, 0, &fetch_opts()).await.unwrap();
     assert!(!f.records.is_empty());
 }
+
+/// A message for a topic that never exists (the test broker does not auto-create topics)
+/// is retried until its delivery timeout, then fails with an error that says so — neither
+/// earlier (the old 10-attempt budget) nor never. With `unknown_topic_timeout` it fails
+/// sooner.
+#[tokio::test]
+async fn missing_topic_fails_at_the_delivery_timeout() {
+    let missing = common::unique_topic("writer-never");
+    let writer = Writer::new(config(&missing).delivery_timeout(Duration::from_secs(2))).unwrap();
+    let started = Instant::now();
+    let err = tokio::time::timeout(
+        Duration::from_secs(60),
+        writer.write_messages([Message::new("v")]),
+    )
+    .await
+    .expect("the write fails instead of hanging")
+    .unwrap_err();
+    let waited = started.elapsed();
+    eprintln!("failed after {waited:?}: {err}");
+    assert!(
+        waited >= Duration::from_secs(2),
+        "failed before its delivery timeout: {err}"
+    );
+    assert_eq!(
+        err.kafka_code(),
+        Some(ErrorCode::UnknownTopicOrPartition),
+        "{err}"
+    );
+    assert_eq!(err.topic(), Some(missing.as_str()));
+    assert!(err.to_string().contains("delivery timeout"), "{err}");
+    assert_eq!(writer.stats().errors, 1);
+
+    // unknown_topic_timeout = 0 fails such messages at the first answer instead.
+    let eager = Writer::new(config(&missing).unknown_topic_timeout(Some(Duration::ZERO))).unwrap();
+    let err = tokio::time::timeout(
+        Duration::from_secs(60),
+        eager.write_messages([Message::new("v")]),
+    )
+    .await
+    .expect("the write fails instead of hanging")
+    .unwrap_err();
+    assert_eq!(
+        err.kafka_code(),
+        Some(ErrorCode::UnknownTopicOrPartition),
+        "{err}"
+    );
+    assert!(err.to_string().contains("unknown_topic_timeout"), "{err}");
+    assert_eq!(eager.stats().errors, 1);
+}
+
+/// Partitions added by CreatePartitions while a writer runs: a message addressed to a
+/// new partition refreshes the writer's metadata instead of failing, and balanced messages
+/// reach the new partitions once the metadata max age has passed — without a new writer.
+#[tokio::test]
+async fn partitions_added_while_writing_are_used() {
+    let topic = new_topic("writer-grow", 2).await;
+    let conn = admin().await;
+    let explicit = Writer::new(config(&topic)).unwrap();
+    let balanced = Writer::new(config(&topic).metadata_max_age(Duration::from_secs(1))).unwrap();
+    explicit
+        .write_messages((0..2).map(|p| Message::new("before").with_partition(p)))
+        .await
+        .unwrap();
+    balanced
+        .write_messages((0..4).map(|i| Message::new(format!("balanced-{i}"))))
+        .await
+        .unwrap();
+
+    let admin = kafkapipe::admin::Admin::connect([common::shared().addr.clone()]).unwrap();
+    let grown = admin
+        .create_partitions(&[(topic.as_str(), 4)], false)
+        .await
+        .unwrap();
+    grown
+        .into_iter()
+        .for_each(|(t, r)| r.unwrap_or_else(|e| panic!("{t}: {e}")));
+    common::wait_for_topic(&conn, &topic, 4).await;
+
+    explicit
+        .write_messages([Message::new("explicit").with_partition(3)])
+        .await
+        .unwrap();
+    let got = read_partition(&conn, &topic, 3).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].value.as_deref(), Some(&b"explicit"[..]));
+
+    // Only the balanced writer writes to partition 2. Bounded so a writer that never
+    // refreshes fails the test instead of hanging it.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    let mut rounds = 0;
+    while high_watermark(&conn, &topic, 2).await == 0 {
+        assert!(
+            Instant::now() < give_up,
+            "balanced writes never reached the new partition 2 ({rounds} rounds)"
+        );
+        balanced
+            .write_messages((0..4).map(|i| Message::new(format!("balanced-{rounds}-{i}"))))
+            .await
+            .unwrap();
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("new partition reached after {rounds} balanced rounds");
+}

@@ -234,3 +234,139 @@ async fn idempotent_writer_writes_retried_batches_once() {
         "idempotence must drop the duplicates of retried batches"
     );
 }
+
+/// Forward 20k numbered messages with a writer of default settings (acks=all) through a
+/// 10-second outage of its only broker: SIGKILL once a quarter of the stream is accepted,
+/// the stream goes on while the broker is down, restart after 10 s, the rest after it.
+/// Returns how often each number was read back.
+async fn forward_through_broker_outage(idempotent: bool) -> Vec<u32> {
+    use futures::StreamExt;
+    use std::sync::Arc;
+    use tokio::sync::{watch, Notify};
+
+    const N: usize = 20_000;
+    const PARTITIONS: i32 = 3;
+    let mut broker = tokio::task::spawn_blocking(common::TestBroker::start)
+        .await
+        .unwrap();
+    let addr = broker.addr.clone();
+    let direct = Conn::connect(&addr).await.unwrap();
+    let topic = common::unique_topic("faults-outage");
+    direct.create_topic(&topic, PARTITIONS, 1).await.unwrap();
+    common::wait_for_topic(&direct, &topic, PARTITIONS).await;
+    direct.close().await;
+
+    let mut config = WriterConfig::new([addr.clone()]).topic(&topic);
+    if idempotent {
+        config = config.idempotent(true);
+    }
+    let mut writer = Writer::new(config).unwrap();
+    // Count acknowledgements, so the broker is killed only once the writer is writing.
+    let mut deliveries = writer.deliveries();
+    let writing = Arc::new(Notify::new());
+    let acked = writing.clone();
+    let reports = tokio::spawn(async move {
+        let (mut ok, mut failed) = (0usize, 0usize);
+        while let Some(d) = deliveries.next().await {
+            match d.result {
+                Ok(_) => ok += 1,
+                Err(_) => failed += 1,
+            }
+            if ok == N / 8 {
+                acked.notify_one();
+            }
+        }
+        (ok, failed)
+    });
+    // Phase 0: broker up; 1: broker killed; 2: broker restarted.
+    let (phase_tx, phase_rx) = watch::channel(0u8);
+    let quarter = Arc::new(Notify::new());
+    let reached = quarter.clone();
+    let messages = futures::stream::iter(0..N).then(move |i| {
+        let mut phase = phase_rx.clone();
+        let reached = reached.clone();
+        async move {
+            if i == N / 4 {
+                reached.notify_one();
+                phase.wait_for(|p| *p >= 1).await.unwrap();
+            }
+            if i == N / 2 {
+                phase.wait_for(|p| *p >= 2).await.unwrap();
+            }
+            Ok(Message::new(i.to_string()))
+        }
+    });
+    let forward = tokio::spawn(async move {
+        let result = messages.forward(&mut writer).await;
+        (result, writer)
+    });
+
+    quarter.notified().await;
+    writing.notified().await;
+    let mut broker = tokio::task::spawn_blocking(move || {
+        broker.node.kill();
+        broker
+    })
+    .await
+    .unwrap();
+    let _ = phase_tx.send(1);
+    eprintln!("broker killed; down for 10 s");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let broker = tokio::task::spawn_blocking(move || {
+        broker.node.restart();
+        broker
+    })
+    .await
+    .unwrap();
+    eprintln!("broker restarted in {:?}", broker.node.startup);
+    let _ = phase_tx.send(2); // no receiver left if the stream already failed
+
+    let (result, mut writer) = forward.await.unwrap();
+    result.unwrap_or_else(|e| panic!("the writer gave up: {e}; {:?}", writer.stats()));
+    writer.close().await.unwrap();
+    let stats = writer.stats();
+    eprintln!("idempotent={idempotent}: {stats:?}");
+    assert_eq!(stats.messages as usize, N, "{stats:?}");
+    assert_eq!(stats.errors, 0, "{stats:?}");
+    assert!(stats.retries > 0, "the outage caused retries: {stats:?}");
+    assert_eq!(reports.await.unwrap(), (N, 0), "delivery reports");
+
+    let direct = Conn::connect(&broker.addr).await.unwrap();
+    let mut seen = vec![0u32; N];
+    for p in 0..PARTITIONS {
+        for r in read_partition(&direct, &topic, p).await {
+            let i: usize = std::str::from_utf8(r.value.as_deref().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap();
+            seen[i] += 1;
+        }
+    }
+    let lost: Vec<usize> = (0..N).filter(|i| seen[*i] == 0).collect();
+    let dups: u32 = seen.iter().map(|n| n.saturating_sub(1)).sum();
+    eprintln!(
+        "idempotent={idempotent}: {} lost, {dups} duplicates",
+        lost.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "{} messages lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_writer_keeps_writing_through_a_broker_outage() {
+    forward_through_broker_outage(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_writer_writes_once_through_a_broker_outage() {
+    let seen = forward_through_broker_outage(true).await;
+    assert!(
+        seen.iter().all(|n| *n == 1),
+        "idempotence must drop the duplicates of retried batches"
+    );
+}

@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut buf = Bytes::copy_from_slice(rest);
     let version = i16::from(*version);
-    match selector % 20 {
+    match selector % 26 {
         0 => frame::<ApiVersionsRequest>(&mut buf, version),
         1 => frame::<MetadataRequest>(&mut buf, version),
         2 => frame::<ProduceRequest>(&mut buf, version),
@@ -47,6 +47,12 @@ fuzz_target!(|data: &[u8]| {
         16 => frame::<DeleteGroupsRequest>(&mut buf, version),
         17 => frame::<OffsetFetchRequest>(&mut buf, version),
         18 => frame::<OffsetCommitRequest>(&mut buf, version),
-        _ => frame::<OffsetDeleteRequest>(&mut buf, version),
+        19 => frame::<OffsetDeleteRequest>(&mut buf, version),
+        20 => frame::<AddPartitionsToTxnRequest>(&mut buf, version),
+        21 => frame::<AddOffsetsToTxnRequest>(&mut buf, version),
+        22 => frame::<EndTxnRequest>(&mut buf, version),
+        23 => frame::<TxnOffsetCommitRequest>(&mut buf, version),
+        24 => frame::<ConsumerGroupHeartbeatRequest>(&mut buf, version),
+        _ => frame::<ConsumerGroupDescribeRequest>(&mut buf, version),
     }
 });

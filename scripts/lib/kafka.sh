@@ -27,8 +27,25 @@ kafka_ensure() {
         echo "collecting Apache Kafka $(kafka_version) from Maven Central into $dir" >&2
         local tmp="${dir}.tmp-$$"
         rm -rf "$tmp"
-        mvn -q -B -f "${_kafka_repo}/testing/kafka/pom.xml" dependency:copy-dependencies \
-            -DincludeScope=runtime -DoutputDirectory="$tmp" >&2
+        # Maven Central can refuse a first request on a fresh machine: try three times, and
+        # show Maven's own output (on stdout too, which CI logs keep) when it still fails.
+        local attempt log
+        log="$(mktemp)"
+        for attempt in 1 2 3; do
+            if mvn -B -f "${_kafka_repo}/testing/kafka/pom.xml" dependency:copy-dependencies \
+                -DincludeScope=runtime -DoutputDirectory="$tmp" >"$log" 2>&1; then
+                break
+            fi
+            echo "maven attempt ${attempt} failed:" >&2
+            tail -n 40 "$log"
+            if [[ $attempt -eq 3 ]]; then
+                rm -f "$log"
+                echo "could not collect Apache Kafka from Maven Central" >&2
+                return 1
+            fi
+            sleep $((attempt * 5))
+        done
+        rm -f "$log"
         touch "$tmp/.complete"
         mkdir -p "$(dirname "$dir")"
         rm -rf "$dir"

@@ -116,10 +116,26 @@ impl Admin {
 
     /// FindCoordinator for `group` asked of the broker behind `c`, once.
     pub(crate) async fn find_coordinator_on(c: &Connection, group: &str) -> Result<i32> {
+        Self::find_coordinator_key_on(c, group, 0).await
+    }
+
+    /// FindCoordinator for `group` (a group id with `key_type` 0, a transactional id
+    /// with 1) asked of the broker behind `c`, once.
+    pub(crate) async fn find_coordinator_key_on(
+        c: &Connection,
+        group: &str,
+        key_type: i8,
+    ) -> Result<i32> {
         let v = c.version_for::<FindCoordinatorRequest>()?;
+        if key_type != 0 && v < 1 {
+            return Err(Error::new(
+                crate::error::ErrorKind::UnsupportedVersion,
+                "FindCoordinator v1+ is needed to find a transaction coordinator",
+            ));
+        }
         let req = FindCoordinatorRequest {
             key: group.to_string(),
-            key_type: 0,
+            key_type,
             coordinator_keys: if v >= 4 {
                 vec![group.to_string()]
             } else {
@@ -356,7 +372,7 @@ impl Admin {
         let wanted = self.offset_fetch_wanted(topics).await?;
         let wanted = wanted.as_deref();
         self.with_coordinator("OffsetFetch", group, |c, _| async move {
-            Self::offset_fetch_on(&c, group, wanted).await
+            Self::offset_fetch_on(&c, group, wanted, false).await
         })
         .await
     }
@@ -377,11 +393,13 @@ impl Admin {
         Ok(wanted)
     }
 
-    /// OffsetFetch of `group` (the `wanted` partitions, or all) over `c`, once.
+    /// OffsetFetch of `group` (the `wanted` partitions, or all) over `c`, once;
+    /// `require_stable` (v7+): pending transactional offsets answer `UNSTABLE_OFFSET_COMMIT`.
     pub(crate) async fn offset_fetch_on(
         c: &Connection,
         group: &str,
         wanted: Option<&[(String, Vec<i32>)]>,
+        require_stable: bool,
     ) -> Result<Results<TopicPartition, CommittedOffset>> {
         let v = c.version_for::<OffsetFetchRequest>()?;
         let req = if v >= 8 {
@@ -399,6 +417,7 @@ impl Admin {
                     }),
                     ..Default::default()
                 }],
+                require_stable,
                 ..Default::default()
             }
         } else {
@@ -413,6 +432,7 @@ impl Admin {
                         })
                         .collect()
                 }),
+                require_stable,
                 ..Default::default()
             }
         };

@@ -71,6 +71,24 @@ pub type Results<K, V = ()> = Vec<(K, Result<V>)>;
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// # Cancellation safety
+///
+/// Dropping a call's future leaves the `Admin` (and the [`Cluster`] it shares) usable:
+/// connections stay in sync (see [`Connection::send`]), a dial or metadata refresh
+/// dropped midway leaves the cache as it was, and the call's retries simply stop. The
+/// calls that only read (`list_*`, `describe_*`, `fetch_group_offsets`, `list_offsets`,
+/// `find_coordinator`, `api_versions`) are therefore cancel safe. The calls that change
+/// something (`create_topics`, `delete_topics`, `create_partitions`, `alter_configs`,
+/// `incremental_alter_configs`, `delete_groups`, `commit_group_offsets`,
+/// `reset_group_offsets`, `delete_group_offsets`, `delete_records`) are not: a request
+/// already handed to its connection may still take effect after the future is dropped,
+/// and a call spread over several brokers (`delete_records` to each partition leader,
+/// broker configs to each broker, retries of the resources that failed) may be partly
+/// applied, with no result to say which part. Describe the resources to find out, or
+/// repeat the call (its per-resource results tell, e.g. `TopicAlreadyExists`). A call
+/// dropped before its last step changes nothing (`reset_group_offsets` looks the
+/// offsets up before it commits them).
 #[derive(Debug, Clone)]
 pub struct Admin {
     cluster: Cluster,
@@ -639,5 +657,6 @@ impl Admin {
     }
 }
 
-#[cfg(test)]
+// The admin's routing and retry tests run against MockCluster.
+#[cfg(all(test, feature = "mock"))]
 mod tests;

@@ -137,12 +137,17 @@ impl Compression {
 
     /// Decompress `input`; output longer than `max_len` bytes is an error.
     pub fn decompress(&self, input: &[u8], max_len: usize) -> Result<Bytes> {
+        self.decompress_within(input, max_len)?
+            .ok_or_else(|| too_large(*self, max_len))
+    }
+
+    /// Decompress `input` into at most `max_len` bytes: `Ok(None)` when the output would
+    /// be longer (decompression stops as soon as that is known, so at most about
+    /// `max_len` bytes are ever produced), an error when `input` is corrupt.
+    pub(crate) fn decompress_within(&self, input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
         match self {
             Compression::None => {
-                if input.len() > max_len {
-                    return Err(too_large(*self, max_len));
-                }
-                Ok(Bytes::copy_from_slice(input))
+                Ok((input.len() <= max_len).then(|| Bytes::copy_from_slice(input)))
             }
             Compression::Gzip => gzip_decompress(input, max_len),
             Compression::Snappy => snappy_decompress(input, max_len),
@@ -187,15 +192,15 @@ fn not_compiled(codec: Compression) -> Error {
     ))
 }
 
-/// Read all of `reader` into a buffer, failing once more than `max_len` bytes come out.
-/// `hint` sizes the first allocation (capped by `max_len`).
+/// Read all of `reader` into a buffer, stopping with `None` once more than `max_len`
+/// bytes come out. `hint` sizes the first allocation (capped by `max_len`).
 #[allow(dead_code)]
 fn read_bounded(
     reader: impl std::io::Read,
     codec: Compression,
     max_len: usize,
     hint: usize,
-) -> Result<Bytes> {
+) -> Result<Option<Bytes>> {
     use std::io::Read;
     let mut out = Vec::with_capacity(hint.min(max_len));
     let limit = u64::try_from(max_len).unwrap_or(u64::MAX).saturating_add(1);
@@ -204,9 +209,9 @@ fn read_bounded(
         .read_to_end(&mut out)
         .map_err(|e| codec_error(codec, "decompression", e))?;
     if out.len() > max_len {
-        return Err(too_large(codec, max_len));
+        return Ok(None);
     }
-    Ok(Bytes::from(out))
+    Ok(Some(Bytes::from(out)))
 }
 
 // ---- gzip ------------------------------------------------------------------------------
@@ -223,7 +228,7 @@ fn gzip_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(feature = "gzip")]
-fn gzip_decompress(input: &[u8], max_len: usize) -> Result<Bytes> {
+fn gzip_decompress(input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
     let dec = flate2::read::MultiGzDecoder::new(input);
     read_bounded(
         dec,
@@ -239,7 +244,7 @@ fn gzip_compress(_input: &[u8], _out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(not(feature = "gzip"))]
-fn gzip_decompress(_input: &[u8], _max_len: usize) -> Result<Bytes> {
+fn gzip_decompress(_input: &[u8], _max_len: usize) -> Result<Option<Bytes>> {
     Err(not_compiled(Compression::Gzip))
 }
 
@@ -251,7 +256,7 @@ fn snappy_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(feature = "snappy")]
-fn snappy_decompress(input: &[u8], max_len: usize) -> Result<Bytes> {
+fn snappy_decompress(input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
     snappy::decompress(input, max_len)
 }
 
@@ -261,7 +266,7 @@ fn snappy_compress(_input: &[u8], _out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(not(feature = "snappy"))]
-fn snappy_decompress(_input: &[u8], _max_len: usize) -> Result<Bytes> {
+fn snappy_decompress(_input: &[u8], _max_len: usize) -> Result<Option<Bytes>> {
     Err(not_compiled(Compression::Snappy))
 }
 
@@ -285,7 +290,7 @@ fn lz4_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(feature = "lz4")]
-fn lz4_decompress(input: &[u8], max_len: usize) -> Result<Bytes> {
+fn lz4_decompress(input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
     let dec = lz4_flex::frame::FrameDecoder::new(input);
     read_bounded(
         dec,
@@ -301,7 +306,7 @@ fn lz4_compress(_input: &[u8], _out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(not(feature = "lz4"))]
-fn lz4_decompress(_input: &[u8], _max_len: usize) -> Result<Bytes> {
+fn lz4_decompress(_input: &[u8], _max_len: usize) -> Result<Option<Bytes>> {
     Err(not_compiled(Compression::Lz4))
 }
 
@@ -327,7 +332,7 @@ fn zstd_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(feature = "zstd")]
-fn zstd_decompress(input: &[u8], max_len: usize) -> Result<Bytes> {
+fn zstd_decompress(input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
     let dec = zstd::stream::read::Decoder::with_buffer(input)
         .map_err(|e| codec_error(Compression::Zstd, "decompression", e))?;
     read_bounded(
@@ -344,7 +349,7 @@ fn zstd_compress(_input: &[u8], _out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(not(feature = "zstd"))]
-fn zstd_decompress(_input: &[u8], _max_len: usize) -> Result<Bytes> {
+fn zstd_decompress(_input: &[u8], _max_len: usize) -> Result<Option<Bytes>> {
     Err(not_compiled(Compression::Zstd))
 }
 

@@ -6,7 +6,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{codec_error, too_large, Compression};
+use super::{codec_error, Compression};
 use crate::error::{Error, Result};
 
 /// The xerial stream magic.
@@ -49,24 +49,25 @@ pub(crate) fn compress_xerial(input: &[u8], out: &mut BytesMut) -> Result<()> {
     Ok(())
 }
 
-/// Decompress xerial-framed or raw snappy, producing at most `max_len` bytes.
-pub(crate) fn decompress(input: &[u8], max_len: usize) -> Result<Bytes> {
+/// Decompress xerial-framed or raw snappy, producing at most `max_len` bytes (`None` if
+/// the output would be longer).
+pub(crate) fn decompress(input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
     match input.strip_prefix(&XERIAL_MAGIC[..]) {
         Some(rest) => decompress_xerial(rest, max_len),
         None => decompress_raw(input, max_len),
     }
 }
 
-fn decompress_raw(input: &[u8], max_len: usize) -> Result<Bytes> {
+fn decompress_raw(input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
     let len = snap::raw::decompress_len(input)
         .map_err(|e| codec_error(Compression::Snappy, "decompression", e))?;
     if len > max_len {
-        return Err(too_large(Compression::Snappy, max_len));
+        return Ok(None);
     }
     let out = snap::raw::Decoder::new()
         .decompress_vec(input)
         .map_err(|e| codec_error(Compression::Snappy, "decompression", e))?;
-    Ok(Bytes::from(out))
+    Ok(Some(Bytes::from(out)))
 }
 
 fn read_be_i32(input: &[u8]) -> Option<(i32, &[u8])> {
@@ -75,7 +76,7 @@ fn read_be_i32(input: &[u8]) -> Option<(i32, &[u8])> {
 }
 
 /// `rest` is what follows the magic: version, compatible version, blocks.
-fn decompress_xerial(rest: &[u8], max_len: usize) -> Result<Bytes> {
+fn decompress_xerial(rest: &[u8], max_len: usize) -> Result<Option<Bytes>> {
     let truncated = || Error::compression("truncated xerial snappy header");
     let (_version, rest) = read_be_i32(rest).ok_or_else(truncated)?;
     let (_compatible, mut rest) = read_be_i32(rest).ok_or_else(truncated)?;
@@ -99,7 +100,7 @@ fn decompress_xerial(rest: &[u8], max_len: usize) -> Result<Bytes> {
             .map_err(|e| codec_error(Compression::Snappy, "decompression", e))?;
         let start = out.len();
         if n > max_len.saturating_sub(start) {
-            return Err(too_large(Compression::Snappy, max_len));
+            return Ok(None);
         }
         out.resize(start + n, 0);
         let dst = out
@@ -108,5 +109,5 @@ fn decompress_xerial(rest: &[u8], max_len: usize) -> Result<Bytes> {
         dec.decompress(block, dst)
             .map_err(|e| codec_error(Compression::Snappy, "decompression", e))?;
     }
-    Ok(Bytes::from(out))
+    Ok(Some(Bytes::from(out)))
 }

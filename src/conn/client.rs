@@ -23,7 +23,10 @@ use crate::protocol::messages::{
     MetadataRequestTopic, MetadataResponse, ProducePartitionData, ProduceRequest, ProduceTopicData,
 };
 use crate::protocol::{ErrorCode, Request};
-use crate::record::{decode_batches, ControlRecord, Record, RecordBatch, RecordBatchBuilder};
+use crate::record::{
+    decode_batches_within, ControlRecord, Record, RecordBatch, RecordBatchBuilder,
+    MAX_BATCH_DECOMPRESSED,
+};
 
 /// How many replicas must acknowledge a produce request (Java: `acks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -294,8 +297,14 @@ const ZERO_UUID: [u8; 16] = [0; 16];
 /// # Cancellation safety
 ///
 /// Every method is cancel safe in the sense of [`Connection::send`]: dropping the future
-/// never leaves the connection out of sync. A produce whose future is dropped may or may
-/// not have been written.
+/// never leaves the connection out of sync, and the `Conn` stays usable. What is not
+/// known is whether the broker acted on a request already handed to the connection: it
+/// is written whole and its response read and discarded, so a dropped `produce` may or
+/// may not have been written, and a dropped `create_topics` or `delete_topics` may or
+/// may not have taken effect (look at the metadata to find out). Calls that make
+/// several requests — `dial_leader` (Metadata, then a new connection), a `fetch` that
+/// first looks up the topic's id — stop between them. A `connect` dropped midway
+/// leaves nothing open: a half-made connection closes with its last handle.
 #[derive(Debug)]
 pub struct Conn {
     connection: Connection,
@@ -891,6 +900,12 @@ impl Conn {
 /// partition's error code becomes an error (without topic/partition context, which the
 /// caller adds), the record bytes are decoded (an incomplete last batch is ignored) and
 /// filtered with [`visible_records`]. Shared by [`Conn::fetch`] and the `Reader`.
+///
+/// Compressed batches decode within [`decompress_limit`] together: when a response holds
+/// more, the batches that fit are returned and `next_offset` points at the first one that
+/// did not, so the next fetch continues there. The first batch may take up to
+/// [`MAX_BATCH_DECOMPRESSED`], so there is always progress; one larger than that is a
+/// non-retriable `Compression` error naming its offset.
 pub(crate) fn decode_fetch_partition(
     p: FetchPartitionData,
     offset: i64,
@@ -901,7 +916,7 @@ pub(crate) fn decode_fetch_partition(
         return Err(Error::kafka(code));
     }
     let data = p.records.unwrap_or_default();
-    let decoded = decode_batches(data, decompress_limit(max_bytes))?;
+    let decoded = decode_batches_within(data, decompress_limit(max_bytes), MAX_BATCH_DECOMPRESSED)?;
     let aborted = if isolation_level == IsolationLevel::ReadCommitted {
         p.aborted_transactions.unwrap_or_default()
     } else {
@@ -967,10 +982,11 @@ pub(crate) fn visible_records(
     (out, next)
 }
 
-/// How much the compressed batches of one fetch response may decompress to, together
-/// (see [`decode_batches`]): generous relative to the fetch size (real compression ratios
-/// rarely exceed 10–20×), but bounded so a zip bomb — or many small ones — cannot exhaust
-/// memory.
+/// How much the compressed batches of one partition's fetch response may decompress to,
+/// together (the soft limit of [`decode_batches_within`]): generous relative to the fetch
+/// size (real compression ratios rarely exceed 10–20×; constant 100-byte values reach ~75×
+/// with zstd), bounded so that many small bombs cannot exhaust memory. A response holding
+/// more is decoded in part, not refused.
 fn decompress_limit(max_bytes: i32) -> usize {
     let base = usize::try_from(max_bytes.max(1)).unwrap_or(1);
     base.saturating_mul(32)
@@ -1020,7 +1036,7 @@ mod tests {
     fn decode_one(bytes: Bytes, base: i64) -> RecordBatch {
         let mut raw = bytes.to_vec();
         raw[..8].copy_from_slice(&base.to_be_bytes());
-        let mut d = decode_batches(Bytes::from(raw), 1 << 20).unwrap();
+        let mut d = crate::record::decode_batches(Bytes::from(raw), 1 << 20).unwrap();
         assert_eq!(d.batches.len(), 1);
         d.batches.remove(0)
     }

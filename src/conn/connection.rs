@@ -808,9 +808,14 @@ impl State {
                 );
                 return Ok(());
             }
+            // The response stream is out of step with the requests: the connection is
+            // dropped and what was in flight failed with it (retriable: a request's fate
+            // is unknown, as after a cut connection).
             return Err(Failure::new(
-                ErrorKind::Protocol,
-                format!("response with unknown correlation id {correlation_id}"),
+                ErrorKind::Closed,
+                format!(
+                    "connection dropped: response with unknown correlation id {correlation_id}"
+                ),
             ));
         };
         let mut body = frame;
@@ -1472,6 +1477,14 @@ mod tests {
 
     /// Two requests in flight, then `garbage` from the peer: both fail with Protocol.
     async fn garbage_fails_all(garbage: &[u8], max_frame_size: usize) -> Error {
+        garbage_fails_all_with(garbage, max_frame_size, ErrorKind::Protocol).await
+    }
+
+    async fn garbage_fails_all_with(
+        garbage: &[u8],
+        max_frame_size: usize,
+        kind: ErrorKind,
+    ) -> Error {
         let (conn, mut peer) = raw_pair(ConnectionConfig {
             max_frame_size,
             ..config()
@@ -1490,12 +1503,12 @@ mod tests {
         let mut last = None;
         for r in results {
             let err = r.unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+            assert_eq!(err.kind(), kind, "{err}");
             last = Some(err);
         }
         assert!(conn.is_closed());
         let err = send_tagged(&conn, 9, 3).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Protocol);
+        assert_eq!(err.kind(), kind);
         last.unwrap()
     }
 
@@ -1516,8 +1529,9 @@ mod tests {
         frame.put_i32(10);
         frame.put_i32(123_456);
         frame.extend_from_slice(&[0; 6]);
-        let err = garbage_fails_all(&frame, 1024).await;
+        let err = garbage_fails_all_with(&frame, 1024, ErrorKind::Closed).await;
         assert!(err.to_string().contains("123456"), "{err}");
+        assert!(err.is_retriable(), "{err}");
     }
 
     #[tokio::test]

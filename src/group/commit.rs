@@ -1,19 +1,18 @@
 //! Offset commits of a group member: the per-partition bookkeeping (merge, contiguous
 //! acks) and the [`Committer`] sink.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::Sink;
-use tracing::debug;
-
+use super::ack::Track;
 use super::GroupShared;
 use crate::error::{Error, Result};
 use crate::reader::{Message, TopicPartition};
+use futures::Sink;
 
 /// A processed message's position, handed to a [`Committer`]: committing it makes the
 /// group resume at `offset + 1`.
@@ -31,6 +30,9 @@ pub struct Offset {
     pub partition: i32,
     /// The offset of the processed message (not the next one).
     pub offset: i64,
+    /// The ownership of the partition the message was yielded under, when the offset
+    /// comes from a message: an ack from an earlier assignment is ignored.
+    assignment: Option<u64>,
 }
 
 impl Offset {
@@ -40,13 +42,21 @@ impl Offset {
             topic: topic.into(),
             partition,
             offset,
+            assignment: None,
         }
+    }
+
+    pub(crate) fn assignment(&self) -> Option<u64> {
+        self.assignment
     }
 }
 
 impl From<&Message> for Offset {
     fn from(m: &Message) -> Self {
-        Offset::new(&*m.topic, m.partition, m.offset)
+        Offset {
+            assignment: m.ack_token().assignment(),
+            ..Offset::new(&*m.topic, m.partition, m.offset)
+        }
     }
 }
 
@@ -71,8 +81,9 @@ pub enum CommitMode {
     /// simple and slow.
     Sync,
     /// Offsets are merged and committed by the group task every this often (kafka-go
-    /// `CommitInterval`, Java `auto.commit.interval.ms` style); `flush` and `close` still
-    /// commit right away and wait for the broker.
+    /// `CommitInterval`, Java `auto.commit.interval.ms` style); the [`Committer`]'s
+    /// `close` and [`Committer::commit`] still commit right away and wait for the broker
+    /// (its `flush` does not: see [`Committer`]).
     Interval(Duration),
 }
 
@@ -82,132 +93,48 @@ impl Default for CommitMode {
     }
 }
 
-/// Commit bookkeeping of one owned partition.
-#[derive(Debug)]
-pub(crate) struct PartCommit {
-    /// The last offset the broker accepted from this member (-1: none).
-    pub(crate) committed: i64,
-    /// The next offset to commit (processed message + 1), -1 while nothing is pending.
-    pub(crate) pending: i64,
-    /// With contiguous tracking: offsets yielded by the reader, in order, and whether
-    /// each was acked. The front is the oldest unacked delivery.
-    delivered: VecDeque<(i64, bool)>,
-}
-
-impl Default for PartCommit {
-    fn default() -> Self {
-        PartCommit::new()
-    }
-}
-
-impl PartCommit {
-    fn new() -> Self {
-        PartCommit {
-            committed: -1,
-            pending: -1,
-            delivered: VecDeque::new(),
-        }
-    }
-
-    /// The message at `offset` was yielded to the application.
-    pub(crate) fn delivered(&mut self, offset: i64) {
-        if self.delivered.back().is_some_and(|(o, _)| *o >= offset) {
-            // a seek back: earlier deliveries no longer decide anything
-            self.delivered.clear();
-        }
-        self.delivered.push_back((offset, false));
-    }
-
-    /// Record an ack of `offset`. Without `contiguous`, the pending offset becomes
-    /// `offset + 1` if that is higher. With it, the pending offset only moves past a
-    /// delivered message once every earlier delivered message was acked. Returns whether
-    /// the pending offset moved.
-    pub(crate) fn ack(&mut self, offset: i64, contiguous: bool) -> bool {
-        let before = self.pending;
-        if !contiguous {
-            self.pending = self.pending.max(offset.saturating_add(1));
-            return self.pending != before;
-        }
-        match self.delivered.binary_search_by_key(&offset, |(o, _)| *o) {
-            Ok(i) => {
-                if let Some(d) = self.delivered.get_mut(i) {
-                    d.1 = true;
-                }
-            }
-            Err(_) => {
-                // Not tracked: delivered before tracking began (before the first
-                // committer), already committed, or never delivered. Below the first
-                // tracked delivery it is merged without passing that delivery.
-                match self.delivered.front() {
-                    Some(&(front, _)) if offset >= front => {
-                        debug!(offset, "ack of an offset this reader did not yield ignored");
-                    }
-                    Some(&(front, _)) => {
-                        self.pending = self.pending.max(offset.saturating_add(1).min(front));
-                    }
-                    None => self.pending = self.pending.max(offset.saturating_add(1)),
-                }
-                return self.pending != before;
-            }
-        }
-        while let Some(&(o, true)) = self.delivered.front() {
-            self.pending = self.pending.max(o.saturating_add(1));
-            self.delivered.pop_front();
-        }
-        self.pending != before
-    }
-
-    /// The offset to commit, if it is ahead of what the broker has.
-    pub(crate) fn due(&self) -> Option<i64> {
-        (self.pending > self.committed).then_some(self.pending)
-    }
-
-    /// The broker accepted `offset`: never moves backwards.
-    pub(crate) fn committed(&mut self, offset: i64) {
-        self.committed = self.committed.max(offset);
-    }
-}
-
-/// Commit state of every owned partition, keyed by topic then partition (so the reader can
-/// look a message's partition up without allocating).
+/// Commit state of every owned partition, keyed by topic then partition: one [`Track`]
+/// per ownership (see [`AckToken`](super::AckToken)).
 #[derive(Debug, Default)]
 pub(crate) struct Commits {
-    pub(crate) parts: HashMap<String, HashMap<i32, PartCommit>>,
-    /// Whether deliveries are tracked (contiguous mode and a committer exists).
-    pub(crate) tracking: bool,
+    pub(crate) parts: HashMap<String, HashMap<i32, Arc<Track>>>,
 }
 
 impl Commits {
-    pub(crate) fn own(&mut self, tp: &TopicPartition, committed: i64) {
-        let p = self
+    /// Own `tp`, committed at `committed`: a new track (an earlier one of the same
+    /// partition is deactivated, so its tokens change nothing).
+    pub(crate) fn own(&mut self, tp: &TopicPartition, track: Arc<Track>) {
+        if let Some(old) = self
             .parts
             .entry(tp.topic.clone())
             .or_default()
-            .entry(tp.partition)
-            .or_default();
-        p.committed = committed;
-        p.pending = p.pending.max(committed);
+            .insert(tp.partition, track)
+        {
+            old.deactivate();
+        }
     }
 
     pub(crate) fn disown(&mut self, tp: &TopicPartition) {
         if let Some(t) = self.parts.get_mut(&tp.topic) {
-            t.remove(&tp.partition);
+            if let Some(track) = t.remove(&tp.partition) {
+                track.deactivate();
+            }
             if t.is_empty() {
                 self.parts.remove(&tp.topic);
             }
         }
     }
 
-    pub(crate) fn get_mut(&mut self, topic: &str, partition: i32) -> Option<&mut PartCommit> {
-        self.parts.get_mut(topic)?.get_mut(&partition)
+    pub(crate) fn get(&self, topic: &str, partition: i32) -> Option<&Arc<Track>> {
+        self.parts.get(topic)?.get(&partition)
     }
 
     /// The offsets to commit (of `only`, if given).
     pub(crate) fn due(&self, only: Option<&[TopicPartition]>) -> Vec<(TopicPartition, i64)> {
         let mut v = Vec::new();
         for (t, ps) in &self.parts {
-            for (p, c) in ps {
-                if let Some(o) = c.due() {
+            for (p, track) in ps {
+                if let Some(o) = track.due() {
                     let tp = TopicPartition::new(t.clone(), *p);
                     if only.map_or(true, |only| only.contains(&tp)) {
                         v.push((tp, o));
@@ -218,6 +145,62 @@ impl Commits {
         v.sort();
         v
     }
+
+    /// Messages yielded whose tokens are still held, over every owned partition.
+    pub(crate) fn held(&self) -> usize {
+        self.parts
+            .values()
+            .flat_map(|ps| ps.values())
+            .map(|t| t.held())
+            .sum()
+    }
+
+    /// Messages yielded and not known processed, and the oldest of them.
+    pub(crate) fn unacked(&self) -> (usize, Option<Unacked>) {
+        let mut total = 0;
+        let mut oldest: Option<Unacked> = None;
+        for (t, ps) in &self.parts {
+            for (p, track) in ps {
+                let (n, front) = track.unacked();
+                total += n;
+                if let Some((offset, at)) = front {
+                    let age = at.elapsed();
+                    if oldest.as_ref().map_or(true, |o| age > o.age) {
+                        oldest = Some(Unacked {
+                            topic: t.clone(),
+                            partition: *p,
+                            offset,
+                            age,
+                        });
+                    }
+                }
+            }
+        }
+        (total, oldest)
+    }
+}
+
+/// The oldest message a group reader yielded that is not known processed yet (see
+/// [`ReaderStats::oldest_unacked`](crate::reader::ReaderStats::oldest_unacked)): where a
+/// stuck pipeline is stuck.
+///
+/// ```
+/// # fn show(s: &kafkapipe::reader::ReaderStats) {
+/// if let Some(u) = &s.oldest_unacked {
+///     println!("{}/{}@{} unacked for {:?}", u.topic, u.partition, u.offset, u.age);
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unacked {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The message's offset.
+    pub offset: i64,
+    /// How long ago the reader yielded it.
+    pub age: Duration,
 }
 
 type CommitFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
@@ -226,14 +209,24 @@ type CommitFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 /// implementing `Sink<Offset>` (and `Sink<Message>`, `Sink<&Message>`), so a pipeline can
 /// end in `.forward(reader.committer())`.
 ///
-/// Sending a message (or its [`Offset`]) says it was processed. Offsets are merged per
-/// partition and a committed offset never goes backwards. With
+/// Sending a message (or its [`Offset`]) says it was processed: it acks the message's
+/// [`AckToken`](super::AckToken). Messages the pipeline drops (a `filter`) count as
+/// processed too, and messages handed to a [`Writer`](crate::writer::Writer) with their
+/// token count once written — see [`AckToken`](super::AckToken) for the whole model. So
+/// the committer need not see every message; it is where the pipeline ends.
+/// Offsets are merged per partition and a committed offset never goes backwards. With
 /// [`ReaderConfig::commit_contiguous`](crate::reader::ReaderConfig::commit_contiguous)
-/// (the default) the committer tracks acks that arrive out of order and commits, per
-/// partition, only up to the lowest message not yet acked — so a message is never
-/// committed before every earlier message this reader yielded was processed.
-/// Acks of partitions this member no longer owns (revoked in a rebalance) are dropped:
-/// another member now reads them from the last commit.
+/// (the default) a partition is committed only up to the lowest message not yet
+/// processed — so a message is never committed before every earlier message this reader
+/// yielded was processed. Acks from an earlier assignment of a partition, or of
+/// partitions this member no longer owns, are dropped: another member (or this one,
+/// again) reads them from the last commit.
+///
+/// `flush` commits and waits in [`CommitMode::Sync`]; in [`CommitMode::Interval`] it
+/// returns at once (`forward` flushes whenever the reader is momentarily empty) and the
+/// interval commits; [`Committer::commit`] and `close` commit now. A rebalance under
+/// way does not fail the sink's flush or close: the offsets stay pending
+/// (`RebalanceInProgress`) or belong to the partitions' next owner.
 ///
 /// ```no_run
 /// use futures::{StreamExt, TryStreamExt};
@@ -251,9 +244,12 @@ type CommitFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 ///
 /// # Cancellation safety
 ///
-/// Dropping a pending `flush`/`send` loses no offset: it stays pending and is committed by
-/// the next flush, the interval tick or the reader's close. The commit request in flight
-/// may still reach the broker.
+/// Dropping a pending `flush`/`send`/`close` loses no offset: it stays pending and is
+/// committed by the next commit, the interval tick or the reader's close. The commit a
+/// sink flush started is kept in the `Committer` and resumed by its next `flush` or
+/// `close`; the commit request in flight may still reach the broker. A `send` dropped
+/// before the sink took its message drops the message, whose dropped
+/// [`AckToken`](super::AckToken) counts as processed all the same (see there).
 pub struct Committer {
     shared: Arc<GroupShared>,
     /// The commit `poll_flush` drives; in a mutex (only ever used through `get_mut`, so
@@ -277,9 +273,6 @@ impl Clone for Committer {
 
 impl Committer {
     pub(crate) fn new(shared: Arc<GroupShared>) -> Self {
-        if shared.contiguous {
-            shared.commits().tracking = true;
-        }
         Committer {
             shared,
             flushing: std::sync::Mutex::new(None),
@@ -333,28 +326,108 @@ impl Committer {
     }
 }
 
-impl<T: Into<Offset>> Sink<T> for Committer {
-    type Error = Error;
-
-    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        let this = self.get_mut();
-        if this.shared.mode == CommitMode::Sync && this.shared.has_due() {
-            return this.poll_commit(cx);
+impl Committer {
+    fn sink_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if self.shared.mode == CommitMode::Sync && self.shared.has_due() {
+            return self.poll_commit(cx);
         }
         Poll::Ready(Ok(()))
     }
 
-    fn start_send(self: Pin<&mut Self>, item: T) -> Result<()> {
-        self.shared.ack(item.into());
+    /// `flush`: in sync mode, commit now and wait; in interval mode the interval (or
+    /// [`Committer::commit`], or close) commits — `forward` flushes whenever its source
+    /// is momentarily empty, which must not turn into one OffsetCommit per message.
+    fn sink_flush(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        match self.shared.mode {
+            CommitMode::Sync => self.poll_membership_commit(cx),
+            CommitMode::Interval(_) => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// Commit as the sink does: a rebalance under way (`RebalanceInProgress`) or a
+    /// membership that ended (`IllegalGeneration`, `UnknownMemberId`) does not end the
+    /// pipeline — offsets of partitions still owned stay pending for the next commit,
+    /// and those of partitions given up are another member's to read again.
+    fn poll_membership_commit(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        match futures::ready!(self.poll_commit(cx)) {
+            Err(e) if super::membership_changing(&e) => {
+                tracing::info!(group = %self.shared.group_id, error = %e, "commit skipped: the group is rebalancing; offsets stay pending");
+                Poll::Ready(Ok(()))
+            }
+            r => Poll::Ready(r),
+        }
+    }
+}
+
+impl Sink<Offset> for Committer {
+    type Error = Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.get_mut().sink_ready(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Offset) -> Result<()> {
+        self.shared.ack(item);
         Ok(())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.get_mut().poll_commit(cx)
+        self.get_mut().sink_flush(cx)
     }
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        self.get_mut().poll_commit(cx)
+        self.get_mut().poll_membership_commit(cx)
+    }
+}
+
+impl Sink<Message> for Committer {
+    type Error = Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.get_mut().sink_ready(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, mut item: Message) -> Result<()> {
+        let token = item.take_ack_token();
+        if token.is_tracked() {
+            token.ack();
+        } else {
+            self.shared.ack(Offset::from(&item));
+        }
+        Ok(())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.get_mut().sink_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.get_mut().poll_membership_commit(cx)
+    }
+}
+
+impl Sink<&Message> for Committer {
+    type Error = Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.get_mut().sink_ready(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: &Message) -> Result<()> {
+        if item.ack_token().is_tracked() {
+            item.ack_token().ack_ref();
+        } else {
+            self.shared.ack(Offset::from(item));
+        }
+        Ok(())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.get_mut().sink_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.get_mut().poll_membership_commit(cx)
     }
 }
 
@@ -369,70 +442,14 @@ mod tests {
     }
 
     #[test]
-    fn merge_never_regresses() {
-        let mut p = PartCommit::new();
-        assert!(p.ack(10, false));
-        assert!(!p.ack(3, false));
-        assert_eq!(p.due(), Some(11));
-        p.committed(11);
-        assert_eq!(p.due(), None);
-        p.committed(5);
-        assert_eq!(p.committed, 11);
-        assert!(!p.ack(7, false));
-        assert_eq!(p.due(), None);
-    }
-
-    #[test]
-    fn contiguous_commits_only_the_acked_prefix() {
-        let mut p = PartCommit::new();
-        for o in [5, 6, 8, 9] {
-            p.delivered(o); // 7 was a control record: never delivered
-        }
-        assert!(!p.ack(6, true));
-        assert!(!p.ack(9, true));
-        assert_eq!(p.due(), None);
-        assert!(p.ack(5, true));
-        assert_eq!(p.due(), Some(7));
-        assert!(p.ack(8, true));
-        assert_eq!(p.due(), Some(10));
-        // acks of already-covered offsets change nothing
-        assert!(!p.ack(5, true));
-        assert_eq!(p.due(), Some(10));
-        // nothing tracked: merged like an untracked ack
-        assert!(p.ack(100, true));
-        assert_eq!(p.due(), Some(101));
-    }
-
-    #[test]
-    fn acks_of_messages_yielded_before_tracking_never_pass_a_tracked_one() {
-        let mut p = PartCommit::new();
-        p.delivered(10); // tracking began at 10; 0..10 were yielded before
-        assert!(p.ack(4, true));
-        assert_eq!(p.due(), Some(5));
-        assert!(!p.ack(12, true)); // beyond what was yielded: ignored
-        assert!(p.ack(9, true));
-        assert_eq!(p.due(), Some(10));
-        assert!(p.ack(10, true));
-        assert_eq!(p.due(), Some(11));
-    }
-
-    #[test]
-    fn contiguous_after_seek_back_restarts_tracking() {
-        let mut p = PartCommit::new();
-        p.delivered(10);
-        p.delivered(11);
-        p.delivered(3);
-        assert!(p.ack(3, true));
-        assert_eq!(p.due(), Some(4));
-    }
-
-    #[test]
     fn commits_due_filters_and_sorts() {
+        let pulse = Arc::new(super::super::ack::Pulse::default());
         let mut c = Commits::default();
-        c.own(&TopicPartition::new("t", 1), 4);
-        c.own(&TopicPartition::new("t", 0), -1);
-        c.get_mut("t", 0).map(|p| p.ack(2, false));
-        c.get_mut("t", 1).map(|p| p.ack(9, false));
+        let track = |committed| Arc::new(Track::new(committed, true, 10, pulse.clone()));
+        c.own(&TopicPartition::new("t", 1), track(4));
+        c.own(&TopicPartition::new("t", 0), track(-1));
+        c.get("t", 0).map(|p| p.ack_offset(2));
+        c.get("t", 1).map(|p| p.ack_offset(9));
         assert_eq!(
             c.due(None),
             vec![
@@ -446,6 +463,6 @@ mod tests {
         );
         c.disown(&TopicPartition::new("t", 1));
         assert_eq!(c.due(None).len(), 1);
-        assert!(c.get_mut("x", 0).is_none());
+        assert!(c.get("x", 0).is_none());
     }
 }

@@ -62,6 +62,8 @@ struct State {
 /// The dedicated coordinator connections of one group member.
 pub(crate) struct Coordinator {
     group_id: String,
+    /// FindCoordinator key type: 0 for a group, 1 for a transactional id.
+    key_type: i8,
     cluster: Cluster,
     /// How long one FindCoordinator attempt (one broker) or one dial may take.
     attempt_timeout: Duration,
@@ -76,11 +78,21 @@ impl Coordinator {
     pub(crate) fn new(group_id: String, cluster: Cluster, attempt_timeout: Duration) -> Self {
         Coordinator {
             group_id,
+            key_type: 0,
             cluster,
             attempt_timeout,
             state: Mutex::default(),
             last_node: Mutex::new(None),
             lookup: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The coordinator of transactional id `id` (FindCoordinator key type 1) rather than of
+    /// a group.
+    pub(crate) fn transaction(id: String, cluster: Cluster, attempt_timeout: Duration) -> Self {
+        Coordinator {
+            key_type: 1,
+            ..Coordinator::new(id, cluster, attempt_timeout)
         }
     }
 
@@ -223,7 +235,7 @@ impl Coordinator {
                     Some(c) => c,
                     None => self.cluster.connection(id).await?,
                 };
-                Admin::find_coordinator_on(&c, &self.group_id).await
+                Admin::find_coordinator_key_on(&c, &self.group_id, self.key_type).await
             };
             match self.bounded(attempt).await {
                 Ok(node) => return Ok(node),

@@ -21,7 +21,10 @@
 //! acked for it so far are committed with the old generation, and only then is the
 //! partition given up and a [`GroupEvent::Revoked`] emitted. Lost partitions
 //! ([`GroupEvent::Lost`]) are dropped without committing, as the broker would refuse.
-//! Close commits every pending offset, then leaves the group (static members do not).
+//! Close first ends the reader's stream and stops fetching, then keeps heartbeating until
+//! no yielded message's [`AckToken`] is still held (at most the rebalance timeout) — so a
+//! writer that a closing pipeline flushes gets its acknowledgements into the commit —
+//! then commits every processed offset and leaves the group (static members do not).
 //!
 //! With the cooperative protocol (every offered assignor is cooperative, e.g. only
 //! [`CooperativeStickyAssignor`], as in the Java client) the member keeps its partitions
@@ -36,10 +39,17 @@
 //!
 //! The coordinator is reached over a dedicated connection (see `coordinator.rs`):
 //! coordinator failures (`NOT_COORDINATOR`, `COORDINATOR_NOT_AVAILABLE`,
-//! `COORDINATOR_LOAD_IN_PROGRESS`, connection failures and timeouts) are retried
-//! silently, finding the coordinator again and keeping the generation, as the Java client
-//! does. Other errors of the group (e.g. `GroupAuthorizationFailed`) are yielded by the
-//! reader's stream; the task keeps retrying after `join_backoff`.
+//! `COORDINATOR_LOAD_IN_PROGRESS`, connection failures and timeouts) are retried,
+//! finding the coordinator again and keeping the generation, as the Java client does.
+//! Failures of the join (JoinGroup, SyncGroup, the OffsetFetch that follows) follow the
+//! reader's retry policy (see
+//! [`ReaderConfig::retry_timeout`](crate::reader::ReaderConfig::retry_timeout)):
+//! transient ones are retried with the read backoff and yielded by the reader's stream
+//! only once the membership has been failing for `retry_timeout`; fatal ones (e.g.
+//! `GROUP_AUTHORIZATION_FAILED`, `FENCED_INSTANCE_ID`) are yielded at once and retried
+//! after `join_backoff`. Heartbeats retry a lost coordinator for the session and rebalance
+//! timeouts, then rejoin; commits the application waits for retry for `retry_timeout`,
+//! those of revoked partitions for the rebalance timeout.
 //!
 //! Topic patterns and the partition watch: every
 //! [`partition_watch_interval`](crate::reader::ReaderConfig::partition_watch_interval)
@@ -57,11 +67,14 @@
 //! task whether or not the application polls the reader (no `max.poll.interval.ms`
 //! liveness check): a stuck application keeps its partitions.
 
+mod ack;
 mod assignor;
 mod commit;
-mod coordinator;
-#[cfg(test)]
+pub(crate) mod coordinator;
+// Coordinator faults, against MockCluster.
+#[cfg(all(test, feature = "mock"))]
 mod coordinator_tests;
+pub(crate) mod txn_link;
 
 use crate::util::duration_ms;
 use std::collections::{BTreeMap, VecDeque};
@@ -75,12 +88,14 @@ use futures::Stream;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
+pub use ack::{AckToken, SharedAck};
+pub(crate) use ack::{HeldAck, Pulse, Track};
 pub use assignor::{
     Assignor, CooperativeStickyAssignor, GroupMember, RangeAssignor, RebalanceProtocol,
     RoundRobinAssignor,
 };
 pub(crate) use commit::Commits;
-pub use commit::{CommitMode, Committer, Offset};
+pub use commit::{CommitMode, Committer, Offset, Unacked};
 use coordinator::{coordinator_lost, coordinator_retriable, Coordinator, Lane};
 
 use crate::admin::Admin;
@@ -94,6 +109,7 @@ use crate::protocol::messages::{
     LeaveGroupRequest, MemberIdentity, SyncGroupRequest, SyncGroupRequestAssignment,
 };
 use crate::protocol::ErrorCode;
+use crate::reader::retry::{self, deadline_after, Streak, WarnLimit};
 use crate::reader::{ReaderConfig, StartOffset, TopicPartition};
 
 /// Whether `name` matches the glob `pattern`: `*` matches any run of characters
@@ -222,17 +238,28 @@ pub(crate) struct GroupShared {
     request_timeout: Duration,
     pub(crate) mode: CommitMode,
     pub(crate) contiguous: bool,
+    pub(crate) max_unacked: usize,
+    /// The reader's poll count and consumer waker, shared with every track.
+    pub(crate) pulse: Arc<Pulse>,
     commits: Mutex<Commits>,
     /// Generation and member id of the current membership.
     member: Mutex<(i32, String)>,
     events: Mutex<Events>,
     commit_lock: tokio::sync::Mutex<()>,
-    /// How long a commit keeps retrying retriable failures (coordinator moved or
-    /// unreachable): the rebalance timeout, at least 5 s (Java's `commitSync` retries
-    /// until `default.api.timeout.ms`).
+    /// How long a commit of revoked partitions (or on close) and the OffsetFetch of a
+    /// join keep retrying retriable failures (coordinator moved or unreachable): the
+    /// rebalance timeout, at least 5 s, as the coordinator waits no longer for the
+    /// member's rejoin.
     commit_timeout: Duration,
+    /// How long other commits (the interval's, the [`Committer`]'s) keep retrying:
+    /// [`ReaderConfig::retry_timeout`].
+    retry_timeout: Duration,
+    /// The group task's `warn` rate limit of retried failures.
+    warn_limit: WarnLimit,
     pub(crate) closing: AtomicBool,
     pub(crate) wake: Notify,
+    /// The exactly-once pipeline that owns this group's commits, if one took over.
+    pub(crate) txn: txn_link::TxnLink,
 }
 
 /// How long one coordinator lookup step (FindCoordinator to one broker, a dial) may
@@ -244,11 +271,36 @@ fn coordinator_step(config: &ReaderConfig) -> Duration {
         .clamp(Duration::from_secs(2), Duration::from_secs(5))
 }
 
+/// Whether a commit failed because the membership is changing (a rebalance under way, or
+/// the generation ended): the offsets stay pending or belong to the next owner.
+pub(crate) fn membership_changing(e: &Error) -> bool {
+    matches!(
+        e.kafka_code(),
+        Some(
+            ErrorCode::RebalanceInProgress
+                | ErrorCode::IllegalGeneration
+                | ErrorCode::UnknownMemberId
+        )
+    )
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl GroupShared {
+    /// The current membership for a transactional offset commit (KIP-447), `None` while
+    /// the reader is not a member.
+    pub(crate) fn group_metadata(&self) -> Option<crate::writer::GroupMetadata> {
+        let (generation, member_id) = lock(&self.member).clone();
+        (generation >= 0 && !member_id.is_empty()).then(|| {
+            crate::writer::GroupMetadata::new(&self.group_id)
+                .generation_id(generation)
+                .member_id(member_id)
+                .group_instance_id(self.instance_id.clone())
+        })
+    }
+
     pub(crate) fn new(
         config: &ReaderConfig,
         group_id: String,
@@ -263,13 +315,18 @@ impl GroupShared {
             admin,
             mode: config.commit_mode,
             contiguous: config.commit_contiguous,
+            max_unacked: config.max_unacked,
+            pulse: Arc::default(),
             commits: Mutex::default(),
             member: Mutex::new((-1, String::new())),
             events: Mutex::default(),
             commit_lock: tokio::sync::Mutex::new(()),
             commit_timeout: config.rebalance_timeout.max(Duration::from_secs(5)),
+            retry_timeout: config.retry_timeout,
+            warn_limit: WarnLimit::default(),
             closing: AtomicBool::new(false),
             wake: Notify::new(),
+            txn: txn_link::TxnLink::default(),
         }
     }
 
@@ -277,24 +334,36 @@ impl GroupShared {
         lock(&self.commits)
     }
 
-    /// The reader yielded this message.
-    pub(crate) fn delivered(&self, topic: &str, partition: i32, offset: i64) {
-        let mut c = self.commits();
-        if c.tracking {
-            if let Some(p) = c.get_mut(topic, partition) {
-                p.delivered(offset);
-            }
-        }
+    /// A new track for an ownership of a partition committed at `committed`.
+    pub(crate) fn new_track(&self, committed: i64) -> Arc<Track> {
+        Arc::new(Track::new(
+            committed,
+            self.contiguous,
+            self.max_unacked,
+            self.pulse.clone(),
+        ))
     }
 
     pub(crate) fn ack(&self, o: Offset) {
-        let contiguous = self.contiguous;
-        let mut c = self.commits();
-        let contiguous = contiguous && c.tracking;
-        match c.get_mut(&o.topic, o.partition) {
-            Some(p) => {
-                p.ack(o.offset, contiguous);
+        if self.txn.transactional() {
+            // The pipeline's transactions commit what its writes made of: an explicit
+            // ack could move the commit past a message whose result is not written.
+            warn!(group = %self.group_id, topic = %o.topic, partition = o.partition, offset = o.offset,
+                "explicit ack ignored: an exactly-once pipeline owns this group's commits");
+            return;
+        }
+        let c = self.commits();
+        match c.get(&o.topic, o.partition) {
+            Some(t) if o.assignment().map_or(true, |a| a == t.id) => {
+                t.ack_offset(o.offset);
             }
+            Some(_) => debug!(
+                group = %self.group_id,
+                topic = %o.topic,
+                partition = o.partition,
+                offset = o.offset,
+                "ack of a message from an earlier assignment of this partition dropped"
+            ),
             None => debug!(
                 group = %self.group_id,
                 topic = %o.topic,
@@ -309,8 +378,30 @@ impl GroupShared {
         !self.commits().due(None).is_empty()
     }
 
-    /// Commit every pending offset (of `only`, if given) and wait for the broker.
+    /// Commit every pending offset (of `only`, if given) and wait for the broker,
+    /// retrying coordinator failures for [`ReaderConfig::retry_timeout`] (for `only`:
+    /// revoked partitions, the rebalance timeout).
     pub(crate) async fn commit_pending(&self, only: Option<&[TopicPartition]>) -> Result<()> {
+        let within = match only {
+            Some(_) => self.commit_timeout,
+            None => self.retry_timeout,
+        };
+        self.commit_pending_within(only, within).await
+    }
+
+    /// [`GroupShared::commit_pending`], retrying coordinator failures for `within`.
+    async fn commit_pending_within(
+        &self,
+        only: Option<&[TopicPartition]>,
+        within: Duration,
+    ) -> Result<()> {
+        if self.txn.transactional() {
+            return Err(Error::config(format!(
+                "group {}: offsets are committed by the exactly-once pipeline's transactions \
+                 (ExactlyOnceSink); committing outside them is refused",
+                self.group_id
+            )));
+        }
         let _serial = self.commit_lock.lock().await;
         let due = self.commits().due(only);
         if due.is_empty() {
@@ -342,17 +433,17 @@ impl GroupShared {
             .coord
             .call(
                 "OffsetCommit",
-                Instant::now() + self.commit_timeout,
+                deadline_after(within),
                 self.request_timeout,
                 |c| async move { Admin::offset_commit_on(&c, req, offsets).await },
             )
             .await?;
         let mut first_err = None;
-        let mut c = self.commits();
+        let c = self.commits();
         for ((tp, r), (_, offset)) in results.into_iter().zip(due.iter()) {
             match r {
                 Ok(()) => {
-                    if let Some(p) = c.get_mut(&tp.topic, tp.partition) {
+                    if let Some(p) = c.get(&tp.topic, tp.partition) {
                         p.committed(*offset);
                     }
                 }
@@ -388,6 +479,16 @@ impl GroupShared {
 
     fn closing(&self) -> bool {
         self.closing.load(Ordering::SeqCst)
+    }
+
+    /// How long a close may wait for the group task: the wait for held tokens (the
+    /// rebalance timeout), the final commit (its own retry budget) and LeaveGroup,
+    /// with a request timeout to spare.
+    pub(crate) fn close_bound(&self, config: &ReaderConfig) -> Duration {
+        config
+            .rebalance_timeout
+            .saturating_add(self.commit_timeout)
+            .saturating_add(config.request_timeout.saturating_mul(2))
     }
 }
 
@@ -538,6 +639,38 @@ impl GroupTask {
         t
     }
 
+    /// A failed join or offset fetch, counted in `streak`: a fatal error is yielded at
+    /// once (retried after `join_backoff`), a transient one retried with the read
+    /// backoff and yielded only when the membership has been failing for
+    /// `retry_timeout`. Returns how long to wait before the next attempt.
+    fn failed(&self, streak: &mut Streak, what: &str, e: Error) -> Duration {
+        let g = &self.group;
+        let config = self.config();
+        let counters = &self.reader.counters;
+        let now = Instant::now();
+        counters.last_error.set(&e);
+        let permit = g.warn_limit.permit(now);
+        if retry::is_fatal(&e) {
+            streak.fail_fatally();
+            warn!(group = %g.group_id, error = %e, "{what} failed fatally; yielding the error");
+            self.report(e);
+            return config.join_backoff;
+        }
+        counters.retries.fetch_add(1, Ordering::Relaxed);
+        let failing_ms = streak.failing_for(now).as_millis() as u64;
+        let (backoff, expired) = streak.fail(now, config);
+        let failures = streak.failures;
+        if expired {
+            warn!(group = %g.group_id, failures, failing_ms, error = %e, "{what} still failing after retry_timeout; yielding the error and retrying on");
+            self.report(e);
+        } else if let Some(suppressed) = permit {
+            warn!(group = %g.group_id, failures, failing_ms, suppressed, error = %e, "{what} failed; retrying");
+        } else {
+            debug!(group = %g.group_id, failures, failing_ms, error = %e, "{what} failed; retrying");
+        }
+        backoff
+    }
+
     /// Yield `e` from the reader's stream.
     fn report(&self, e: Error) {
         let waker = {
@@ -557,9 +690,9 @@ impl GroupTask {
         let g = self.group.clone();
         let cooperative = self.cooperative();
         let mut member_id = String::new();
-        let mut failures = 0u32;
-        // between retries of coordinator failures (100 ms doubling to 1 s)
-        let mut coordinator_backoff = Duration::from_millis(100);
+        // The run of failed joins since the last established generation: transient
+        // failures back off (read backoff) and are yielded after `retry_timeout`.
+        let mut streak = Streak::default();
         // The partitions this member owns and the generation it last joined: the eager
         // protocol gives all of them up before each JoinGroup, the cooperative one keeps
         // them (and reports them in the subscription) and gives up only those the new
@@ -573,11 +706,7 @@ impl GroupTask {
                 _ = g.wake.notified() => continue,
             };
             let (new_generation, assigned) = match joined {
-                Ok(v) => {
-                    failures = 0;
-                    coordinator_backoff = Duration::from_millis(100);
-                    v
-                }
+                Ok(v) => v,
                 Err(e) if e.kafka_code() == Some(ErrorCode::RebalanceInProgress) => {
                     // another member joined or left between our JoinGroup and SyncGroup:
                     // rejoin soon
@@ -595,31 +724,22 @@ impl GroupTask {
                     if e.kafka_code() == Some(ErrorCode::UnknownMemberId) {
                         member_id.clear();
                     }
+                    if retry::is_fatal(&e) {
+                        // FENCED_INSTANCE_ID: another instance uses this instance id
+                        self.report(e);
+                    }
                     self.give_up(&owned, true).await;
                     owned.clear();
                     generation = -1;
                     continue;
                 }
-                Err(e) if coordinator_retriable(&e) => {
-                    // The coordinator moved, is loading or unreachable: found again and
-                    // retried silently, as the Java client does; the membership (if any)
-                    // is kept.
-                    info!(group = %g.group_id, error = %e, "group coordinator unavailable while joining; retrying");
-                    tokio::select! {
-                        _ = tokio::time::sleep(coordinator_backoff) => {}
-                        _ = g.wake.notified() => {}
-                    }
-                    coordinator_backoff = (coordinator_backoff * 2).min(Duration::from_secs(1));
-                    continue;
-                }
                 Err(e) => {
-                    failures += 1;
-                    warn!(group = %g.group_id, failures, error = %e, "joining the group failed");
-                    if !e.is_retriable() || failures % self.config().max_attempts.max(1) == 0 {
-                        self.report(e);
-                    }
+                    // The coordinator moved, is loading or unreachable (found again; the
+                    // membership, if any, is kept, as in the Java client), or another
+                    // failure: retried, and yielded if fatal or failing for too long.
+                    let wait = self.failed(&mut streak, "joining the group", e);
                     tokio::select! {
-                        _ = tokio::time::sleep(self.config().join_backoff) => {}
+                        _ = tokio::time::sleep(wait) => {}
                         _ = g.wake.notified() => {}
                     }
                     continue;
@@ -644,17 +764,16 @@ impl GroupTask {
                 owned.retain(|tp| revoked.binary_search(tp).is_err());
             }
             if let Err(e) = self.take(generation, &member_id, &added).await {
-                warn!(group = %g.group_id, error = %e, "fetching committed offsets failed; rejoining");
-                if !coordinator_retriable(&e) {
-                    self.report(e);
-                }
+                let wait = self.failed(&mut streak, "fetching the committed offsets", e);
                 if !cooperative {
                     self.give_up(&owned, false).await;
                     owned.clear();
                 }
-                tokio::time::sleep(self.config().join_backoff).await;
+                tokio::time::sleep(wait).await;
                 continue;
             }
+            // a generation with its partitions: the run of failures is over
+            streak.reset();
             owned.extend(added);
             owned.sort();
             if cooperative && !revoked.is_empty() {
@@ -681,9 +800,12 @@ impl GroupTask {
                 End::Close => break,
             }
         }
-        // closing, possibly in the middle of a (cooperative) rejoin
-        if let Err(e) = g.commit_pending(None).await {
-            warn!(group = %g.group_id, error = %e, "committing on close failed");
+        // closing, possibly in the middle of a (cooperative) rejoin; `Reader::close`
+        // waits twice the request timeout for all of this
+        if !g.txn.transactional() {
+            if let Err(e) = g.commit_pending_within(None, g.commit_timeout).await {
+                warn!(group = %g.group_id, error = %e, "committing on close failed");
+            }
         }
         self.leave(&member_id).await;
         g.coord.close().await;
@@ -957,9 +1079,11 @@ impl GroupTask {
                 .coord
                 .call(
                     "OffsetFetch",
-                    Instant::now() + g.commit_timeout,
+                    deadline_after(g.commit_timeout),
                     g.request_timeout,
-                    |c| async move { Admin::offset_fetch_on(&c, group_id, wanted).await },
+                    // require_stable (v7+): offsets of a transaction still being completed
+                    // answer UNSTABLE_OFFSET_COMMIT (retried), never the older offset
+                    |c| async move { Admin::offset_fetch_on(&c, group_id, wanted, true).await },
                 )
                 .await?;
             for (tp, r) in fetched {
@@ -972,11 +1096,13 @@ impl GroupTask {
             let mut st = self.reader.lock();
             for tp in partitions {
                 let at = committed.get(tp).copied().unwrap_or(-1);
-                c.own(tp, at);
+                let track = g.new_track(at);
+                c.own(tp, track.clone());
                 st.assign(
                     tp.clone(),
                     if at >= 0 { StartOffset::At(at) } else { start },
                 );
+                st.set_track(tp, Some(track));
             }
         }
         self.reader.wake_task.notify_one();
@@ -1000,7 +1126,15 @@ impl GroupTask {
             }
         }
         self.reader.wake_task.notify_one();
-        if !lost {
+        if g.txn.transactional() {
+            // An exactly-once pipeline owns the commits: it aborts its open transaction
+            // (results and offsets of these partitions go together, or not at all) and
+            // rewinds the partitions it keeps, before they are given up.
+            if !g.txn.end_transaction(g.commit_timeout).await {
+                warn!(group = %g.group_id, partitions = partitions.len(),
+                    "the exactly-once pipeline did not end its transaction in time; giving the partitions up");
+            }
+        } else if !lost {
             if let Err(e) = g.commit_pending(Some(partitions)).await {
                 warn!(group = %g.group_id, error = %e, "committing revoked partitions failed");
             }
@@ -1059,11 +1193,34 @@ impl GroupTask {
         // heartbeat waits for. Aborting it (on return) loses nothing: offsets count as
         // committed only once the broker accepted them.
         let mut inflight: Option<AbortOnDrop> = None;
+        // Closing: the reader's stream has ended, but what it yielded may still be on its
+        // way (a writer that a `forward` closes acks its messages as the broker answers).
+        // Keep the membership alive (heartbeats) until no token is held, at most the
+        // rebalance timeout, so the final commit includes them.
+        let mut drain_until: Option<Instant> = None;
         loop {
             if g.closing() {
-                return End::Close;
+                let held = g.commits().held();
+                let until = *drain_until.get_or_insert_with(|| {
+                    if held > 0 {
+                        info!(group = %g.group_id, held, "closing: waiting for the yielded messages to be processed");
+                    }
+                    Instant::now() + config.rebalance_timeout
+                });
+                // An exactly-once pipeline's open transaction commits its offsets under
+                // this generation: keep it until the transaction ends.
+                if held == 0 && !g.txn.busy() {
+                    return End::Close;
+                }
+                if Instant::now() >= until {
+                    warn!(group = %g.group_id, held, "closing: messages yielded were not processed within the rebalance timeout; committing what was");
+                    return End::Close;
+                }
             }
+            let draining = drain_until.is_some();
             tokio::select! {
+                // settled tokens are checked this often while closing
+                _ = tokio::time::sleep(Duration::from_millis(10)), if draining => {}
                 _ = g.wake.notified() => {}
                 Some(r) = futures::future::OptionFuture::from(inflight.as_mut().map(|h| &mut h.0)), if inflight.is_some() => {
                     inflight = None;
@@ -1073,7 +1230,7 @@ impl GroupTask {
                         Ok(Ok(())) => {}
                     }
                 }
-                _ = watch.tick(), if watch_every.is_some() => {
+                _ = watch.tick(), if watch_every.is_some() && !draining => {
                     match tokio::time::timeout(config.heartbeat_interval, self.changed(watched)).await.unwrap_or(Ok(false)) {
                         Ok(true) => {
                             info!(group = %g.group_id, generation, "subscribed topics or partitions changed; rejoining");
@@ -1083,7 +1240,7 @@ impl GroupTask {
                         Err(e) => debug!(group = %g.group_id, error = %e, "partition watch failed"),
                     }
                 }
-                _ = commit.tick(), if commit_every.is_some() && inflight.is_none() => {
+                _ = commit.tick(), if commit_every.is_some() && inflight.is_none() && !g.txn.transactional() => {
                     let g = g.clone();
                     inflight = Some(AbortOnDrop(tokio::spawn(async move { g.commit_pending(None).await })));
                 }
@@ -1101,7 +1258,13 @@ impl GroupTask {
                             retry = Duration::from_millis(100);
                         }
                         Err(e) if coordinator_retriable(&e) => {
-                            info!(group = %g.group_id, generation, error = %e, "heartbeat failed; retrying (generation kept)");
+                            self.reader.counters.retries.fetch_add(1, Ordering::Relaxed);
+                            self.reader.counters.last_error.set(&e);
+                            let failing_ms = last_ok.elapsed().as_millis() as u64;
+                            match g.warn_limit.permit(Instant::now()) {
+                                Some(suppressed) => warn!(group = %g.group_id, generation, failing_ms, suppressed, error = %e, "heartbeat failed; retrying (generation kept)"),
+                                None => debug!(group = %g.group_id, generation, failing_ms, error = %e, "heartbeat failed; retrying (generation kept)"),
+                            }
                             beat.reset_after(retry.min(config.heartbeat_interval));
                             retry = (retry * 2).min(Duration::from_secs(1));
                         }
@@ -1112,11 +1275,15 @@ impl GroupTask {
                             }
                             Some(c @ (ErrorCode::IllegalGeneration | ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId)) => {
                                 warn!(group = %g.group_id, generation, code = ?c, "membership lost");
+                                if retry::is_fatal(&e) {
+                                    // FENCED_INSTANCE_ID: another instance uses this id
+                                    self.report(e.with_message("Heartbeat failed"));
+                                }
                                 return End::Lost { forget_member_id: c == ErrorCode::UnknownMemberId };
                             }
                             Some(c) => {
                                 warn!(group = %g.group_id, generation, code = ?c, "heartbeat failed; rejoining");
-                                if !e.is_retriable() {
+                                if retry::is_fatal(&e) {
                                     self.report(e.with_message("Heartbeat failed"));
                                 }
                                 return End::Rejoin;

@@ -190,6 +190,19 @@ error_codes! {
     118 => TelemetryTooLarge, false, "client sent a push telemetry request larger than the maximum size the broker will accept";
     119 => InvalidRegistration, false, "the controller has considered the broker registration to be invalid";
     120 => TransactionAbortable, false, "the server encountered an error with the transaction; the client can abort the transaction to continue";
+    121 => InvalidRecordState, false, "the record state is invalid; the acknowledgement of delivery could not be completed";
+    122 => ShareSessionNotFound, true, "the share session was not found";
+    123 => InvalidShareSessionEpoch, true, "the share session epoch is invalid";
+    124 => FencedStateEpoch, false, "the share coordinator rejected the request because the share-group state epoch did not match";
+    125 => InvalidVoterKey, false, "the voter key doesn't match the receiving replica's key";
+    126 => DuplicateVoter, false, "the voter is already part of the set of voters";
+    127 => VoterNotFound, false, "the voter is not part of the set of voters";
+    128 => InvalidRegularExpression, false, "the regular expression is not valid";
+    129 => RebootstrapRequired, false, "client metadata is stale; the client should rebootstrap to obtain new metadata";
+    130 => StreamsInvalidTopology, false, "the supplied topology is invalid";
+    131 => StreamsInvalidTopologyEpoch, false, "the supplied topology epoch is invalid";
+    132 => StreamsTopologyFenced, false, "the supplied topology epoch is outdated";
+    133 => ShareSessionLimitReached, true, "the limit of share sessions has been reached";
 }
 
 impl ErrorCode {
@@ -246,7 +259,7 @@ mod tests {
 
     #[test]
     fn every_known_code_round_trips() {
-        for c in -1i16..=120 {
+        for c in -1i16..=133 {
             let e = ErrorCode::from(c);
             assert_eq!(e.code(), c);
             assert!(
@@ -272,5 +285,51 @@ mod tests {
         assert!(!ErrorCode::MessageTooLarge.is_retriable());
         assert!(!ErrorCode::TopicAuthorizationFailed.is_retriable());
         assert!(ErrorCode::NotCoordinator.is_retriable());
+    }
+
+    #[test]
+    fn transaction_and_kip848_codes() {
+        // numbers from org.apache.kafka.common.protocol.Errors
+        for (code, e) in [
+            (47, ErrorCode::InvalidProducerEpoch),
+            (48, ErrorCode::InvalidTxnState),
+            (49, ErrorCode::InvalidProducerIdMapping),
+            (51, ErrorCode::ConcurrentTransactions),
+            (53, ErrorCode::TransactionalIdAuthorizationFailed),
+            (90, ErrorCode::ProducerFenced),
+            (110, ErrorCode::FencedMemberEpoch),
+            (111, ErrorCode::UnreleasedInstanceId),
+            (112, ErrorCode::UnsupportedAssignor),
+            (113, ErrorCode::StaleMemberEpoch),
+            (120, ErrorCode::TransactionAbortable),
+            (128, ErrorCode::InvalidRegularExpression),
+        ] {
+            assert_eq!(ErrorCode::from(code), e);
+            assert_eq!(e.code(), code);
+        }
+        // ConcurrentTransactionsException extends RetriableException; the rest are fatal
+        // (or handled specially by the caller: abort, rejoin, bump the epoch)
+        assert!(ErrorCode::ConcurrentTransactions.is_retriable());
+        assert!(ErrorCode::CoordinatorLoadInProgress.is_retriable());
+        for e in [
+            ErrorCode::InvalidTxnState,
+            ErrorCode::InvalidProducerIdMapping,
+            ErrorCode::TransactionalIdAuthorizationFailed,
+            ErrorCode::ProducerFenced,
+            ErrorCode::InvalidProducerEpoch,
+            ErrorCode::TransactionAbortable,
+            ErrorCode::FencedMemberEpoch,
+            ErrorCode::UnreleasedInstanceId,
+            ErrorCode::UnsupportedAssignor,
+            ErrorCode::StaleMemberEpoch,
+            ErrorCode::InvalidRegularExpression,
+            ErrorCode::InvalidRecordState,
+            ErrorCode::RebootstrapRequired,
+        ] {
+            assert!(!e.is_retriable(), "{e:?}");
+        }
+        assert!(ErrorCode::ShareSessionNotFound.is_retriable());
+        assert!(ErrorCode::InvalidShareSessionEpoch.is_retriable());
+        assert!(ErrorCode::ShareSessionLimitReached.is_retriable());
     }
 }

@@ -157,6 +157,8 @@ api_keys! {
     INCREMENTAL_ALTER_CONFIGS = 44, "IncrementalAlterConfigs";
     OFFSET_DELETE = 47, "OffsetDelete";
     DESCRIBE_CLUSTER = 60, "DescribeCluster";
+    CONSUMER_GROUP_HEARTBEAT = 68, "ConsumerGroupHeartbeat";
+    CONSUMER_GROUP_DESCRIBE = 69, "ConsumerGroupDescribe";
 }
 
 impl std::fmt::Display for ApiKey {

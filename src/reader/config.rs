@@ -137,11 +137,16 @@ pub struct ReaderConfig {
     /// byte bound below is what bounds memory.
     pub queue_capacity: usize,
     /// Most bytes (keys, values and headers) fetched and not yet yielded. Fetching stops
-    /// while it is reached; one fetch response may overshoot it by at most `max_bytes`.
+    /// while it is reached; one fetch response may overshoot it by what it decodes to:
+    /// `max_bytes`, or for compressed partitions up to `32 × max_partition_bytes` (at
+    /// least 64 MiB) each — a single batch larger than that still comes whole, up to
+    /// [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED).
     /// Default 64 MiB (librdkafka `queued.max.messages.kbytes`).
     pub queue_capacity_bytes: usize,
-    /// Backoff after the first failed fetch of a partition; doubles per consecutive
-    /// failure. Default 100 ms (kafka-go `ReadBackoffMin`, Java `retry.backoff.ms`).
+    /// Backoff after the first failed fetch or lookup of a partition (and after the first
+    /// failed join of a group reader); doubles per consecutive failure (see
+    /// [`ReaderConfig::retry_timeout`]). Default 100 ms (kafka-go `ReadBackoffMin`, Java
+    /// `retry.backoff.ms`).
     pub read_backoff_min: Duration,
     /// Largest backoff between fetch retries. Default 1 s (kafka-go `ReadBackoffMax`,
     /// Java `retry.backoff.max.ms`).
@@ -149,11 +154,53 @@ pub struct ReaderConfig {
     /// Transaction isolation. Default read uncommitted (kafka-go `IsolationLevel`, Java
     /// `isolation.level`, whose default is also `read_uncommitted`).
     pub isolation_level: IsolationLevel,
-    /// Consecutive failed attempts for a partition after which the error is also yielded
-    /// to the application (the reader keeps retrying with `read_backoff_max` after that,
-    /// and yields the error again every `max_attempts` failures; at most one error per
-    /// partition waits to be yielded). Default 3 (kafka-go `MaxAttempts`).
-    pub max_attempts: u32,
+    /// How long the reader keeps retrying a *transient* failure before it also yields the
+    /// error to the application. Default 5 minutes; `Duration::MAX` retries forever,
+    /// `Duration::ZERO` yields every failure.
+    ///
+    /// A failure is transient unless it is one of the *fatal* errors below; transient
+    /// ones are retried with exponential backoff ([`read_backoff_min`] doubling up to
+    /// [`read_backoff_max`]) — connection failures and timeouts, leader elections
+    /// (`NOT_LEADER_OR_FOLLOWER`, `LEADER_NOT_AVAILABLE`, …), a topic or partition the
+    /// broker does not know (yet), coordinator moves and loads, unknown server errors.
+    /// Each partition (and the group membership) times its own run of consecutive
+    /// failures; when the run has lasted `retry_timeout`, the last error is yielded once
+    /// and the run starts over, so the reader keeps retrying and yields the error again
+    /// every `retry_timeout` while the failure lasts. Any success ends the run. Retried
+    /// failures are logged at `warn` (at most one line per 10 s for the partitions and one
+    /// for the group, each counting the lines left out; the rest at `debug`) and counted
+    /// in [`ReaderStats::retries`] and [`ReaderStats::last_error`].
+    ///
+    /// Fatal errors are yielded at once: authentication and TLS failures, topic / group /
+    /// cluster authorization failures, `UNSUPPORTED_VERSION` (or no common API version),
+    /// an offset out of range under [`OffsetReset::Error`], record data that cannot be
+    /// decoded (a batch failing its CRC or decompression, which the reader cannot skip:
+    /// the partition stops until it is [`seek`](super::Reader::seek)ed past it), and for a
+    /// group `FENCED_INSTANCE_ID`, `INCONSISTENT_GROUP_PROTOCOL`, `INVALID_GROUP_ID`,
+    /// `INVALID_SESSION_TIMEOUT` and `GROUP_MAX_SIZE_REACHED`. A partition (or group)
+    /// failing fatally is retried after `read_backoff_max`, so it recovers once the
+    /// cause is fixed (e.g. an ACL granted).
+    ///
+    /// An unknown topic or partition is transient: an explicitly assigned partition (or a
+    /// topic given to [`Reader::new`](super::Reader::new)) that still does not exist
+    /// after `retry_timeout` is reported then.
+    ///
+    /// Why 5 minutes: a broker restart, a leader election or a coordinator move takes
+    /// seconds, a rolling restart of a cluster minutes; all of them must pass unnoticed
+    /// by a `forward` pipeline (which ends at the first error item). The Java consumer
+    /// retries forever, which leaves an application that never polls errors blind to an
+    /// outage that will not end (a deleted topic, a cluster gone): after 5 minutes of
+    /// uninterrupted failure an error item is the better signal. Set `Duration::MAX` for
+    /// Java's behaviour.
+    ///
+    /// (Replaces kafka-go's `MaxAttempts`; there is no Java equivalent, its fetcher
+    /// retries forever.)
+    ///
+    /// [`read_backoff_min`]: ReaderConfig::read_backoff_min
+    /// [`read_backoff_max`]: ReaderConfig::read_backoff_max
+    /// [`ReaderStats::retries`]: super::ReaderStats::retries
+    /// [`ReaderStats::last_error`]: super::ReaderStats::last_error
+    pub retry_timeout: Duration,
     /// Client id sent to brokers. Default `"kafkapipe"` (Java `client.id`).
     pub client_id: String,
     /// How long establishing a broker connection may take. Default 10 s (kafka-go
@@ -190,14 +237,25 @@ pub struct ReaderConfig {
     /// Heartbeat period. Default 3 s (kafka-go `HeartbeatInterval`, Java
     /// `heartbeat.interval.ms`).
     pub heartbeat_interval: Duration,
-    /// Pause before retrying a failed join. Default 500 ms (kafka-go `JoinGroupBackoff`).
+    /// Pause before retrying a join that failed fatally (e.g. `GROUP_AUTHORIZATION_FAILED`);
+    /// transient failures back off like fetches (see [`ReaderConfig::retry_timeout`]).
+    /// Default 500 ms (kafka-go `JoinGroupBackoff`).
     pub join_backoff: Duration,
     /// How the [`Committer`](crate::group::Committer) commits. Default
     /// [`CommitMode::Interval`](crate::group::CommitMode::Interval) of 1 s.
     pub commit_mode: crate::group::CommitMode,
-    /// Commit, per partition, only up to the lowest yielded message not yet acked to the
-    /// committer, so acks may arrive out of order. Default true.
+    /// Commit, per partition, only up to the lowest yielded message not yet processed
+    /// (see [`AckToken`](crate::group::AckToken)), so messages may be processed out of
+    /// order. Default true. Off, a partition's commit moves to the highest processed
+    /// message at once (kafka-go's semantics).
     pub commit_contiguous: bool,
+    /// How many yielded messages of one partition a group reader tracks before they are
+    /// processed (see [`AckToken`](crate::group::AckToken)); at this bound the reader
+    /// stops yielding that partition until the oldest is processed, so tracking memory
+    /// stays bounded (about 32 bytes a message) and a stuck pipeline shows in
+    /// [`ReaderStats::oldest_unacked`](super::ReaderStats::oldest_unacked). Default
+    /// 100,000.
+    pub max_unacked: usize,
     /// Glob patterns of topics a group reader subscribes to besides those given with
     /// [`ReaderConfig::topic`] (Java's pattern subscription, with globs instead of
     /// regular expressions: see [`glob_match`](crate::group::glob_match)). Internal topics
@@ -245,7 +303,7 @@ impl ReaderConfig {
             read_backoff_min: Duration::from_millis(100),
             read_backoff_max: Duration::from_secs(1),
             isolation_level: IsolationLevel::ReadUncommitted,
-            max_attempts: 3,
+            retry_timeout: Duration::from_secs(5 * 60),
             client_id: "kafkapipe".to_string(),
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
@@ -260,6 +318,7 @@ impl ReaderConfig {
             join_backoff: Duration::from_millis(500),
             commit_mode: crate::group::CommitMode::default(),
             commit_contiguous: true,
+            max_unacked: 100_000,
             topic_patterns: Vec::new(),
             #[cfg(feature = "regex")]
             topic_regexes: Vec::new(),
@@ -389,9 +448,19 @@ impl ReaderConfig {
         self
     }
 
-    /// Set [`ReaderConfig::max_attempts`].
-    pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = n;
+    /// Set [`ReaderConfig::retry_timeout`]: how long transient failures are retried
+    /// before the error is also yielded (`Duration::MAX`: never).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafkapipe::reader::ReaderConfig;
+    /// let config = ReaderConfig::new(["127.0.0.1:9092"]).topic("events");
+    /// assert_eq!(config.retry_timeout, Duration::from_secs(300));
+    /// let forever = config.retry_timeout(Duration::MAX);
+    /// assert_eq!(forever.retry_timeout, Duration::MAX);
+    /// ```
+    pub fn retry_timeout(mut self, d: Duration) -> Self {
+        self.retry_timeout = d;
         self
     }
 
@@ -520,6 +589,17 @@ impl ReaderConfig {
         self
     }
 
+    /// Set [`ReaderConfig::max_unacked`] (at least 1).
+    ///
+    /// ```
+    /// let c = kafkapipe::reader::ReaderConfig::new(["127.0.0.1:9092"]).max_unacked(10_000);
+    /// assert_eq!(c.max_unacked, 10_000);
+    /// ```
+    pub fn max_unacked(mut self, n: usize) -> Self {
+        self.max_unacked = n.max(1);
+        self
+    }
+
     /// Set [`ReaderConfig::commit_contiguous`].
     pub fn commit_contiguous(mut self, on: bool) -> Self {
         self.commit_contiguous = on;
@@ -547,9 +627,6 @@ impl ReaderConfig {
             return fail(
                 "ReaderConfig::queue_capacity and queue_capacity_bytes must be at least 1",
             );
-        }
-        if self.max_attempts == 0 {
-            return fail("ReaderConfig::max_attempts must be at least 1");
         }
         if self.read_backoff_min > self.read_backoff_max {
             return fail("ReaderConfig::read_backoff_min must not exceed read_backoff_max");

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::group::AckToken;
 use crate::record::{Header, Record};
 
 /// One consumed record, with where it came from. Key, value and header values are
@@ -16,7 +17,12 @@ use crate::record::{Header, Record};
 /// println!("{}/{}@{} lag {}", m.topic, m.partition, m.offset, m.high_watermark - m.offset - 1);
 /// # }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// A group reader's messages also carry an [`AckToken`] that says when the message is
+/// processed (acked, handed to a [`Writer`](crate::writer::Writer) with
+/// [`writer::Message::with_ack`](crate::writer::Message::with_ack), or dropped), so the
+/// group commits past it only then. Clones carry an inert token, and equality ignores it.
+#[derive(Debug)]
 pub struct Message {
     /// Topic name (shared by every message of the partition).
     pub topic: Arc<str>,
@@ -37,7 +43,40 @@ pub struct Message {
     /// time for topics with `message.timestamp.type=LogAppendTime`; `-1` if unknown
     /// (legacy v0 messages).
     pub timestamp: i64,
+    ack: AckToken,
 }
+
+impl Clone for Message {
+    /// A copy of the record; its [`AckToken`] is inert (the original's decides).
+    fn clone(&self) -> Self {
+        Message {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            offset: self.offset,
+            high_watermark: self.high_watermark,
+            key: self.key.clone(),
+            value: self.value.clone(),
+            headers: self.headers.clone(),
+            timestamp: self.timestamp,
+            ack: AckToken::default(),
+        }
+    }
+}
+
+impl PartialEq for Message {
+    fn eq(&self, other: &Self) -> bool {
+        self.topic == other.topic
+            && self.partition == other.partition
+            && self.offset == other.offset
+            && self.high_watermark == other.high_watermark
+            && self.key == other.key
+            && self.value == other.value
+            && self.headers == other.headers
+            && self.timestamp == other.timestamp
+    }
+}
+
+impl Eq for Message {}
 
 impl Message {
     pub(crate) fn from_record(
@@ -55,7 +94,60 @@ impl Message {
             value: r.value,
             headers: r.headers,
             timestamp: r.timestamp,
+            ack: AckToken::default(),
         }
+    }
+
+    /// A message of `topic`/`partition` at `offset` with no key, value or headers and an
+    /// inert [`AckToken`] — for tests of code that handles messages.
+    ///
+    /// ```
+    /// use kafkapipe::reader::Message;
+    /// let mut m = Message::new("events", 0, 41);
+    /// m.value = Some("hello".into());
+    /// assert_eq!(m.high_watermark, 42);
+    /// ```
+    pub fn new(topic: &str, partition: i32, offset: i64) -> Self {
+        Message {
+            topic: Arc::from(topic),
+            partition,
+            offset,
+            high_watermark: offset.saturating_add(1),
+            key: None,
+            value: None,
+            headers: Vec::new(),
+            timestamp: -1,
+            ack: AckToken::default(),
+        }
+    }
+
+    /// This message's [`AckToken`].
+    ///
+    /// ```
+    /// # fn demo(m: &kafkapipe::reader::Message) {
+    /// if m.ack_token().is_tracked() { /* a group reader's message */ }
+    /// # }
+    /// ```
+    pub fn ack_token(&self) -> &AckToken {
+        &self.ack
+    }
+
+    /// Take this message's [`AckToken`] (leaving an inert one), to ack it later or to
+    /// hand it to a [`writer::Message`](crate::writer::Message).
+    ///
+    /// ```
+    /// use kafkapipe::writer;
+    /// # fn demo(mut m: kafkapipe::reader::Message) -> writer::Message {
+    /// let out = writer::Message::new(m.value.clone().unwrap_or_default());
+    /// out.with_ack(m.take_ack_token())
+    /// # }
+    /// ```
+    pub fn take_ack_token(&mut self) -> AckToken {
+        std::mem::take(&mut self.ack)
+    }
+
+    pub(crate) fn set_ack_token(&mut self, ack: AckToken) {
+        self.ack = ack;
     }
 
     /// The bytes this message counts against
@@ -64,10 +156,9 @@ impl Message {
     ///
     /// ```
     /// use kafkapipe::reader::Message;
-    /// let m = Message {
-    ///     topic: "t".into(), partition: 0, offset: 0, high_watermark: 1,
-    ///     key: Some("k".into()), value: Some("vv".into()), headers: vec![], timestamp: 0,
-    /// };
+    /// let mut m = Message::new("t", 0, 0);
+    /// m.key = Some("k".into());
+    /// m.value = Some("vv".into());
     /// assert_eq!(m.size(), 3);
     /// ```
     pub fn size(&self) -> usize {

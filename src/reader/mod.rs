@@ -29,14 +29,27 @@
 //!   same lock, so nothing from before a seek is yielded after it returns.
 //! - **Dynamic assignment.** [`Reader::assign`] and [`Reader::unassign`] add and revoke
 //!   partitions at runtime without disturbing the others; a revoked partition's buffered
-//!   messages are dropped. Consumer groups will drive these.
+//!   messages are dropped. Consumer groups drive these.
+//! - **Control while piping.** A pipeline holds the reader (`reader.map_ok(..)
+//!   .forward(writer)`), so everything that controls it — seek, lag, stats, assignment,
+//!   pause/resume, close — is on a cloneable [`ReaderHandle`] ([`Reader::handle`]); the
+//!   `Reader`'s methods of the same names delegate to it. A handle's close ends the
+//!   stream, so `forward` completes and closes its sink, before a group reader's final
+//!   commit.
+//! - **Pause.** [`ReaderHandle::pause`] stops fetching and yielding partitions while
+//!   keeping their buffers and positions; their buffers stop counting against the
+//!   capacity, so the other partitions go on. [`ReaderHandle::resume`] continues exactly
+//!   where they stopped.
 //! - **Failures.** Connection errors and leadership errors (`NotLeaderOrFollower`,
 //!   `UnknownTopicOrPartition`, …) invalidate the topic's metadata, forget the leader and
 //!   retry with exponential backoff ([`ReaderConfig::read_backoff_min`] to
 //!   [`ReaderConfig::read_backoff_max`]) from the next unfetched offset — which, since the
 //!   buffer survives, is the last yielded offset + 1 plus whatever is buffered: nothing is
-//!   skipped or repeated. Every [`ReaderConfig::max_attempts`] consecutive failures of a
-//!   partition the error is also yielded (the stream goes on afterwards).
+//!   skipped or repeated. Transient failures are retried for
+//!   [`ReaderConfig::retry_timeout`] (default 5 minutes) before the error is also yielded
+//!   (the stream goes on afterwards); fatal ones (authentication, authorization,
+//!   unsupported version, undecodable records, …) are yielded at once. See
+//!   [`ReaderConfig::retry_timeout`] for which is which.
 //!   `OffsetOutOfRange` resets per [`ReaderConfig::offset_reset`], logged at `warn`.
 //!
 //! # Limits
@@ -48,27 +61,27 @@
 //! sent only after its previous response is decoded.
 
 mod config;
+mod handle;
 mod message;
+pub(crate) mod retry;
 mod state;
 mod task;
 
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures::Stream;
-use tokio::task::JoinHandle;
 
 pub use config::{OffsetReset, ReaderConfig, StartOffset, TopicPartition};
+pub use handle::ReaderHandle;
 pub use message::Message;
 
 use crate::cluster::Cluster;
-use crate::conn::Conn;
 use crate::error::{Error, Result};
-use crate::protocol::ErrorCode;
+use handle::{TaskEnd, Tasks};
 pub(crate) use state::Shared;
-use state::{Counters, Position, State};
+use state::{Counters, State};
 
 use crate::group::{Committer, GroupEvents, GroupShared, GroupTask};
 
@@ -93,6 +106,11 @@ pub struct ReaderStats {
     pub errors: u64,
     /// `OffsetOutOfRange` resets.
     pub offset_resets: u64,
+    /// Transient failures retried: fetches, lookups, and a group reader's joins, offset
+    /// fetches and heartbeats (see [`ReaderConfig::retry_timeout`]).
+    pub retries: u64,
+    /// The last failure of a fetch, lookup or group request (retried or yielded), as text.
+    pub last_error: Option<String>,
     /// Assigned partitions.
     pub partitions: usize,
     /// Messages fetched and not yet yielded (kafka-go `QueueLength`).
@@ -107,6 +125,17 @@ pub struct ReaderStats {
     pub lag: i64,
     /// Fetch tasks running: 1 while the reader is open, 0 after [`Reader::close`].
     pub fetch_tasks: usize,
+    /// Group readers: messages yielded and not yet known processed (see
+    /// [`AckToken`](crate::group::AckToken)), over every owned partition.
+    pub unacked: usize,
+    /// Group readers: the oldest message yielded and not yet known processed, with its
+    /// age — where a stuck pipeline is stuck.
+    pub oldest_unacked: Option<crate::group::Unacked>,
+    /// Partitions not fetched until the application seeks them: after `OffsetOutOfRange`
+    /// under [`OffsetReset::Error`], or at records that cannot be decoded (corrupt, or a
+    /// batch decompressing past [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED)).
+    /// Each was reported once as an error item.
+    pub parked_partitions: usize,
 }
 
 /// A Kafka consumer over explicit partitions: a `Stream` of messages.
@@ -132,24 +161,25 @@ pub struct ReaderStats {
 /// # Ok(()) }
 /// ```
 ///
-/// The stream ends (`None`) only after [`Reader::close`]. Errors are items: the stream
-/// goes on after yielding one.
+/// The stream ends (`None`) only after [`Reader::close`] or [`ReaderHandle::close`].
+/// Errors are items: the stream goes on after yielding one.
 ///
 /// # Cancellation safety
 ///
-/// `poll_next` and [`Reader::next_message`] are cancel safe: a message leaves the buffer
-/// only when it is returned, so dropping a pending `next()` loses nothing.
+/// `poll_next` and [`Reader::next_message`] are cancel safe: a message (or an error) leaves
+/// the buffer only when it is returned, so dropping a pending `next()` — in a `select!`
+/// loop, under a `timeout` — loses nothing and skips nothing. A group reader's message
+/// takes its [`AckToken`](crate::group::AckToken) with it when returned; every poll,
+/// including one whose future is then dropped, confirms as processed the tokens dropped
+/// before it.
 pub struct Reader {
-    shared: Arc<Shared>,
-    task: Option<JoinHandle<()>>,
-    group: Option<Arc<GroupShared>>,
-    group_task: Option<JoinHandle<()>>,
+    handle: ReaderHandle,
 }
 
 impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reader")
-            .field("brokers", &self.shared.config.brokers)
+            .field("brokers", &self.handle.shared.config.brokers)
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
@@ -170,8 +200,8 @@ impl Reader {
     /// # Errors
     ///
     /// `Config` for an invalid configuration; the metadata error (e.g.
-    /// `UnknownTopicOrPartition`) of a topic given without partitions, after
-    /// [`ReaderConfig::max_attempts`] tries for retriable ones.
+    /// `UnknownTopicOrPartition`) of a topic given without partitions: at once if fatal,
+    /// after retrying for [`ReaderConfig::retry_timeout`] if transient.
     ///
     /// # Cancellation safety
     ///
@@ -212,9 +242,9 @@ impl Reader {
                 shared.cluster.clone(),
             ))
         });
-        let task = tokio::spawn(task::run(shared.clone()));
+        let fetch = TaskEnd::spawn(task::run(shared.clone()));
         let group_task = group.clone().map(|group| {
-            tokio::spawn(
+            TaskEnd::spawn(
                 GroupTask {
                     group,
                     reader: shared.clone(),
@@ -223,17 +253,17 @@ impl Reader {
             )
         });
         Ok(Reader {
-            shared,
-            task: Some(task),
-            group,
-            group_task,
+            handle: ReaderHandle {
+                shared,
+                group,
+                tasks: Arc::new(Tasks::new(fetch, group_task)),
+            },
         })
     }
 
     /// The commit sink of a group reader (see [`Committer`]); `None` without
-    /// [`ReaderConfig::group_id`]. Creating one turns on contiguous-ack tracking (with
-    /// [`ReaderConfig::commit_contiguous`]) for messages yielded from then on; acks of
-    /// messages yielded before are merged, but never past the first tracked message.
+    /// [`ReaderConfig::group_id`]. Every message a group reader yields carries an
+    /// [`AckToken`](crate::group::AckToken); sending it to a committer acks it.
     ///
     /// ```no_run
     /// use futures::{SinkExt, TryStreamExt};
@@ -246,7 +276,7 @@ impl Reader {
     /// # Ok(()) }
     /// ```
     pub fn committer(&self) -> Option<Committer> {
-        self.group.clone().map(Committer::new)
+        self.handle.group.clone().map(Committer::new)
     }
 
     /// The next message, acked to the group's commits as it is returned (kafka-go
@@ -275,8 +305,8 @@ impl Reader {
     /// committing loses that message (it stays acked and is committed later).
     pub async fn read_message(&mut self) -> Result<Message> {
         let m = self.next_message().await?;
-        if let Some(g) = &self.group {
-            g.ack(crate::group::Offset::from(&m));
+        if let Some(g) = &self.handle.group {
+            m.ack_token().ack_ref();
             if g.mode == crate::group::CommitMode::Sync {
                 g.commit_pending(None).await?;
             }
@@ -300,7 +330,7 @@ impl Reader {
     /// # }
     /// ```
     pub fn events(&self) -> Option<GroupEvents> {
-        self.group.clone().map(GroupEvents::new)
+        self.handle.group.clone().map(GroupEvents::new)
     }
 
     /// The next message (kafka-go `ReadMessage` / `FetchMessage`, which are the same here:
@@ -327,12 +357,26 @@ impl Reader {
         }
     }
 
-    /// Start reading `partitions`, each from its own start offset, without disturbing the
-    /// partitions already assigned. A partition that is already assigned is reset to the
-    /// given start, dropping its buffered messages.
+    /// A cloneable handle to control this reader (seek, lag, stats, pause/resume, close…)
+    /// from other tasks while the reader itself is consumed elsewhere, e.g. moved into a
+    /// `forward`. See [`ReaderHandle`].
     ///
-    /// A group reader's assignment belongs to its group: calling this (or
-    /// [`Reader::unassign`]) there reads partitions the group did not give this member.
+    /// ```no_run
+    /// # async fn demo(reader: kafkapipe::reader::Reader) {
+    /// let handle = reader.handle();
+    /// tokio::spawn(async move {
+    ///     loop {
+    ///         tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    ///         println!("lag {}", handle.lag());
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn handle(&self) -> ReaderHandle {
+        self.handle.clone()
+    }
+
+    /// See [`ReaderHandle::assign`].
     ///
     /// ```no_run
     /// # use kafkapipe::reader::{Reader, StartOffset, TopicPartition};
@@ -341,17 +385,10 @@ impl Reader {
     /// # }
     /// ```
     pub fn assign(&self, partitions: impl IntoIterator<Item = (TopicPartition, StartOffset)>) {
-        {
-            let mut st = self.shared.lock();
-            for (tp, start) in partitions {
-                st.assign(tp, start);
-            }
-        }
-        self.shared.wake_task.notify_one();
+        self.handle.assign(partitions);
     }
 
-    /// Stop reading `partitions`; their buffered messages are dropped and no message of
-    /// them is yielded after this returns. Unknown partitions are ignored.
+    /// See [`ReaderHandle::unassign`].
     ///
     /// ```no_run
     /// # use kafkapipe::reader::{Reader, TopicPartition};
@@ -360,15 +397,10 @@ impl Reader {
     /// # }
     /// ```
     pub fn unassign(&self, partitions: &[TopicPartition]) {
-        let mut st = self.shared.lock();
-        for tp in partitions {
-            st.unassign(tp);
-        }
-        drop(st);
-        self.shared.wake_task.notify_one();
+        self.handle.unassign(partitions);
     }
 
-    /// The assigned partitions, sorted.
+    /// See [`ReaderHandle::assignment`].
     ///
     /// ```no_run
     /// # fn demo(reader: &kafkapipe::reader::Reader) {
@@ -376,13 +408,64 @@ impl Reader {
     /// # }
     /// ```
     pub fn assignment(&self) -> Vec<TopicPartition> {
-        let mut v: Vec<TopicPartition> = self.shared.lock().index.keys().cloned().collect();
-        v.sort();
-        v
+        self.handle.assignment()
     }
 
-    /// Continue `topic`/`partition` at `offset` (kafka-go `SetOffset`). No message from
-    /// before the seek is yielded after this returns.
+    /// See [`ReaderHandle::group_metadata`].
+    ///
+    /// ```no_run
+    /// # async fn demo(
+    /// #     reader: &kafkapipe::reader::Reader,
+    /// #     writer: &mut kafkapipe::writer::TransactionalWriter,
+    /// # ) -> kafkapipe::Result<()> {
+    /// use kafkapipe::admin::TopicPartition;
+    /// if let Some(meta) = reader.group_metadata() {
+    ///     writer
+    ///         .send_offsets_to_transaction([(TopicPartition::new("in", 0), 42)], &meta)
+    ///         .await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn group_metadata(&self) -> Option<crate::writer::GroupMetadata> {
+        self.handle.group_metadata()
+    }
+
+    /// See [`ReaderHandle::pause`].
+    ///
+    /// ```no_run
+    /// # use kafkapipe::reader::{Reader, TopicPartition};
+    /// # fn demo(reader: &Reader) {
+    /// reader.pause(&[TopicPartition::new("events", 2)]);
+    /// # }
+    /// ```
+    pub fn pause(&self, partitions: &[TopicPartition]) {
+        self.handle.pause(partitions);
+    }
+
+    /// See [`ReaderHandle::resume`].
+    ///
+    /// ```no_run
+    /// # use kafkapipe::reader::{Reader, TopicPartition};
+    /// # fn demo(reader: &Reader) {
+    /// reader.resume(&[TopicPartition::new("events", 2)]);
+    /// # }
+    /// ```
+    pub fn resume(&self, partitions: &[TopicPartition]) {
+        self.handle.resume(partitions);
+    }
+
+    /// See [`ReaderHandle::paused`].
+    ///
+    /// ```no_run
+    /// # fn demo(reader: &kafkapipe::reader::Reader) {
+    /// println!("{:?}", reader.paused());
+    /// # }
+    /// ```
+    pub fn paused(&self) -> Vec<TopicPartition> {
+        self.handle.paused()
+    }
+
+    /// See [`ReaderHandle::seek`].
     ///
     /// ```no_run
     /// # fn demo(reader: &kafkapipe::reader::Reader) -> kafkapipe::Result<()> {
@@ -392,18 +475,12 @@ impl Reader {
     ///
     /// # Errors
     ///
-    /// `UnknownTopicOrPartition` if the partition is not assigned; `Config` for a negative
-    /// offset.
+    /// As for [`ReaderHandle::seek`].
     pub fn seek(&self, topic: &str, partition: i32, offset: i64) -> Result<()> {
-        if offset < 0 {
-            return Err(Error::config("seek offset must not be negative"));
-        }
-        self.reposition(topic, partition, Position::Offset(offset))
+        self.handle.seek(topic, partition, offset)
     }
 
-    /// Continue `topic`/`partition` at the first offset whose timestamp is at or after
-    /// `timestamp_ms` (kafka-go `SetOffsetAt`), looked up with ListOffsets by the fetch
-    /// task. No message from before the seek is yielded after this returns.
+    /// See [`ReaderHandle::seek_to_time`].
     ///
     /// ```no_run
     /// # fn demo(reader: &kafkapipe::reader::Reader) -> kafkapipe::Result<()> {
@@ -413,39 +490,12 @@ impl Reader {
     ///
     /// # Errors
     ///
-    /// As for [`Reader::seek`].
+    /// As for [`ReaderHandle::seek`].
     pub fn seek_to_time(&self, topic: &str, partition: i32, timestamp_ms: i64) -> Result<()> {
-        if timestamp_ms < 0 {
-            return Err(Error::config("seek timestamp must not be negative"));
-        }
-        self.reposition(
-            topic,
-            partition,
-            Position::Start(StartOffset::AtTimestamp(timestamp_ms)),
-        )
+        self.handle.seek_to_time(topic, partition, timestamp_ms)
     }
 
-    fn reposition(&self, topic: &str, partition: i32, to: Position) -> Result<()> {
-        {
-            let mut st = self.shared.lock();
-            let Some(id) = st
-                .index
-                .get(&TopicPartition::new(topic, partition))
-                .copied()
-            else {
-                return Err(Error::kafka(ErrorCode::UnknownTopicOrPartition)
-                    .with_topic(topic)
-                    .with_partition(partition)
-                    .with_message("partition is not assigned to this reader"));
-            };
-            st.reset(id, to);
-        }
-        self.shared.wake_task.notify_one();
-        Ok(())
-    }
-
-    /// The offset of the next message to yield from `topic`/`partition` (last yielded
-    /// + 1), if assigned and known.
+    /// See [`ReaderHandle::position`].
     ///
     /// ```no_run
     /// # fn demo(reader: &kafkapipe::reader::Reader) {
@@ -453,14 +503,10 @@ impl Reader {
     /// # }
     /// ```
     pub fn position(&self, topic: &str, partition: i32) -> Option<i64> {
-        let st = self.shared.lock();
-        let id = st.index.get(&TopicPartition::new(topic, partition))?;
-        st.parts.get(id).map(|p| p.position).filter(|p| *p >= 0)
+        self.handle.position(topic, partition)
     }
 
-    /// Messages not yet yielded, summed over the assigned partitions: the last high-water
-    /// mark a fetch reported minus the position (kafka-go `Lag`). Partitions not fetched
-    /// yet count 0. No request is made.
+    /// See [`ReaderHandle::lag`].
     ///
     /// ```no_run
     /// # fn demo(reader: &kafkapipe::reader::Reader) {
@@ -468,10 +514,10 @@ impl Reader {
     /// # }
     /// ```
     pub fn lag(&self) -> i64 {
-        lag_of(&self.shared.lock())
+        self.handle.lag()
     }
 
-    /// [`Reader::lag`] of one partition, if it is assigned and has been fetched.
+    /// See [`ReaderHandle::partition_lag`].
     ///
     /// ```no_run
     /// # fn demo(reader: &kafkapipe::reader::Reader) {
@@ -479,16 +525,10 @@ impl Reader {
     /// # }
     /// ```
     pub fn partition_lag(&self, topic: &str, partition: i32) -> Option<i64> {
-        let st = self.shared.lock();
-        let p = st
-            .parts
-            .get(st.index.get(&TopicPartition::new(topic, partition))?)?;
-        (p.high_watermark >= 0 && p.position >= 0)
-            .then(|| p.high_watermark.saturating_sub(p.position).max(0))
+        self.handle.partition_lag(topic, partition)
     }
 
-    /// Like [`Reader::lag`], but asks each partition's leader for its end offset with
-    /// ListOffsets (kafka-go `ReadLag`). Partitions whose position is unknown count 0.
+    /// See [`ReaderHandle::read_lag`].
     ///
     /// ```no_run
     /// # async fn demo(reader: &kafkapipe::reader::Reader) -> kafkapipe::Result<()> {
@@ -498,32 +538,16 @@ impl Reader {
     ///
     /// # Errors
     ///
-    /// The first lookup error (metadata, connection, ListOffsets).
+    /// As for [`ReaderHandle::read_lag`].
     ///
     /// # Cancellation safety
     ///
     /// Cancel safe: it only reads.
     pub async fn read_lag(&self) -> Result<i64> {
-        let positions: Vec<(String, i32, i64)> = {
-            let st = self.shared.lock();
-            st.parts
-                .values()
-                .filter(|p| p.position >= 0)
-                .map(|p| (p.topic.to_string(), p.partition, p.position))
-                .collect()
-        };
-        let cluster = &self.shared.cluster;
-        let mut lag = 0;
-        for (topic, partition, position) in positions {
-            let leader = cluster.leader_for(&topic, partition).await?;
-            let conn = Conn::from_connection(cluster.connection(leader).await?);
-            let end = conn.last_offset(&topic, partition).await?;
-            lag = end.saturating_sub(position).max(0).saturating_add(lag);
-        }
-        Ok(lag)
+        self.handle.read_lag().await
     }
 
-    /// A snapshot of the counters and gauges.
+    /// See [`ReaderHandle::stats`].
     ///
     /// ```no_run
     /// # fn demo(reader: &kafkapipe::reader::Reader) {
@@ -531,35 +555,14 @@ impl Reader {
     /// # }
     /// ```
     pub fn stats(&self) -> ReaderStats {
-        let c = &self.shared.counters;
-        let config = &self.shared.config;
-        let st = self.shared.lock();
-        ReaderStats {
-            fetches: c.fetches.load(Ordering::Relaxed),
-            messages: c.messages.load(Ordering::Relaxed),
-            bytes: c.bytes.load(Ordering::Relaxed),
-            errors: c.errors.load(Ordering::Relaxed),
-            offset_resets: c.resets.load(Ordering::Relaxed),
-            partitions: st.parts.len(),
-            queue_length: st.buffered,
-            queue_bytes: st.buffered_bytes,
-            queue_capacity: config.queue_capacity,
-            queue_capacity_bytes: config.queue_capacity_bytes,
-            lag: lag_of(&st),
-            fetch_tasks: c.tasks_running.load(Ordering::SeqCst),
-        }
+        self.handle.stats()
     }
 
-    /// Stop fetching, drop buffered messages and close the broker connections. When this
-    /// returns the fetch task has ended; the stream then yields `None`.
-    ///
-    /// A group reader first commits every pending offset (what its committers were sent)
-    /// and leaves the group — static members (with
-    /// [`ReaderConfig::group_instance_id`]) stay, so a restart keeps their partitions —
-    /// waiting at most twice [`ReaderConfig::request_timeout`] for that; the
-    /// [`Reader::events`] stream then ends. Dropping a group reader without closing it is
-    /// a crash as far as the group knows: no final commit, and its partitions move only
-    /// after the session timeout.
+    /// Close the reader: the stream ends, fetching stops, a group reader waits for what
+    /// it yielded to be processed, commits and leaves the group — see
+    /// [`ReaderHandle::close`], which this is. Dropping a group reader without closing it
+    /// is a crash as far as the group knows: no final commit, and its partitions move
+    /// only after the session timeout.
     ///
     /// ```no_run
     /// # async fn demo(mut reader: kafkapipe::reader::Reader) {
@@ -570,82 +573,51 @@ impl Reader {
     ///
     /// # Cancellation safety
     ///
-    /// If dropped midway the task is already aborted; only closing the connections may
-    /// not have happened (they close when their last handle is dropped). A group task
-    /// told to close finishes its commit and LeaveGroup on its own.
+    /// As for [`ReaderHandle::close`].
     pub async fn close(&mut self) {
-        if let (Some(group), Some(mut task)) = (&self.group, self.group_task.take()) {
-            // the group task commits what is pending and leaves the group
-            group.closing.store(true, Ordering::SeqCst);
-            group.wake.notify_one();
-            let limit = self.shared.config.request_timeout.saturating_mul(2);
-            if tokio::time::timeout(limit, &mut task).await.is_err() {
-                tracing::warn!(group = %group.group_id, "group task did not stop in time; aborted");
-                task.abort();
-            }
-            group.close_events();
-        }
-        let waker = {
-            let mut st = self.shared.lock();
-            st.closed = true;
-            st.ready.clear();
-            for p in st.parts.values_mut() {
-                p.buf.clear();
-                p.buf_bytes = 0;
-            }
-            st.buffered = 0;
-            st.buffered_bytes = 0;
-            st.consumer.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-        if let Some(task) = self.task.take() {
-            task.abort();
-            let _ = task.await;
-        }
-        self.shared.cluster.close().await;
+        self.handle.close().await;
     }
 }
 
-/// The partitions of `topic`, retrying retriable errors (e.g. `LeaderNotAvailable` right
-/// after the topic was created) up to `max_attempts` times with the read backoff.
+/// The partitions of `topic`, retrying transient errors (e.g. `LeaderNotAvailable` right
+/// after the topic was created, a broker restarting) with the read backoff for up to
+/// `retry_timeout`.
 async fn topic_partitions(
     cluster: &Cluster,
     config: &ReaderConfig,
     topic: &str,
 ) -> Result<Vec<i32>> {
-    let mut failures = 0;
+    let mut streak = retry::Streak::default();
+    let limit = retry::WarnLimit::default();
     loop {
         match cluster.partitions(topic).await {
             Ok(p) => return Ok(p),
-            Err(e) if e.is_retriable() && failures + 1 < config.max_attempts => {
-                failures += 1;
-                tracing::debug!(topic, failures, error = %e, "listing partitions failed; retrying");
+            Err(e) if !retry::is_fatal(&e) => {
+                let now = std::time::Instant::now();
+                let (backoff, expired) = streak.fail(now, config);
+                if expired {
+                    return Err(e);
+                }
+                let failures = streak.failures;
+                match limit.permit(now) {
+                    Some(suppressed) => {
+                        tracing::warn!(topic, failures, suppressed, error = %e, "listing partitions failed; retrying")
+                    }
+                    None => {
+                        tracing::debug!(topic, failures, error = %e, "listing partitions failed; retrying")
+                    }
+                }
                 cluster.invalidate(topic);
-                tokio::time::sleep(config.backoff_for(failures)).await;
+                tokio::time::sleep(backoff).await;
             }
             Err(e) => return Err(e),
         }
     }
 }
 
-fn lag_of(st: &State) -> i64 {
-    st.parts
-        .values()
-        .filter(|p| p.high_watermark >= 0 && p.position >= 0)
-        .map(|p| p.high_watermark.saturating_sub(p.position).max(0))
-        .fold(0i64, i64::saturating_add)
-}
-
 impl Drop for Reader {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-        if let Some(task) = self.group_task.take() {
-            task.abort();
-        }
+        self.handle.tasks.dropped();
     }
 }
 
@@ -653,27 +625,38 @@ impl Stream for Reader {
     type Item = Result<Message>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let shared = &self.shared;
-        let mut st = shared.lock();
-        if let Some(e) = st.errors.pop_front() {
-            return Poll::Ready(Some(Err(e)));
+        // Tokio's cooperative budget: a consumer loop over a full buffer would otherwise
+        // never yield, starving the fetch and group tasks on a current-thread runtime.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let shared = &self.handle.shared;
+        if let Some(g) = &self.handle.group {
+            // Every token dropped before this poll now counts as processed.
+            g.pulse.polled();
         }
+        let mut st = shared.lock();
         if st.closed {
+            coop.made_progress();
             return Poll::Ready(None);
+        }
+        if let Some(e) = st.errors.pop_front() {
+            coop.made_progress();
+            return Poll::Ready(Some(Err(e)));
         }
         if let Some((m, freed)) = st.pop(&shared.config) {
             drop(st);
-            if let Some(g) = &self.group {
-                g.delivered(&m.topic, m.partition, m.offset);
-            }
             if freed {
                 shared.wake_task.notify_one();
             }
+            coop.made_progress();
             return Poll::Ready(Some(Ok(m)));
         }
         match &st.consumer {
             Some(w) if w.will_wake(cx.waker()) => {}
             _ => st.consumer = Some(cx.waker().clone()),
+        }
+        drop(st);
+        if let Some(g) = &self.handle.group {
+            g.pulse.park(cx.waker());
         }
         Poll::Pending
     }

@@ -8,7 +8,7 @@
 //! is recognised as stale and dropped. Because the partition's buffer is cleared under
 //! the same lock, nothing fetched before a seek can be yielded after it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
@@ -16,9 +16,11 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
+use super::retry::{LastError, Streak, WarnLimit};
 use super::{Message, ReaderConfig, StartOffset, TopicPartition};
 use crate::cluster::Cluster;
 use crate::error::Error;
+use crate::group::{AckToken, Track};
 
 /// Where the next fetch of a partition starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +52,8 @@ pub(crate) struct Part {
     /// A fetch or lookup for this partition is in flight.
     pub(crate) busy: bool,
     pub(crate) retry_at: Option<Instant>,
-    pub(crate) failures: u32,
+    /// The current run of failed fetches and lookups (see `retry.rs`).
+    pub(crate) streak: Streak,
     pub(crate) buf: VecDeque<Message>,
     pub(crate) buf_bytes: usize,
     pub(crate) in_ready: bool,
@@ -58,6 +61,15 @@ pub(crate) struct Part {
     pub(crate) position: i64,
     /// The last high-water mark a fetch reported, -1 while unknown.
     pub(crate) high_watermark: i64,
+    /// Group readers: the commit track of this ownership, which gives every yielded
+    /// message its [`AckToken`](crate::group::AckToken).
+    pub(crate) track: Option<Arc<Track>>,
+    /// Paused ([`ReaderHandle::pause`](super::ReaderHandle::pause)): neither fetched nor
+    /// yielded; buffer and position kept.
+    pub(crate) paused: bool,
+    /// Why the partition was parked, to yield once the messages buffered before that
+    /// point have been yielded (so a seek past it loses none of them).
+    pub(crate) parked_error: Option<Error>,
 }
 
 impl Part {
@@ -71,7 +83,7 @@ impl Part {
             leader: None,
             busy: false,
             retry_at: None,
-            failures: 0,
+            streak: Streak::default(),
             buf: VecDeque::new(),
             buf_bytes: 0,
             in_ready: false,
@@ -80,6 +92,9 @@ impl Part {
                 _ => -1,
             },
             high_watermark: -1,
+            track: None,
+            paused: false,
+            parked_error: None,
         }
     }
 }
@@ -91,6 +106,11 @@ pub(crate) struct State {
     next_id: u64,
     /// Partitions with buffered messages, served round robin one message at a time.
     pub(crate) ready: VecDeque<u64>,
+    /// Partitions with buffered messages whose track is full
+    /// ([`ReaderConfig::max_unacked`]): tried again at the next poll.
+    pub(crate) blocked: Vec<u64>,
+    /// Paused partitions: their buffers do not count against the queue capacity.
+    paused: HashSet<u64>,
     /// Errors to yield before the next message.
     pub(crate) errors: VecDeque<Error>,
     pub(crate) buffered: usize,
@@ -112,11 +132,35 @@ impl State {
         self.index.insert(tp, id);
     }
 
+    /// A fetch of partition `id` from `from` ended at `next` (its next fetch offset): with
+    /// nothing buffered, the position moves there (past control records and aborted
+    /// transactions) and so may the group's commit.
+    pub(crate) fn fetched_to(&mut self, id: u64, from: i64, next: i64) {
+        let Some(p) = self.parts.get_mut(&id) else {
+            return;
+        };
+        if p.buf.is_empty() && next > p.position && p.position == from {
+            p.position = next;
+            if let Some(t) = &p.track {
+                t.gap(from, next);
+            }
+        }
+    }
+
+    /// Give the messages of `tp` (assigned) tokens of `track` from now on.
+    pub(crate) fn set_track(&mut self, tp: &TopicPartition, track: Option<Arc<Track>>) {
+        if let Some(p) = self.index.get(tp).and_then(|id| self.parts.get_mut(id)) {
+            p.track = track;
+        }
+    }
+
     /// Stop reading `tp` and drop its buffered messages. Returns whether it was assigned.
     pub(crate) fn unassign(&mut self, tp: &TopicPartition) -> bool {
         let Some(id) = self.index.remove(tp) else {
             return false;
         };
+        // A pause ends with the assignment (as in the Java client).
+        self.paused.remove(&id);
         if let Some(p) = self.parts.remove(&id) {
             self.buffered = self.buffered.saturating_sub(p.buf.len());
             self.buffered_bytes = self.buffered_bytes.saturating_sub(p.buf_bytes);
@@ -137,16 +181,90 @@ impl State {
             _ => -1,
         };
         p.retry_at = None;
-        p.failures = 0;
+        p.streak.reset();
+        if let Some(t) = &p.track {
+            t.restart();
+        }
+        p.parked_error = None;
         self.buffered = self.buffered.saturating_sub(p.buf.len());
         self.buffered_bytes = self.buffered_bytes.saturating_sub(p.buf_bytes);
         p.buf.clear();
         p.buf_bytes = 0;
     }
 
-    /// Whether the prefetch buffer is full (fetching pauses).
+    /// Whether the prefetch buffer is full (fetching pauses). Paused partitions' buffers
+    /// do not count: they hold at most what was buffered or in flight when the partition
+    /// was paused, and must not stall the others.
     pub(crate) fn full(&self, config: &ReaderConfig) -> bool {
-        self.buffered >= config.queue_capacity || self.buffered_bytes >= config.queue_capacity_bytes
+        let (mut n, mut bytes) = (self.buffered, self.buffered_bytes);
+        for p in self.paused.iter().filter_map(|id| self.parts.get(id)) {
+            n = n.saturating_sub(p.buf.len());
+            bytes = bytes.saturating_sub(p.buf_bytes);
+        }
+        n >= config.queue_capacity || bytes >= config.queue_capacity_bytes
+    }
+
+    /// Pause `tp` (if assigned): neither fetched nor yielded until resumed.
+    pub(crate) fn pause(&mut self, tp: &TopicPartition) {
+        if let Some(id) = self.index.get(tp).copied() {
+            if let Some(p) = self.parts.get_mut(&id) {
+                p.paused = true;
+                self.paused.insert(id);
+            }
+        }
+    }
+
+    /// Resume `tp`; its buffered messages are queued again. Returns whether it was paused.
+    pub(crate) fn resume(&mut self, tp: &TopicPartition) -> bool {
+        let Some(id) = self.index.get(tp).copied() else {
+            return false;
+        };
+        let Some(p) = self.parts.get_mut(&id) else {
+            return false;
+        };
+        if !p.paused {
+            return false;
+        }
+        p.paused = false;
+        self.paused.remove(&id);
+        if !p.in_ready && !p.buf.is_empty() {
+            p.in_ready = true;
+            self.ready.push_back(id);
+        }
+        true
+    }
+
+    /// Close: the stream ends (nothing buffered or pending is yielded any more). Returns
+    /// the consumer's waker, to wake outside the lock.
+    pub(crate) fn close(&mut self) -> Option<Waker> {
+        self.closed = true;
+        self.errors.clear();
+        self.ready.clear();
+        self.blocked.clear();
+        for p in self.parts.values_mut() {
+            p.buf.clear();
+            p.buf_bytes = 0;
+            p.in_ready = false;
+        }
+        self.buffered = 0;
+        self.buffered_bytes = 0;
+        self.consumer.take()
+    }
+
+    /// Park partition `id` (no fetching until a seek) and yield `err` once its buffered
+    /// messages are out: at once if there are none. Returns whether `err` was queued now.
+    pub(crate) fn park(&mut self, id: u64, err: Error) -> bool {
+        let Some(p) = self.parts.get_mut(&id) else {
+            return false;
+        };
+        p.fetch = Position::Parked;
+        if p.buf.is_empty() {
+            self.errors.push_back(err);
+            true
+        } else {
+            p.parked_error = Some(err);
+            false
+        }
     }
 
     /// Append fetched messages to partition `id`'s buffer and queue it for the consumer.
@@ -163,7 +281,7 @@ impl State {
         p.buf_bytes += bytes;
         self.buffered += n;
         self.buffered_bytes += bytes;
-        if !p.in_ready && !p.buf.is_empty() {
+        if !p.in_ready && !p.paused && !p.buf.is_empty() {
             p.in_ready = true;
             self.ready.push_back(id);
         }
@@ -174,19 +292,65 @@ impl State {
     /// full to not full.
     pub(crate) fn pop(&mut self, config: &ReaderConfig) -> Option<(Message, bool)> {
         let was_full = self.full(config);
+        if !self.blocked.is_empty() {
+            let blocked = std::mem::take(&mut self.blocked);
+            for id in blocked {
+                if let Some(p) = self.parts.get_mut(&id) {
+                    if !p.in_ready && !p.paused && !p.buf.is_empty() {
+                        p.in_ready = true;
+                        self.ready.push_back(id);
+                    }
+                }
+            }
+        }
         while let Some(id) = self.ready.pop_front() {
             let Some(p) = self.parts.get_mut(&id) else {
                 continue;
             };
-            let Some(m) = p.buf.pop_front() else {
+            if p.paused {
+                // queued again by `resume`
+                p.in_ready = false;
+                continue;
+            }
+            let Some(offset) = p.buf.front().map(|m| m.offset) else {
                 p.in_ready = false;
                 continue;
             };
+            // The next message to yield: the one after this, or, when this is the last
+            // one fetched, the next fetch's offset (past control records and aborted
+            // transactions, as the Java consumer's position).
+            let mut next = offset.saturating_add(1);
+            if p.buf.len() == 1 {
+                if let Position::Offset(f) = p.fetch {
+                    next = next.max(f);
+                }
+            }
+            let token = match &p.track {
+                None => AckToken::default(),
+                Some(t) => match t.deliver(offset, next) {
+                    Ok(seq) => AckToken::tracked(t.clone(), seq, offset),
+                    Err(_full) => {
+                        // Tried again at the next poll; the track wakes a parked
+                        // consumer when it has room.
+                        p.in_ready = false;
+                        self.blocked.push(id);
+                        continue;
+                    }
+                },
+            };
+            let Some(mut m) = p.buf.pop_front() else {
+                p.in_ready = false;
+                continue;
+            };
+            m.set_ack_token(token);
             let size = m.size();
             p.buf_bytes = p.buf_bytes.saturating_sub(size);
-            p.position = m.offset.saturating_add(1);
+            p.position = next;
             if p.buf.is_empty() {
                 p.in_ready = false;
+                if let Some(e) = p.parked_error.take() {
+                    self.errors.push_back(e);
+                }
             } else {
                 self.ready.push_back(id);
             }
@@ -205,6 +369,12 @@ pub(crate) struct Counters {
     pub(crate) bytes: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) resets: AtomicU64,
+    /// Transient failures retried (fetch task and group task).
+    pub(crate) retries: AtomicU64,
+    /// The fetch task's `warn` rate limit of retried failures.
+    pub(crate) warn_limit: WarnLimit,
+    /// The last failure of the fetch task or the group task.
+    pub(crate) last_error: LastError,
     pub(crate) tasks_running: AtomicUsize,
 }
 

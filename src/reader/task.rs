@@ -19,10 +19,11 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tracing::{debug, warn};
 
+use super::retry;
 use super::state::{Position, Shared};
 use super::{Message, OffsetReset, StartOffset};
 use crate::conn::{decode_fetch_partition, Conn};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
     FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic,
 };
@@ -125,7 +126,8 @@ fn plan(shared: &Shared, busy_brokers: &HashSet<i32>, resolving: bool) -> Plan {
     let mut fetches: HashMap<i32, Vec<Job>> = HashMap::new();
     let mut next_retry: Option<Instant> = None;
     for (&id, p) in st.parts.iter_mut() {
-        if p.busy || p.fetch == Position::Parked {
+        // Paused partitions are neither fetched nor looked up until resumed.
+        if p.busy || p.paused || p.fetch == Position::Parked {
             continue;
         }
         if let Some(at) = p.retry_at {
@@ -280,8 +282,17 @@ fn needs_new_leader(e: &Error) -> bool {
     }
 }
 
+/// Whether a partition's fetch result failed to decode (a batch failing its CRC or
+/// decompression, or decompressing past the hard cap), rather than the broker reporting an
+/// error: the same bytes come back on every fetch of that offset, so the reader cannot
+/// skip them and retrying is pointless.
+fn undecodable(e: &Error) -> bool {
+    matches!(e.kind(), ErrorKind::Protocol | ErrorKind::Compression)
+}
+
 /// Record a failed attempt for partition `id` (planned under `epoch`): back off, maybe
-/// forget the leader, and every `max_attempts` consecutive failures yield the error.
+/// forget the leader. A fatal error is yielded at once; a transient one only once the
+/// partition has been failing for `retry_timeout` (then again every `retry_timeout`).
 fn fail(shared: &Shared, id: u64, epoch: u64, err: Error) {
     let mut st = shared.lock();
     let config = &shared.config;
@@ -292,35 +303,54 @@ fn fail(shared: &Shared, id: u64, epoch: u64, err: Error) {
     if p.epoch != epoch {
         return;
     }
-    p.failures = p.failures.saturating_add(1);
-    let backoff = config.backoff_for(p.failures);
-    p.retry_at = Some(Instant::now() + backoff);
+    let now = Instant::now();
     let topic = p.topic.clone();
     let partition = p.partition;
-    let failures = p.failures;
+    let fatal = retry::is_fatal(&err);
     if needs_new_leader(&err) {
         p.leader = None;
         shared.cluster.invalidate(&topic);
     }
     shared.counters.errors.fetch_add(1, Ordering::Relaxed);
     let err = err.with_topic(&*topic).with_partition(partition);
-    if failures % config.max_attempts == 0 {
-        warn!(topic = %topic, partition, failures, error = %err, "partition keeps failing; yielding the error");
-        // At most one pending error per partition, so a reader nobody polls does not
-        // pile them up.
-        let queued = st
-            .errors
-            .iter()
-            .any(|e| e.partition() == Some(partition) && e.topic() == Some(&*topic));
-        if !queued {
-            st.errors.push_back(err);
-        }
-        if let Some(w) = st.consumer.take() {
-            drop(st);
-            w.wake();
-        }
+    shared.counters.last_error.set(&err);
+    let permit = shared.counters.warn_limit.permit(now);
+    let yield_it = if fatal {
+        p.streak.fail_fatally();
+        p.retry_at = Some(now + config.read_backoff_max);
+        warn!(topic = %topic, partition, error = %err, "fatal error; yielding it");
+        true
     } else {
-        debug!(topic = %topic, partition, failures, backoff_ms = backoff.as_millis() as u64, error = %err, "fetch attempt failed; retrying");
+        shared.counters.retries.fetch_add(1, Ordering::Relaxed);
+        let failing_for = p.streak.failing_for(now);
+        let (backoff, expired) = p.streak.fail(now, config);
+        p.retry_at = Some(now + backoff);
+        let failures = p.streak.failures;
+        let (failing_ms, backoff_ms) = (failing_for.as_millis() as u64, backoff.as_millis() as u64);
+        if expired {
+            warn!(topic = %topic, partition, failures, failing_ms, error = %err, "partition still failing after retry_timeout; yielding the error and retrying on");
+        } else if let Some(suppressed) = permit {
+            warn!(topic = %topic, partition, failures, failing_ms, backoff_ms, suppressed, error = %err, "transient error; retrying");
+        } else {
+            debug!(topic = %topic, partition, failures, failing_ms, backoff_ms, error = %err, "transient error; retrying");
+        }
+        expired
+    };
+    if !yield_it {
+        return;
+    }
+    // At most one pending error per partition, so a reader nobody polls does not pile
+    // them up.
+    let queued = st
+        .errors
+        .iter()
+        .any(|e| e.partition() == Some(partition) && e.topic() == Some(&*topic));
+    if !queued {
+        st.errors.push_back(err);
+    }
+    if let Some(w) = st.consumer.take() {
+        drop(st);
+        w.wake();
     }
 }
 
@@ -337,8 +367,9 @@ fn on_resolved(shared: &Shared, results: Vec<(Job, Lookup)>) {
                 if p.epoch != job.epoch {
                     continue;
                 }
+                // The run of failures goes on until a fetch succeeds: a leader that is
+                // found but does not serve the partition yet keeps backing off.
                 p.leader = Some(leader);
-                p.failures = 0;
                 if let (Some(o), Position::Start(_)) = (offset, p.fetch) {
                     p.fetch = Position::Offset(o);
                     if p.buf.is_empty() {
@@ -393,11 +424,11 @@ fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Fetch
             // those with nothing new. Nothing new either way.
             None => {
                 p.busy = false;
-                p.failures = 0;
+                p.streak.reset();
             }
             Some(Ok(f)) => {
                 p.busy = false;
-                p.failures = 0;
+                p.streak.reset();
                 if f.high_watermark >= 0 {
                     p.high_watermark = f.high_watermark;
                 }
@@ -413,6 +444,11 @@ fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Fetch
                     .into_iter()
                     .map(|r| Message::from_record(&topic, j.partition, hw, r))
                     .collect();
+                // Nothing yieldable (control records, an aborted transaction): with
+                // nothing buffered, the position moves past it.
+                if n == 0 {
+                    st.fetched_to(j.id, j.offset, f.next_offset);
+                }
                 if n > 0 {
                     let bytes = st.push(j.id, msgs);
                     shared.counters.messages.fetch_add(n, Ordering::Relaxed);
@@ -439,6 +475,30 @@ fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Fetch
                             .with_partition(j.partition)
                             .with_message(format!("offset {} is out of range", j.offset)),
                     );
+                    if let Some(w) = st.consumer.take() {
+                        wake = Some(w);
+                    }
+                }
+            }
+            Some(Err(e)) if undecodable(&e) => {
+                p.busy = false;
+                p.streak.fail_fatally();
+                shared.counters.errors.fetch_add(1, Ordering::Relaxed);
+                let topic = p.topic.clone();
+                // The broker serves the same bytes for this offset every time: fetching
+                // them again would loop forever. Stop here until the application seeks.
+                let err = e
+                    .clone()
+                    .with_message(format!(
+                        "cannot decode the records fetched at offset {}: {e}; the partition is paused until a seek",
+                        j.offset
+                    ))
+                    .with_topic(&*topic)
+                    .with_partition(j.partition)
+                    .with_broker(format!("broker {broker}"));
+                shared.counters.last_error.set(&err);
+                warn!(topic = %topic, partition = j.partition, offset = j.offset, error = %e, "fetched records cannot be decoded; partition paused until a seek");
+                if st.park(j.id, err) {
                     if let Some(w) = st.consumer.take() {
                         wake = Some(w);
                     }

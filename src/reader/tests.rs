@@ -6,16 +6,10 @@ use super::state::{Position, State};
 use super::*;
 
 fn msg(topic: &str, partition: i32, offset: i64, len: usize) -> Message {
-    Message {
-        topic: topic.into(),
-        partition,
-        offset,
-        high_watermark: offset + 1,
-        key: None,
-        value: Some(Bytes::from(vec![0u8; len])),
-        headers: Vec::new(),
-        timestamp: 0,
-    }
+    let mut m = Message::new(topic, partition, offset);
+    m.value = Some(Bytes::from(vec![0u8; len]));
+    m.timestamp = 0;
+    m
 }
 
 fn state_with(parts: &[(&str, i32)]) -> (State, Vec<u64>) {
@@ -89,6 +83,58 @@ fn full_by_messages_or_bytes_and_reports_when_space_frees() {
     assert!(!freed);
     st.push(ids[0], vec![msg("t", 0, 3, 2000)]);
     assert!(st.full(&cfg), "bytes bound");
+}
+
+#[test]
+fn paused_partitions_are_skipped_kept_and_resumed_in_order() {
+    let cfg = ReaderConfig::new(["b:9092"])
+        .queue_capacity(4)
+        .queue_capacity_bytes(1 << 20);
+    let (mut st, ids) = state_with(&[("t", 0), ("t", 1)]);
+    let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    st.push(ids[0], (0..3).map(|o| msg("t", 0, o, 1)).collect());
+    st.push(ids[1], (0..3).map(|o| msg("t", 1, o, 1)).collect());
+    assert!(st.full(&cfg));
+    let (m, _) = st.pop(&cfg).unwrap();
+    assert_eq!((m.partition, m.offset), (0, 0));
+    st.pause(&t0);
+    // the paused buffer no longer counts against the capacity
+    assert!(!st.full(&cfg));
+    // a fetch in flight when paused still lands, but nothing of it is yielded
+    st.push(ids[0], (3..5).map(|o| msg("t", 0, o, 1)).collect());
+    let rest: Vec<(i32, i64)> = std::iter::from_fn(|| st.pop(&cfg))
+        .map(|(m, _)| (m.partition, m.offset))
+        .collect();
+    assert_eq!(rest, [(1, 0), (1, 1), (1, 2)]);
+    assert_eq!(st.parts[&ids[0]].position, 1, "position kept");
+    assert_eq!(st.buffered, 4, "buffer kept");
+    assert!(!st.resume(&t1), "not paused");
+    assert!(st.resume(&t0));
+    let resumed: Vec<i64> = std::iter::from_fn(|| st.pop(&cfg))
+        .map(|(m, _)| m.offset)
+        .collect();
+    assert_eq!(resumed, [1, 2, 3, 4]);
+    // a pause ends with the assignment
+    st.pause(&t1);
+    assert!(st.unassign(&t1));
+    st.assign(t1.clone(), StartOffset::At(0));
+    assert!(!st.resume(&t1), "a new assignment is not paused");
+    // pausing what is not assigned does nothing
+    st.pause(&TopicPartition::new("u", 0));
+    assert!(!st.resume(&TopicPartition::new("u", 0)));
+}
+
+#[test]
+fn close_ends_the_stream_and_drops_buffers_and_errors() {
+    let cfg = ReaderConfig::new(["b:9092"]);
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    st.push(ids[0], (0..3).map(|o| msg("t", 0, o, 1)).collect());
+    st.errors.push_back(Error::config("pending"));
+    assert!(st.close().is_none());
+    assert!(st.closed);
+    assert!(st.errors.is_empty());
+    assert_eq!((st.buffered, st.buffered_bytes), (0, 0));
+    assert!(st.pop(&cfg).is_none());
 }
 
 #[test]
@@ -258,6 +304,8 @@ fn reader_is_send_and_sync() {
     fn check<T: Send + Sync + Unpin>() {}
     check::<Reader>();
     check::<Message>();
+    fn handle<T: Clone + Send + Sync + 'static>() {}
+    handle::<ReaderHandle>();
 }
 
 #[cfg(feature = "regex")]

@@ -15,7 +15,7 @@ const LOG_OVERHEAD: usize = 12;
 /// The smallest possible encoded record: seven one-byte fields.
 const MIN_RECORD_LEN: usize = 7;
 
-/// The result of [`decode_batches`].
+/// The result of [`decode_batches`] and [`decode_batches_within`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DecodedBatches {
     /// The complete batches, in order.
@@ -27,22 +27,94 @@ pub struct DecodedBatches {
     /// (offset and length prefix included). If `batches` is empty, a fetch needs at
     /// least this many bytes to make progress.
     pub truncated_batch_size: Option<usize>,
+    /// Whether decoding stopped early, before a compressed batch that would have taken
+    /// the decompressed total past the soft limit, or before a batch that does not decode
+    /// (corrupt, unknown magic): that batch and everything after it were left undecoded
+    /// (never `batches` empty). Fetching again from the last batch's
+    /// [`RecordBatch::next_offset`] continues with them; a bad batch, first then, is
+    /// reported as the error.
+    pub limited: bool,
 }
 
-/// Decode the raw `records` bytes of a fetch response (one partition) into batches.
+/// The hard limit [`decode_batches_within`] applies to the first batch when the caller
+/// passes none larger: 256 MiB, 256 times Kafka's default `max.message.bytes`.
+pub const MAX_BATCH_DECOMPRESSED: usize = 256 * 1024 * 1024;
+
+/// Decode the raw `records` bytes of a fetch response (one partition) into batches,
+/// with one decompression limit: `decode_batches_within(data, max_decompressed,
+/// max_decompressed)`.
+///
+/// ```
+/// use kafkapipe::compression::Compression;
+/// use kafkapipe::record::{decode_batches, RecordBatchBuilder};
+///
+/// let mut b = RecordBatchBuilder::new(Compression::Zstd);
+/// b.append(0, None, Some(&[0u8; 1000][..]), &[])?;
+/// let batch = b.build()?;
+/// let mut two = batch.to_vec();
+/// two.extend_from_slice(&batch);
+///
+/// // Room for one decompressed payload, not two: the first batch comes back alone.
+/// let d = decode_batches(two.into(), 1500)?;
+/// assert_eq!((d.batches.len(), d.limited), (1, true));
+/// // A first batch beyond the limit is an error.
+/// assert!(decode_batches(batch, 500).is_err());
+/// # Ok::<(), kafkapipe::Error>(())
+/// ```
+pub fn decode_batches(data: Bytes, max_decompressed: usize) -> Result<DecodedBatches> {
+    decode_batches_within(data, max_decompressed, max_decompressed)
+}
+
+/// Decode the raw `records` bytes of a fetch response (one partition) into batches,
+/// keeping decompression within bounds.
 ///
 /// Batches with magic 2 are RecordBatch v2, checked against their CRC-32C; magic 0 and
 /// 1 are legacy messages (CRC-32), including compressed wrappers. An incomplete last
 /// batch is not an error: it is dropped and reported in [`DecodedBatches::truncated`].
+/// A batch that does not decode (corrupt, unknown magic) is an error only when it comes
+/// first; after good batches, decoding stops before it with [`DecodedBatches::limited`]
+/// set, so the good ones are never lost to a bad one behind them.
 ///
-/// `max_decompressed` bounds the memory decompression may take for the whole call: all
-/// compressed payloads *together* may decompress to at most that many bytes (a per-batch
-/// limit would let a response of many small compressed batches, each just under it,
-/// allocate without bound, as the decoded records keep every payload alive).
-/// Uncompressed batches are slices of `data` and do not count.
-pub fn decode_batches(mut data: Bytes, max_decompressed: usize) -> Result<DecodedBatches> {
+/// Decompression is bounded per call, since the decoded records keep every payload
+/// alive (a per-batch limit would let many small compressed batches, each just under
+/// it, allocate without bound):
+/// - `soft_limit`: the compressed payloads of all batches *together* decompress to at
+///   most this many bytes. Decoding stops before the first compressed batch that would
+///   cross it, returning the batches decoded so far with [`DecodedBatches::limited`]
+///   set, so the caller makes progress and fetches the rest again from there.
+/// - `hard_limit`: the first batch (while nothing has been decoded yet) may use up to
+///   `max(soft_limit, hard_limit)` bytes, so a batch larger than the soft limit is still
+///   read. A first batch beyond that (a decompression bomb, or a batch too big for this
+///   reader) is an error of kind `Compression` naming its offset; it is never partly
+///   returned.
+///
+/// Uncompressed batches are slices of `data` and count against neither limit. At most
+/// `max(soft_limit, hard_limit)` decompressed bytes are kept, plus at most `soft_limit`
+/// bytes of a batch decompressed and dropped for crossing the limit.
+///
+/// ```
+/// use kafkapipe::compression::Compression;
+/// use kafkapipe::record::{decode_batches_within, RecordBatchBuilder};
+///
+/// let mut b = RecordBatchBuilder::new(Compression::Lz4);
+/// b.append(0, None, Some(&[7u8; 10_000][..]), &[])?;
+/// let big = b.build()?;
+///
+/// // Larger than the soft limit, within the hard one: decoded, so a reader progresses.
+/// let d = decode_batches_within(big.clone(), 1_000, 1 << 20)?;
+/// assert_eq!(d.batches[0].records.len(), 1);
+/// // Larger than both: a clear error naming the batch.
+/// let err = decode_batches_within(big, 1_000, 5_000).unwrap_err();
+/// assert!(err.to_string().contains("offset 0"), "{err}");
+/// # Ok::<(), kafkapipe::Error>(())
+/// ```
+pub fn decode_batches_within(
+    mut data: Bytes,
+    soft_limit: usize,
+    hard_limit: usize,
+) -> Result<DecodedBatches> {
     let mut out = DecodedBatches::default();
-    let mut budget = max_decompressed;
+    let mut budget = soft_limit;
     while !data.is_empty() {
         // offset (8 bytes), then the length of what follows (4 bytes)
         let length = match data.get(8..LOG_OVERHEAD).map(<[u8; 4]>::try_from) {
@@ -52,25 +124,61 @@ pub fn decode_batches(mut data: Bytes, max_decompressed: usize) -> Result<Decode
                 break;
             }
         };
-        let length = usize::try_from(length)
-            .map_err(|_| Error::protocol(format!("negative record batch length {length}")))?;
+        let first = out.batches.is_empty();
+        let Ok(length) = usize::try_from(length) else {
+            if first {
+                return Err(Error::protocol(format!(
+                    "negative record batch length {length}"
+                )));
+            }
+            out.limited = true;
+            break;
+        };
         let size = length.saturating_add(LOG_OVERHEAD);
         if data.len() < size {
             out.truncated = true;
             out.truncated_batch_size = Some(size);
             break;
         }
-        let batch = data.split_to(size);
+        let limit = if first {
+            budget.max(hard_limit)
+        } else {
+            budget
+        };
+        // Only taken from `data` once decoded, so a batch left for the next fetch stays.
+        let batch = data.slice(..size);
         let magic = batch.get(16).map(|m| *m as i8);
-        match magic {
-            Some(MAGIC_V2) => out.batches.push(decode_v2(batch, &mut budget)?),
-            Some(0 | 1) => out
-                .batches
-                .push(legacy::decode_message(batch, &mut budget)?),
-            Some(m) => return Err(Error::protocol(format!("unknown record batch magic {m}"))),
-            None => {
-                return Err(Error::protocol(format!(
-                    "record batch of {size} bytes is too short"
+        let step = match magic {
+            Some(MAGIC_V2) => decode_v2(batch, limit),
+            Some(0 | 1) => legacy::decode_message(batch, limit),
+            Some(m) => Err(Error::protocol(format!("unknown record batch magic {m}"))),
+            None => Err(Error::protocol(format!(
+                "record batch of {size} bytes is too short"
+            ))),
+        };
+        // A batch that does not decode after good ones: keep those, leave it for the
+        // next decode, which starts with it and reports its error.
+        let step = match step {
+            Ok(step) => step,
+            Err(_) if !first => {
+                out.limited = true;
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        match step {
+            Step::Batch(batch, decompressed) => {
+                budget = budget.saturating_sub(decompressed);
+                out.batches.push(batch);
+                data.advance(size);
+            }
+            Step::OverLimit { .. } if !first => {
+                out.limited = true;
+                break;
+            }
+            Step::OverLimit { at, codec } => {
+                return Err(Error::compression(format!(
+                    "{at}: {codec} payload decompresses to more than the {limit}-byte limit"
                 )))
             }
         }
@@ -78,9 +186,18 @@ pub fn decode_batches(mut data: Bytes, max_decompressed: usize) -> Result<Decode
     Ok(out)
 }
 
-/// Decode one complete RecordBatch v2 (`batch` is exactly its bytes). Decompression may
-/// produce at most `budget` bytes, which are then taken from it.
-fn decode_v2(batch: Bytes, budget: &mut usize) -> Result<RecordBatch> {
+/// The outcome of decoding one batch within a decompression limit.
+pub(super) enum Step {
+    /// The batch, and how many bytes its payload decompressed to (0 if uncompressed).
+    Batch(RecordBatch, usize),
+    /// Its payload decompresses to more than the limit. `at` names the batch ("record
+    /// batch at offset N").
+    OverLimit { at: String, codec: Compression },
+}
+
+/// Decode one complete RecordBatch v2 (`batch` is exactly its bytes), decompressing its
+/// payload to at most `limit` bytes.
+fn decode_v2(batch: Bytes, limit: usize) -> Result<Step> {
     if batch.len() < BATCH_HEADER_LEN {
         return Err(Error::protocol(format!(
             "record batch of {} bytes is shorter than its {BATCH_HEADER_LEN}-byte header",
@@ -120,12 +237,21 @@ fn decode_v2(batch: Bytes, budget: &mut usize) -> Result<RecordBatch> {
         let msg = format!("record batch at offset {base_offset}: {e}");
         e.with_message(msg)
     };
-    let mut payload = if compression == Compression::None {
-        b
+    let (mut payload, decompressed) = if compression == Compression::None {
+        (b, 0)
     } else {
-        let payload = compression.decompress(&b, *budget).map_err(at)?;
-        *budget = budget.saturating_sub(payload.len());
-        payload
+        match compression.decompress_within(&b, limit).map_err(at)? {
+            Some(p) => {
+                let n = p.len();
+                (p, n)
+            }
+            None => {
+                return Ok(Step::OverLimit {
+                    at: format!("record batch at offset {base_offset}"),
+                    codec: compression,
+                })
+            }
+        }
     };
     let count = usize::try_from(count)
         .map_err(|_| at(Error::protocol(format!("negative record count {count}"))))?;
@@ -150,7 +276,7 @@ fn decode_v2(batch: Bytes, budget: &mut usize) -> Result<RecordBatch> {
             payload.len()
         ))));
     }
-    Ok(RecordBatch {
+    let batch = RecordBatch {
         base_offset,
         partition_leader_epoch,
         magic,
@@ -165,7 +291,8 @@ fn decode_v2(batch: Bytes, budget: &mut usize) -> Result<RecordBatch> {
         producer_epoch,
         base_sequence,
         records,
-    })
+    };
+    Ok(Step::Batch(batch, decompressed))
 }
 
 struct RecordCtx {

@@ -11,6 +11,7 @@
 use bytes::{Buf, Bytes};
 
 use super::crc32::crc32;
+use super::decode::Step;
 use super::{Record, RecordBatch, TimestampType, NO_TIMESTAMP};
 use crate::compression::Compression;
 use crate::error::{Error, Result};
@@ -77,20 +78,29 @@ fn parse_message(mut msg: Bytes) -> Result<Message> {
     })
 }
 
-/// Decode one complete shallow legacy message into a batch. Decompression may produce at
-/// most `budget` bytes, which are then taken from it.
-pub(super) fn decode_message(msg: Bytes, budget: &mut usize) -> Result<RecordBatch> {
+/// Decode one complete shallow legacy message into a batch, decompressing a wrapper's
+/// value to at most `limit` bytes.
+pub(super) fn decode_message(msg: Bytes, limit: usize) -> Result<Step> {
     let wrapper = parse_message(msg)?;
-    let records = if wrapper.compression == Compression::None {
-        vec![Record {
+    let (records, decompressed) = if wrapper.compression == Compression::None {
+        let record = Record {
             offset: wrapper.offset,
             timestamp: wrapper.timestamp,
             key: wrapper.key.clone(),
             value: wrapper.value.clone(),
             headers: Vec::new(),
-        }]
+        };
+        (vec![record], 0)
     } else {
-        inner_records(&wrapper, budget)?
+        match inner_records(&wrapper, limit)? {
+            Some(r) => r,
+            None => {
+                return Ok(Step::OverLimit {
+                    at: format!("compressed legacy message at offset {}", wrapper.offset),
+                    codec: wrapper.compression,
+                })
+            }
+        }
     };
     let (first, last) = match (records.first(), records.last()) {
         (Some(f), Some(l)) => (f, l),
@@ -114,7 +124,7 @@ pub(super) fn decode_message(msg: Bytes, budget: &mut usize) -> Result<RecordBat
         .map(|r| r.timestamp)
         .max()
         .unwrap_or(NO_TIMESTAMP);
-    Ok(RecordBatch {
+    let batch = RecordBatch {
         base_offset,
         partition_leader_epoch: -1,
         magic: wrapper.magic,
@@ -129,11 +139,13 @@ pub(super) fn decode_message(msg: Bytes, budget: &mut usize) -> Result<RecordBat
         producer_epoch: -1,
         base_sequence: -1,
         records,
-    })
+    };
+    Ok(Step::Batch(batch, decompressed))
 }
 
-/// Decompress a wrapper's value and decode the inner message set.
-fn inner_records(wrapper: &Message, budget: &mut usize) -> Result<Vec<Record>> {
+/// Decompress a wrapper's value (to at most `limit` bytes; `None` if it is larger) and
+/// decode the inner message set. Also returns the decompressed size.
+fn inner_records(wrapper: &Message, limit: usize) -> Result<Option<(Vec<Record>, usize)>> {
     let at = |e: Error| {
         let msg = format!(
             "compressed legacy message at offset {}: {e}",
@@ -145,8 +157,14 @@ fn inner_records(wrapper: &Message, budget: &mut usize) -> Result<Vec<Record>> {
         .value
         .as_ref()
         .ok_or_else(|| at(Error::protocol("null value")))?;
-    let mut inner = wrapper.compression.decompress(value, *budget).map_err(at)?;
-    *budget = budget.saturating_sub(inner.len());
+    let Some(mut inner) = wrapper
+        .compression
+        .decompress_within(value, limit)
+        .map_err(at)?
+    else {
+        return Ok(None);
+    };
+    let decompressed = inner.len();
     let mut messages = Vec::new();
     while inner.has_remaining() {
         let size = inner
@@ -175,7 +193,7 @@ fn inner_records(wrapper: &Message, budget: &mut usize) -> Result<Vec<Record>> {
         _ => 0,
     };
     let log_append = wrapper.timestamp_type == TimestampType::LogAppendTime;
-    Ok(messages
+    let records = messages
         .into_iter()
         .map(|m| Record {
             offset: m.offset.wrapping_add(shift),
@@ -188,5 +206,6 @@ fn inner_records(wrapper: &Message, budget: &mut usize) -> Result<Vec<Record>> {
             value: m.value,
             headers: Vec::new(),
         })
-        .collect())
+        .collect();
+    Ok(Some((records, decompressed)))
 }

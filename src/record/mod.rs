@@ -26,7 +26,7 @@ mod decode;
 mod encode;
 mod legacy;
 
-pub use decode::{decode_batches, DecodedBatches};
+pub use decode::{decode_batches, decode_batches_within, DecodedBatches, MAX_BATCH_DECOMPRESSED};
 pub use encode::RecordBatchBuilder;
 
 /// The magic byte of RecordBatch v2.

@@ -429,34 +429,69 @@ fn zip_bomb_is_bounded() {
     );
 }
 
+/// A batch of `n` records holding `value`, compressed with `c`, at base offset `base`
+/// (not covered by the CRC: brokers write it after the producer built the batch), and
+/// the size its records section decompresses to.
+fn batch_at(c: Compression, base: i64, n: usize, value: &[u8]) -> (Bytes, usize) {
+    let mut b = RecordBatchBuilder::new(c);
+    for _ in 0..n {
+        b.append(0, None, Some(value), &[]).unwrap();
+    }
+    let payload = b.estimated_size() - BATCH_HEADER_LEN;
+    let mut bytes = BytesMut::from(&b.build().unwrap()[..]);
+    bytes[0..8].copy_from_slice(&base.to_be_bytes());
+    (bytes.freeze(), payload)
+}
+
+/// Decode `data` like a consumer: take what one call returns, continue after the last
+/// decoded batch, until everything is read. Returns the base offsets seen and the number
+/// of calls.
+fn decode_all(mut data: Bytes, soft: usize, hard: usize) -> (Vec<i64>, usize) {
+    let mut bases = Vec::new();
+    let mut calls = 0;
+    while !data.is_empty() {
+        calls += 1;
+        let d = decode_batches_within(data.clone(), soft, hard).unwrap();
+        assert!(!d.batches.is_empty(), "no progress");
+        assert!(!d.truncated);
+        let mut used = 0;
+        for b in &d.batches {
+            bases.push(b.base_offset);
+            used += 12 + i32::from_be_bytes(data[used + 8..used + 12].try_into().unwrap()) as usize;
+        }
+        assert_eq!(d.limited, used < data.len());
+        data = data.slice(used..);
+    }
+    (bases, calls)
+}
+
 #[test]
-fn decompression_limit_is_a_total_over_all_batches() {
-    // Many small compressed batches, each well under the limit, must not add up past it:
-    // the decoded records keep every decompressed payload alive.
+fn response_over_the_limit_returns_the_batches_that_fit() {
+    // Many small compressed batches, each well under the limit, must not add up past it
+    // (the decoded records keep every decompressed payload alive) — and must not be
+    // thrown away either: the batches that fit come back, the rest on the next call.
     let zeros = vec![0u8; 300 * 1024];
     for c in Compression::ALL.into_iter().skip(1) {
         let mut all = BytesMut::new();
-        for _ in 0..8 {
-            let mut b = RecordBatchBuilder::new(c);
-            b.append(0, None, Some(&zeros), &[]).unwrap();
-            all.extend_from_slice(&b.build().unwrap());
+        for i in 0..8 {
+            all.extend_from_slice(&batch_at(c, i, 1, &zeros).0);
         }
         let all = all.freeze();
-        assert_eq!(
-            decode_batches(all.clone(), 4 * MB).unwrap().batches.len(),
-            8
-        );
-        let err = decode_batches(all, MB).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Compression, "{c}: {err}");
+        let d = decode_batches(all.clone(), 4 * MB).unwrap();
+        assert_eq!((d.batches.len(), d.limited), (8, false), "{c}");
+        let d = decode_batches(all.clone(), MB).unwrap();
+        let bases: Vec<i64> = d.batches.iter().map(|b| b.base_offset).collect();
+        assert_eq!(bases, [0, 1, 2], "{c}");
+        assert!(d.limited && !d.truncated, "{c}");
+        assert_eq!(decode_all(all, MB, MB), ((0..8).collect(), 3), "{c}");
     }
     // Uncompressed batches are slices of the input and take nothing from the budget.
     let mut all = BytesMut::new();
-    for _ in 0..8 {
-        let mut b = RecordBatchBuilder::new(Compression::None);
-        b.append(0, None, Some(&zeros), &[]).unwrap();
-        all.extend_from_slice(&b.build().unwrap());
+    for i in 0..8 {
+        all.extend_from_slice(&batch_at(Compression::None, i, 1, &zeros).0);
     }
-    assert_eq!(decode_batches(all.freeze(), MB).unwrap().batches.len(), 8);
+    let d = decode_batches(all.freeze(), MB).unwrap();
+    assert_eq!((d.batches.len(), d.limited), (8, false));
 }
 
 #[test]
@@ -471,11 +506,65 @@ fn legacy_decompression_counts_against_the_total() {
     let mut twice = BytesMut::from(&gz[..]);
     twice.extend_from_slice(&gz);
     // Enough for one inner message set (records plus 34 bytes of v1 overhead each), not
-    // for two.
+    // for two: the second is left for the next call.
     let limit = size + 200;
-    assert_eq!(decode_batches(gz, limit).unwrap().batches.len(), 1);
-    let err = decode_batches(twice.freeze(), limit).unwrap_err();
+    assert_eq!(decode_batches(gz.clone(), limit).unwrap().batches.len(), 1);
+    let d = decode_batches(twice.freeze(), limit).unwrap();
+    assert_eq!((d.batches.len(), d.limited), (1, true));
+    // A first message set over both limits is an error naming it.
+    let err = decode_batches_within(gz, size / 2, size / 2).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Compression, "{err}");
+    assert!(
+        err.to_string().contains("legacy message at offset"),
+        "{err}"
+    );
+}
+
+#[test]
+fn first_batch_over_the_soft_limit_is_decoded_up_to_the_hard_limit() {
+    let zeros = vec![0u8; 10 * MB];
+    for c in Compression::ALL.into_iter().skip(1) {
+        let (big, _) = batch_at(c, 40, 1, &zeros);
+        let (small, _) = batch_at(c, 41, 1, b"small");
+        // Alone: decoded whole, so a consumer always progresses.
+        let d = decode_batches_within(big.clone(), MB, 16 * MB).unwrap();
+        assert_eq!(
+            d.batches[0].records[0].value.as_ref().unwrap().len(),
+            10 * MB
+        );
+        assert!(!d.limited);
+        // Followed by more: the big one used the budget up, the next waits.
+        let mut two = BytesMut::from(&big[..]);
+        two.extend_from_slice(&small);
+        let d = decode_batches_within(two.freeze(), MB, 16 * MB).unwrap();
+        assert_eq!((d.batches.len(), d.limited), (1, true), "{c}");
+        // A hard limit below the soft one does not lower it.
+        assert!(decode_batches_within(big.clone(), 11 * MB, 0).is_ok());
+        // Over the hard limit: an error naming the batch, not a partial batch.
+        let err = decode_batches_within(big, MB, 4 * MB).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Compression, "{c}: {err}");
+        assert!(!err.is_retriable());
+        let msg = err.to_string();
+        assert!(
+            msg.contains("offset 40") && msg.contains("4194304"),
+            "{c}: {msg}"
+        );
+    }
+}
+
+#[test]
+fn a_compressed_batch_after_uncompressed_ones_waits_for_the_next_call() {
+    let (plain, _) = batch_at(Compression::None, 0, 3, b"plain");
+    let (packed, _) = batch_at(Compression::Zstd, 3, 1, &vec![1u8; 2 * MB]);
+    let mut data = BytesMut::from(&plain[..]);
+    data.extend_from_slice(&packed);
+    let data = data.freeze();
+    let d = decode_batches_within(data.clone(), MB, 16 * MB).unwrap();
+    assert_eq!((d.batches.len(), d.limited), (1, true));
+    assert_eq!(d.batches[0].next_offset(), 3);
+    // Uncompressed batches stay zero-copy slices of the input.
+    let v = d.batches[0].records[0].value.as_ref().unwrap();
+    assert!(data.as_ptr_range().contains(&v.as_ptr()));
 }
 
 fn decode_one_with(data: Bytes, max: usize) -> RecordBatch {
@@ -564,8 +653,75 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_bytes_never_panic(data: Vec<u8>, max in 0usize..4096) {
-        let _ = decode_batches(Bytes::from(data), max);
+    fn arbitrary_bytes_never_panic(data: Vec<u8>, max in 0usize..4096, hard in 0usize..8192) {
+        let _ = decode_batches(Bytes::from(data.clone()), max);
+        let _ = decode_batches_within(Bytes::from(data), max, hard);
+    }
+
+    /// Several batches of random codecs and sizes under random soft and hard limits: the
+    /// result is exactly what the rule predicts — the prefix that fits (the first batch
+    /// up to the hard limit), never more decompressed bytes than the larger limit, an
+    /// error only for a first batch over both — and decoding call after call from where
+    /// the last one stopped reads every batch.
+    #[test]
+    fn bounded_decoding_returns_the_prefix_that_fits(
+        specs in proptest::collection::vec(
+            (compression(), 0usize..40, 0usize..3000, any::<u8>()),
+            1..8,
+        ),
+        soft in 0usize..60_000,
+        hard in 0usize..120_000,
+    ) {
+        let mut data = BytesMut::new();
+        let mut sizes = Vec::new();
+        let mut base = 0i64;
+        for (c, n, len, fill) in &specs {
+            let value: Vec<u8> = (0..*len).map(|i| fill.wrapping_add((i % 7) as u8)).collect();
+            let (bytes, payload) = batch_at(*c, base, *n, &value);
+            data.extend_from_slice(&bytes);
+            sizes.push(if *c == Compression::None { 0 } else { payload });
+            base += (*n).max(1) as i64;
+        }
+        let data = data.freeze();
+        // The model: batches fit while their decompressed sizes stay within the budget;
+        // the first may use the larger of both limits.
+        let mut budget = soft;
+        let mut fit = 0;
+        let mut first_too_big = false;
+        for size in &sizes {
+            let limit = if fit == 0 { budget.max(hard) } else { budget };
+            if *size > limit {
+                first_too_big = fit == 0;
+                break;
+            }
+            budget = budget.saturating_sub(*size);
+            fit += 1;
+        }
+        match decode_batches_within(data.clone(), soft, hard) {
+            Err(e) => {
+                prop_assert!(first_too_big, "unexpected error {}", e);
+                prop_assert_eq!(e.kind(), ErrorKind::Compression);
+                prop_assert!(e.to_string().contains("offset 0"), "{}", e);
+            }
+            Ok(d) => {
+                prop_assert!(!first_too_big);
+                prop_assert_eq!(d.batches.len(), fit);
+                prop_assert_eq!(d.limited, fit < sizes.len());
+                prop_assert!(!d.truncated);
+                let kept: usize = sizes[..fit].iter().sum();
+                prop_assert!(kept <= soft.max(hard));
+                for (b, (_, n, len, _)) in d.batches.iter().zip(&specs) {
+                    prop_assert_eq!(b.records.len(), *n);
+                    prop_assert!(b.records.iter().all(|r| r.value.as_ref().map(Bytes::len) == Some(*len)));
+                }
+                // Consumer view: every batch arrives, in order, if each fits the larger limit.
+                if sizes.iter().all(|s| *s <= soft.max(hard)) {
+                    let (bases, _) = decode_all(data, soft, hard);
+                    prop_assert_eq!(bases.len(), sizes.len());
+                    prop_assert!(bases.windows(2).all(|w| w[0] < w[1]));
+                }
+            }
+        }
     }
 
     #[test]
@@ -589,5 +745,33 @@ proptest! {
         let data = data.freeze();
         let _ = decode_batches(data.clone(), MB);
         let _ = decode_batches(data.slice(..cut.index(data.len() + 1)), MB);
+        let _ = decode_batches_within(data.clone(), 100, 300);
     }
+}
+
+/// A batch that does not decode after good ones: the good ones are returned (`limited`,
+/// the rest left undecoded), and decoding from the bad batch alone reports its error. Before,
+/// the whole response was an error and a reader lost the records before the bad batch.
+#[test]
+fn an_undecodable_batch_after_good_ones_keeps_the_good_ones() {
+    let first = fixture("v2_none.bin");
+    let mut bad = BytesMut::from(&fixture("v2_none.bin")[..]);
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff; // covered by the CRC
+    let bad = bad.freeze();
+    let mut all = BytesMut::from(&first[..]);
+    all.extend_from_slice(&bad);
+    let d = decode_batches(all.freeze(), MB).unwrap();
+    assert_eq!(d.batches.len(), 1);
+    assert!(d.limited, "the rest is left for the next decode");
+    assert!(!d.truncated);
+    let e = decode_batches(bad, MB).unwrap_err();
+    assert!(e.to_string().contains("CRC"), "{e}");
+    // an unknown magic after a good batch likewise
+    let mut odd = BytesMut::from(&first[..]);
+    odd[16] = 7;
+    let mut all = BytesMut::from(&first[..]);
+    all.extend_from_slice(&odd);
+    let d = decode_batches(all.freeze(), MB).unwrap();
+    assert_eq!((d.batches.len(), d.limited), (1, true));
 }

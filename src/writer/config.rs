@@ -59,8 +59,21 @@ pub struct WriterConfig {
     /// broker stored it; closing the writer still waits for one answered request per
     /// broker, which the broker handles after every earlier produce on that connection.
     pub required_acks: RequiredAcks,
-    /// How many times a batch is sent before a retriable error is given up on. Default 10
-    /// (kafka-go `MaxAttempts`).
+    /// How long a message may take from its acceptance (`start_send` or
+    /// [`Writer::write_messages`](super::Writer::write_messages)) to its acknowledgement:
+    /// until then retriable errors (leader elections, broker restarts, broken connections,
+    /// a topic not in metadata yet, …) are retried with [`backoff_min`](Self::backoff_min)
+    /// doubling up to [`backoff_max`](Self::backoff_max); at the deadline the message fails
+    /// with the last error, its message saying the delivery timeout expired (or `Timeout`
+    /// if nothing was tried). A produce request already in flight at the deadline is
+    /// awaited (at most [`write_timeout`](Self::write_timeout)), as its batch may be
+    /// written. Non-retriable errors fail at once. Default 120 s (Java
+    /// `delivery.timeout.ms`).
+    pub delivery_timeout: Duration,
+    /// An additional bound on retries: how many times a batch is sent, or a topic's
+    /// metadata looked up, before a retriable error is given up on. Default `u32::MAX`, so
+    /// [`delivery_timeout`](Self::delivery_timeout) governs (Java `retries`, whose default
+    /// is `Integer.MAX_VALUE`; kafka-go's `MaxAttempts` is 10, about 7 s of backoff).
     pub max_attempts: u32,
     /// Backoff before the first retry; doubles per attempt. Default 100 ms (kafka-go
     /// `WriteBackoffMin`, Java `retry.backoff.ms`).
@@ -93,6 +106,20 @@ pub struct WriterConfig {
     /// How long establishing a broker connection may take. Default 10 s (Java
     /// `socket.connection.setup.timeout.ms`).
     pub connect_timeout: Duration,
+    /// How long a topic's cached metadata (partitions, leaders) is used before it is
+    /// looked up again even though nothing failed; a message for a partition the cache
+    /// does not know refreshes it at once. Partitions added to a topic (CreatePartitions)
+    /// receive balanced messages at most this long after they appear. Default 30 s: a
+    /// Metadata request per topic every 30 s costs the brokers nothing noticeable, while
+    /// Java's `metadata.max.age.ms` default of 5 min leaves new partitions unused for
+    /// minutes (kafka-go's `MetadataTTL` is 6 s).
+    pub metadata_max_age: Duration,
+    /// How long a message waits for a topic that metadata reports as unknown
+    /// (`UNKNOWN_TOPIC_OR_PARTITION`) before it fails with that error. `None` (default):
+    /// until the [`delivery_timeout`](Self::delivery_timeout). `Some(Duration::ZERO)` fails
+    /// such messages at the first answer — but a topic just created may be unknown for a
+    /// moment. (librdkafka `topic.metadata.propagation.max.ms`.)
+    pub unknown_topic_timeout: Option<Duration>,
     /// Ask the broker to create a missing topic (with its default partition count) when
     /// the writer first looks it up; the broker's `auto.create.topics.enable` decides.
     /// Default false (kafka-go `AllowAutoTopicCreation`).
@@ -102,6 +129,17 @@ pub struct WriterConfig {
     /// (Java `enable.idempotence`). Requires [`RequiredAcks::All`]. Default false (the
     /// Java client defaults to true; kafka-go has no idempotence).
     pub idempotent: bool,
+    /// Transactional id: makes the writer transactional (Java `transactional.id`). Such a
+    /// configuration is for [`TransactionalWriter`](super::TransactionalWriter) only
+    /// ([`Writer::new`](super::Writer::new) refuses it); it implies
+    /// [`idempotent`](Self::idempotent). One id names one logical producer across
+    /// restarts: a new writer with the id fences the previous one. Default none.
+    pub transactional_id: Option<String>,
+    /// How long the transaction coordinator lets a transaction stay open before aborting
+    /// it on its own (sent in InitProducerId; the broker caps it at its
+    /// `transaction.max.timeout.ms`, 15 min by default). Default 60 s (Java
+    /// `transaction.timeout.ms`).
+    pub transaction_timeout: Duration,
     /// TLS for every broker connection; `None` (default) for plain TCP. See
     /// [`ConnectionConfig::tls`].
     #[cfg(feature = "tls")]
@@ -121,6 +159,7 @@ impl fmt::Debug for WriterConfig {
             .field("batch_timeout", &self.batch_timeout)
             .field("max_buffered_bytes", &self.max_buffered_bytes)
             .field("required_acks", &self.required_acks)
+            .field("delivery_timeout", &self.delivery_timeout)
             .field("max_attempts", &self.max_attempts)
             .field("backoff_min", &self.backoff_min)
             .field("backoff_max", &self.backoff_max)
@@ -130,8 +169,12 @@ impl fmt::Debug for WriterConfig {
             .field("max_in_flight_per_broker", &self.max_in_flight_per_broker)
             .field("max_request_bytes", &self.max_request_bytes)
             .field("connect_timeout", &self.connect_timeout)
+            .field("metadata_max_age", &self.metadata_max_age)
+            .field("unknown_topic_timeout", &self.unknown_topic_timeout)
             .field("allow_auto_topic_creation", &self.allow_auto_topic_creation)
             .field("idempotent", &self.idempotent)
+            .field("transactional_id", &self.transactional_id)
+            .field("transaction_timeout", &self.transaction_timeout)
             .field("sasl", &self.sasl)
             .finish_non_exhaustive()
     }
@@ -153,7 +196,8 @@ impl WriterConfig {
             batch_timeout: Duration::from_millis(5),
             max_buffered_bytes: 32 * 1024 * 1024,
             required_acks: RequiredAcks::All,
-            max_attempts: 10,
+            delivery_timeout: Duration::from_secs(120),
+            max_attempts: u32::MAX,
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(1),
             write_timeout: Duration::from_secs(10),
@@ -162,8 +206,12 @@ impl WriterConfig {
             max_in_flight_per_broker: 5,
             max_request_bytes: 64 * 1024 * 1024,
             connect_timeout: Duration::from_secs(10),
+            metadata_max_age: Duration::from_secs(30),
+            unknown_topic_timeout: None,
             allow_auto_topic_creation: false,
             idempotent: false,
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
             #[cfg(feature = "tls")]
             tls: None,
             sasl: None,
@@ -241,6 +289,46 @@ impl WriterConfig {
         self
     }
 
+    /// Set [`WriterConfig::delivery_timeout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let config = WriterConfig::new(["b:9092"]).delivery_timeout(Duration::from_secs(30));
+    /// assert_eq!(config.max_attempts, u32::MAX); // the timeout alone bounds retries
+    /// ```
+    pub fn delivery_timeout(mut self, d: Duration) -> Self {
+        self.delivery_timeout = d;
+        self
+    }
+
+    /// Set [`WriterConfig::metadata_max_age`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let config = WriterConfig::new(["b:9092"]).metadata_max_age(Duration::from_secs(5));
+    /// assert_eq!(config.metadata_max_age, Duration::from_secs(5));
+    /// ```
+    pub fn metadata_max_age(mut self, d: Duration) -> Self {
+        self.metadata_max_age = d;
+        self
+    }
+
+    /// Set [`WriterConfig::unknown_topic_timeout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafkapipe::writer::WriterConfig;
+    /// // Fail messages for a missing topic after 5 s instead of the delivery timeout.
+    /// let config = WriterConfig::new(["b:9092"]).unknown_topic_timeout(Some(Duration::from_secs(5)));
+    /// # assert!(config.unknown_topic_timeout.is_some());
+    /// ```
+    pub fn unknown_topic_timeout(mut self, d: Option<Duration>) -> Self {
+        self.unknown_topic_timeout = d;
+        self
+    }
+
     /// Set [`WriterConfig::max_attempts`].
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n;
@@ -302,6 +390,36 @@ impl WriterConfig {
         self
     }
 
+    /// Set [`WriterConfig::transactional_id`] (and [`WriterConfig::idempotent`]).
+    ///
+    /// ```no_run
+    /// use kafkapipe::writer::{TransactionalWriter, WriterConfig};
+    /// # async fn demo() -> kafkapipe::Result<()> {
+    /// let config = WriterConfig::new(["127.0.0.1:9092"]).topic("out").transactional_id("etl-1");
+    /// let mut writer = TransactionalWriter::new(config)?;
+    /// writer.init_transactions().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn transactional_id(mut self, id: impl Into<String>) -> Self {
+        self.transactional_id = Some(id.into());
+        self.idempotent = true;
+        self
+    }
+
+    /// Set [`WriterConfig::transaction_timeout`].
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let config = WriterConfig::new(["127.0.0.1:9092"])
+    ///     .transactional_id("etl-1")
+    ///     .transaction_timeout(Duration::from_secs(30));
+    /// ```
+    pub fn transaction_timeout(mut self, d: Duration) -> Self {
+        self.transaction_timeout = d;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let fail = |m: &str| Err(Error::config(m.to_string()));
         if self.brokers.is_empty() {
@@ -319,6 +437,12 @@ impl WriterConfig {
         if self.max_attempts == 0 {
             return fail("WriterConfig::max_attempts must be at least 1");
         }
+        if self.delivery_timeout.is_zero() {
+            return fail("WriterConfig::delivery_timeout must be positive");
+        }
+        if self.metadata_max_age.is_zero() {
+            return fail("WriterConfig::metadata_max_age must be positive");
+        }
         if self.max_in_flight_per_broker == 0 {
             return fail("WriterConfig::max_in_flight_per_broker must be at least 1");
         }
@@ -327,6 +451,21 @@ impl WriterConfig {
         }
         if self.idempotent && self.required_acks != RequiredAcks::All {
             return fail("WriterConfig::idempotent requires required_acks = All");
+        }
+        if let Some(id) = &self.transactional_id {
+            if id.is_empty() {
+                return fail("WriterConfig::transactional_id must not be empty");
+            }
+            if !self.idempotent {
+                return fail("WriterConfig::transactional_id requires idempotent = true");
+            }
+            if self.transaction_timeout.is_zero()
+                || self.transaction_timeout.as_millis() > i32::MAX as u128
+            {
+                return fail(
+                    "WriterConfig::transaction_timeout must be between 1 ms and 2^31-1 ms",
+                );
+            }
         }
         if self.backoff_min > self.backoff_max {
             return fail("WriterConfig::backoff_min must not exceed backoff_max");
@@ -381,6 +520,8 @@ mod tests {
             ok.clone().batch_bytes(10),
             ok.clone().max_buffered_bytes(0),
             ok.clone().max_attempts(0),
+            ok.clone().delivery_timeout(Duration::ZERO),
+            ok.clone().metadata_max_age(Duration::ZERO),
             ok.clone().max_in_flight_per_broker(0),
             ok.clone().max_request_bytes(0),
             ok.clone()
@@ -388,6 +529,14 @@ mod tests {
             ok.clone()
                 .idempotent(true)
                 .required_acks(RequiredAcks::Leader),
+            ok.clone().transactional_id(""),
+            ok.clone().transactional_id("t").idempotent(false),
+            ok.clone()
+                .transactional_id("t")
+                .required_acks(RequiredAcks::Leader),
+            ok.clone()
+                .transactional_id("t")
+                .transaction_timeout(Duration::ZERO),
         ] {
             let e = bad.validate().unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::Config, "{e}");

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 
+use crate::group::AckToken;
 use crate::record::Header;
 
 /// A message to write.
@@ -18,7 +19,31 @@ use crate::record::Header;
 /// assert_eq!(m.key.as_deref(), Some(&b"user-7"[..]));
 /// assert_eq!(m.partition, None);
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// # At-least-once consume → produce
+///
+/// A message derived from consumed ones carries their [`AckToken`]s
+/// ([`with_ack`](Message::with_ack), or `From<reader::Message>`): the writer acks them when
+/// the broker acknowledges this message and fails them when its delivery fails, so the
+/// source group commits a consumed message only after what was made of it is written.
+///
+/// ```no_run
+/// use futures::{future::ready, StreamExt, TryStreamExt};
+/// use kafkapipe::{reader::{Reader, ReaderConfig}, writer::{self, Writer, WriterConfig}};
+/// # async fn demo() -> kafkapipe::Result<()> {
+/// let reader = Reader::new(ReaderConfig::new(["127.0.0.1:9092"]).group_id("g").topic("in")).await?;
+/// let writer = Writer::new(WriterConfig::new(["127.0.0.1:9092"]).topic("out"))?;
+/// reader
+///     .try_filter(|m| ready(m.value.is_some()))
+///     .map_ok(|mut m| {
+///         let upper = m.value.as_deref().unwrap_or_default().to_ascii_uppercase();
+///         writer::Message::new(upper).with_ack(m.take_ack_token())
+///     })
+///     .forward(writer)
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
 pub struct Message {
     /// Target topic; `None` uses the writer's topic.
     pub topic: Option<String>,
@@ -33,6 +58,64 @@ pub struct Message {
     /// Create time in milliseconds since the Unix epoch; `None` means "now" (when the
     /// writer accepts the message).
     pub timestamp: Option<i64>,
+    /// The consumed messages this one was made from: acked when it is written, failed
+    /// when its delivery fails. Inert by default.
+    pub ack: AckToken,
+}
+
+impl Clone for Message {
+    /// A copy of the message; its [`AckToken`] is inert (the original's decides).
+    fn clone(&self) -> Self {
+        Message {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            key: self.key.clone(),
+            value: self.value.clone(),
+            headers: self.headers.clone(),
+            timestamp: self.timestamp,
+            ack: AckToken::default(),
+        }
+    }
+}
+
+impl PartialEq for Message {
+    /// Equal records (the [`AckToken`] is not compared).
+    fn eq(&self, other: &Self) -> bool {
+        self.topic == other.topic
+            && self.partition == other.partition
+            && self.key == other.key
+            && self.value == other.value
+            && self.headers == other.headers
+            && self.timestamp == other.timestamp
+    }
+}
+
+impl Eq for Message {}
+
+impl From<crate::reader::Message> for Message {
+    /// The consumed record's key, value, headers and timestamp, carrying its
+    /// [`AckToken`]; topic and partition are left to the writer (a consumed topic is
+    /// rarely the destination).
+    ///
+    /// ```
+    /// use kafkapipe::{reader, writer};
+    /// let mut consumed = reader::Message::new("in", 0, 7);
+    /// consumed.value = Some("v".into());
+    /// let out = writer::Message::from(consumed).with_topic("out");
+    /// assert_eq!(out.value.as_deref(), Some(&b"v"[..]));
+    /// ```
+    fn from(mut m: crate::reader::Message) -> Self {
+        let ack = m.take_ack_token();
+        Message {
+            topic: None,
+            partition: None,
+            key: m.key,
+            value: m.value,
+            headers: m.headers,
+            timestamp: (m.timestamp >= 0).then_some(m.timestamp),
+            ack,
+        }
+    }
 }
 
 impl Message {
@@ -51,6 +134,27 @@ impl Message {
             value: Some(value.into()),
             ..Message::default()
         }
+    }
+
+    /// Carry `ack` (the [`AckToken`] of the consumed message(s) this one is made from, or
+    /// a [`SharedAck`](crate::group::SharedAck) clone): acked once the broker acknowledges
+    /// this message, failed if its delivery fails. A message already carrying a token
+    /// carries both.
+    ///
+    /// ```
+    /// # fn demo(mut consumed: kafkapipe::reader::Message) {
+    /// use kafkapipe::writer::Message;
+    /// let out = Message::new("derived").with_ack(consumed.take_ack_token());
+    /// # }
+    /// ```
+    pub fn with_ack(mut self, ack: impl Into<AckToken>) -> Self {
+        let ack = ack.into();
+        self.ack = if self.ack.is_tracked() {
+            [std::mem::take(&mut self.ack), ack].into_iter().collect()
+        } else {
+            ack
+        };
+        self
     }
 
     /// Set the topic.
@@ -74,6 +178,17 @@ impl Message {
     /// Add a header.
     pub fn with_header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
         self.headers.push(Header::new(key, value));
+        self
+    }
+
+    /// Set the value.
+    ///
+    /// ```
+    /// let m = kafkapipe::writer::Message::default().with_value("v");
+    /// assert_eq!(m.value.as_deref(), Some(&b"v"[..]));
+    /// ```
+    pub fn with_value(mut self, value: impl Into<Bytes>) -> Self {
+        self.value = Some(value.into());
         self
     }
 

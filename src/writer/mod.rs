@@ -22,14 +22,25 @@
 //!   [`WriterConfig::required_acks`]), or with the first delivery error, which names the
 //!   topic and partition. [`poll_close`](futures::Sink::poll_close) flushes, then stops
 //!   the background task and closes the broker connections.
+//! * A `Writer` is `Clone`: each clone is a sink of its own (its own flush) over the same
+//!   task, so several pipelines can `forward` into one writer; the last open clone's
+//!   close stops the task. [`Writer::handle`] gives a [`WriterHandle`] that closes the
+//!   writer for every clone from outside (every accepted message is delivered, later
+//!   sends fail with a closed error) and reads the stats.
 //! * Retriable errors (`NotLeaderOrFollower`, `LeaderNotAvailable`, timeouts, broken
-//!   connections, …) mark the topic's metadata stale and retry the batch after an
-//!   exponential backoff, up to [`WriterConfig::max_attempts`] sends. Other errors
+//!   connections, a broker that is down, a topic not in metadata yet, …) mark the topic's
+//!   metadata stale and retry the batch after an exponential backoff until the message's
+//!   [`WriterConfig::delivery_timeout`] (120 s from acceptance, as Java's
+//!   `delivery.timeout.ms`) expires, so a leader election or broker restart is ridden
+//!   out; [`WriterConfig::max_attempts`] optionally bounds the sends too. Other errors
 //!   (`MessageTooLarge`, authorization, invalid records, …) fail exactly the messages of
 //!   the affected batch. A message larger than `batch_bytes` is rejected on its own with
 //!   `MessageTooLarge` before anything is sent; a batch the broker rejects as too large
 //!   (its limit below `batch_bytes`) is split in halves and resent, down to single
 //!   messages, as the Java client does.
+//! * Topic metadata is looked up again after [`WriterConfig::metadata_max_age`] (30 s),
+//!   so balanced messages reach partitions added meanwhile; a message for a partition
+//!   the cached metadata lacks refreshes it first, and fails only if it is still missing.
 //! * [`Writer::deliveries`] optionally reports each message's offset or error as a
 //!   `Stream`; [`Writer::stats`] gives counters like kafka-go's `WriterStats`.
 //!
@@ -57,23 +68,32 @@
 
 mod balancer;
 mod config;
+mod eos;
 mod message;
 mod task;
+mod txn;
+// The transactional writer's unit tests run against MockCluster.
+#[cfg(all(test, feature = "mock"))]
+mod txn_tests;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{ready, Context, Poll};
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub use balancer::{Balancer, Crc32, Hash, LeastBytes, Murmur2, ReferenceHash, RoundRobin};
 pub use config::WriterConfig;
+pub use eos::{ExactlyOnceSink, PipelineConfig, PipelineStats};
 pub use message::Message;
+pub use txn::{GroupMetadata, TransactionState, TransactionalWriter};
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::group::coordinator::Coordinator;
+use crate::group::HeldAck;
 use task::{Cmd, Msg, Task};
 
 /// The outcome of one message, from [`Writer::deliveries`].
@@ -186,7 +206,7 @@ struct Counters {
     write_micros_max: AtomicU64,
 }
 
-/// State shared by the writer handle and its task.
+/// State shared by the writer's clones, handles and task.
 struct Shared {
     buffered: AtomicUsize,
     max_buffered: usize,
@@ -194,6 +214,13 @@ struct Shared {
     /// The background task has ended (closed, or died): nothing will free space any more.
     gone: AtomicBool,
     stats: Counters,
+    /// The way to the task, `None` once the writer is closed (by a [`WriterHandle`] or its
+    /// last open clone) or every clone is dropped. Senders hold the read lock while they
+    /// send and the close takes the write lock, so every message accepted before the
+    /// close is in the channel ahead of `Close`, and none after it.
+    cmds: RwLock<Option<mpsc::UnboundedSender<Cmd>>>,
+    /// Writer clones not closed or dropped yet.
+    writers: AtomicUsize,
 }
 
 impl Shared {
@@ -204,6 +231,98 @@ impl Shared {
             space: Notify::new(),
             gone: AtomicBool::new(false),
             stats: Counters::default(),
+            cmds: RwLock::new(None),
+            writers: AtomicUsize::new(0),
+        }
+    }
+
+    /// Hand `cmd` to the task; gives it back if the writer is closed.
+    fn send(&self, cmd: Cmd) -> std::result::Result<(), Box<Cmd>> {
+        let cmds = self
+            .cmds
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match cmds.as_ref() {
+            Some(tx) => tx.send(cmd).map_err(|e| Box::new(e.0)),
+            None => Err(Box::new(cmd)),
+        }
+    }
+
+    /// Whether messages are still accepted: not closed, and the task alive.
+    fn accepting(&self) -> bool {
+        !self.is_gone()
+            && self
+                .cmds
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_some()
+    }
+
+    /// The task ended without being closed (it panicked).
+    fn died(&self) -> bool {
+        self.is_gone()
+            && self
+                .cmds
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_some()
+    }
+
+    fn take_cmds(&self) -> Option<mpsc::UnboundedSender<Cmd>> {
+        self.cmds
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    /// A clone is closed or dropped; whether it was the last open one.
+    fn detach(&self) -> bool {
+        self.writers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(1))
+            })
+            .unwrap_or(0)
+            == 1
+    }
+
+    /// Stop accepting, let the task deliver what was accepted and stop; wait for that.
+    /// Closing again, or concurrently, waits for the same end.
+    async fn close_all(self: Arc<Self>) {
+        if let Some(tx) = self.take_cmds() {
+            let (done, _) = oneshot::channel();
+            let _ = tx.send(Cmd::Close(done));
+        }
+        loop {
+            let notified = self.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_gone() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn stats(&self) -> WriterStats {
+        let c = &self.stats;
+        WriterStats {
+            writes: c.writes.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            messages: c.messages.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+            errors: c.errors.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            buffered_bytes: self.buffered.load(Ordering::Relaxed) as u64,
+            queued_messages: c.queued.load(Ordering::Relaxed),
+            batch_messages_max: c.batch_messages_max.load(Ordering::Relaxed),
+            batch_bytes_max: c.batch_bytes_max.load(Ordering::Relaxed),
+            batch_bytes_total: c.batch_bytes_total.load(Ordering::Relaxed),
+            write_time_avg: std::time::Duration::from_micros(
+                c.write_micros.load(Ordering::Relaxed) / c.answered.load(Ordering::Relaxed).max(1),
+            ),
+            write_time_max: std::time::Duration::from_micros(
+                c.write_micros_max.load(Ordering::Relaxed),
+            ),
         }
     }
 
@@ -353,6 +472,16 @@ type SpaceFuture = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
 /// Dropping a writer without closing it lets the background task deliver what was
 /// accepted and then end; nobody learns about failures. Close it to be sure.
 ///
+/// # Sharing
+///
+/// A writer is `Clone`: each clone is a sink of its own over the same background task
+/// (batches, connections and buffer bound are shared), so several pipelines can
+/// `forward` into one writer. A clone's `flush` waits for the messages *it* accepted;
+/// its `close` flushes them and retires the clone, and the last open clone's close stops
+/// the writer (the task delivers what is pending and closes the connections), like
+/// dropping the last sender of a channel. To stop every clone at once from outside —
+/// a Ctrl-C handler, say — use [`Writer::handle`] and [`WriterHandle::close`].
+///
 /// ```no_run
 /// use futures::SinkExt;
 /// use kafkapipe::writer::{Message, Writer, WriterConfig};
@@ -366,15 +495,179 @@ type SpaceFuture = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
 /// assert_eq!(writer.stats().messages, 2);
 /// # Ok(()) }
 /// ```
+///
+/// # Cancellation safety
+///
+/// What happens to a message when the future driving the sink (`send`, `feed`, `flush`,
+/// `close`, `send_all`, `forward`, or a `select!`/`timeout` around one) is dropped
+/// depends only on whether the writer had *accepted* it, that is whether
+/// [`start_send`](futures::Sink::start_send) had taken it:
+///
+/// - **Not accepted yet** — the future was waiting in
+///   [`poll_ready`](futures::Sink::poll_ready) for buffer space (a `send`/`feed` future,
+///   or the item `send_all`/`forward` took from its stream and holds): the message is
+///   dropped with the future and never written. Its [`AckToken`](crate::group::AckToken),
+///   if it carries one, is dropped too, and a dropped token counts as processed once the
+///   reader is polled again — so the consumed message it came from **may be committed
+///   without having been written**. Where a send can be cancelled, wait for space first
+///   and hand the message over only once the writer is ready (below), or fail the token
+///   yourself when you give up on a message.
+/// - **Accepted** — `start_send` is synchronous and hands the message to the background
+///   task: from then on it is delivered (retried until
+///   [`WriterConfig::delivery_timeout`]) whether or not any future is polled, even if
+///   this `Writer` is dropped; its token is acked when the broker acknowledges it and
+///   failed otherwise. Dropping the future only means nobody awaits the outcome here.
+/// - **`poll_flush`** (`flush`, and the flush inside `send`, `send_all`, `forward` and
+///   `close`): the flush under way — the messages it waits for, and the task's order to
+///   seal their batches — is kept in the `Writer`, not in the future, so after a dropped
+///   flush the next `flush` or `close` of this clone resumes it and still returns its
+///   first delivery error. Nothing is lost or sent twice; batches are sealed after
+///   [`WriterConfig::batch_timeout`] anyway.
+/// - **`poll_close`**: it flushes as above (a close dropped during that flush leaves
+///   this clone open, to be closed again); then this clone is closed and, if it was the
+///   last open one, the writer stops accepting messages and its task is told to deliver
+///   what it holds and stop, before the first wait. A close dropped after that goes on
+///   without it; closing again only waits.
+///
+/// Waiting for space without putting a message at stake, then sending without an await:
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use futures::{future::poll_fn, SinkExt};
+/// use kafkapipe::writer::{Message, Writer};
+///
+/// # async fn demo(writer: &mut Writer, message: Message) -> kafkapipe::Result<()> {
+/// let ready = tokio::time::timeout(Duration::from_secs(5), poll_fn(|cx| writer.poll_ready_unpin(cx)));
+/// match ready.await {
+///     Ok(r) => {
+///         r?;
+///         writer.start_send_unpin(message)?; // accepted: delivered whatever happens next
+///     }
+///     Err(_) => message.ack.fail(), // timed out: not written, so not committed either
+/// }
+/// # Ok(()) }
+/// ```
 pub struct Writer {
-    cmds: mpsc::UnboundedSender<Cmd>,
     shared: Arc<Shared>,
     sink_group: Option<Arc<Group>>,
     space: Option<SpaceFuture>,
     flushing: Option<oneshot::Receiver<Result<()>>>,
-    closing: Option<oneshot::Receiver<()>>,
+    /// The last open clone's close, stopping the task.
+    closing: Option<SpaceFuture>,
     close_result: Option<Result<()>>,
+    /// This clone is closed.
     closed: bool,
+}
+
+impl Clone for Writer {
+    /// Another sink over the same background task (see [Sharing](Writer#sharing)).
+    ///
+    /// ```no_run
+    /// use futures::{stream, StreamExt};
+    /// use kafkapipe::writer::{Message, Writer, WriterConfig};
+    /// # async fn demo() -> kafkapipe::Result<()> {
+    /// let writer = Writer::new(WriterConfig::new(["127.0.0.1:9092"]).topic("events"))?;
+    /// let a = stream::iter(["a1", "a2"]).map(|v| Ok(Message::new(v))).forward(writer.clone());
+    /// let b = stream::iter(["b1", "b2"]).map(|v| Ok(Message::new(v))).forward(writer);
+    /// let (a, b) = futures::join!(a, b); // the last of them to close stops the writer
+    /// a?;
+    /// b?;
+    /// # Ok(()) }
+    /// ```
+    fn clone(&self) -> Self {
+        self.shared.writers.fetch_add(1, Ordering::AcqRel);
+        Writer::attach(self.shared.clone())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // The last open clone gone: the task delivers what it has and ends.
+        if !self.closed && self.shared.detach() {
+            drop(self.shared.take_cmds());
+        }
+    }
+}
+
+/// A cloneable handle to a [`Writer`] (from [`Writer::handle`]) that closes it from
+/// outside the sinks that use it, and reads its stats. It does not keep the writer open:
+/// when every clone of the writer is closed or dropped, the writer stops as usual.
+///
+/// ```no_run
+/// use futures::{stream, StreamExt};
+/// use kafkapipe::writer::{Message, Writer, WriterConfig};
+/// # async fn demo() -> kafkapipe::Result<()> {
+/// let writer = Writer::new(WriterConfig::new(["127.0.0.1:9092"]).topic("events"))?;
+/// let handle = writer.handle();
+/// tokio::spawn(async move {
+///     let _ = tokio::signal::ctrl_c().await;
+///     handle.close().await; // the forward below fails with a closed error
+/// });
+/// let endless = stream::repeat_with(|| Ok(Message::new("tick")));
+/// let e = endless.forward(writer).await.unwrap_err();
+/// assert!(e.is_closed());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct WriterHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for WriterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterHandle")
+            .field("stats", &self.stats())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl WriterHandle {
+    /// Close the writer for every clone: from now on sends (`poll_ready`, `start_send`,
+    /// [`Writer::write_messages`]) fail with a closed error; every message accepted
+    /// before is delivered (retried as usual) and the task stops, closing its
+    /// connections — this returns then. Each clone's `flush` still reports the outcome of
+    /// the messages it accepted, and [`Writer::deliveries`] reports every message; a
+    /// delivery failure is not returned here. Closing again, or concurrently, waits for
+    /// the same end.
+    ///
+    /// ```no_run
+    /// # async fn demo(handle: kafkapipe::writer::WriterHandle) {
+    /// handle.close().await;
+    /// assert!(handle.is_closed());
+    /// # }
+    /// ```
+    ///
+    /// # Cancellation safety
+    ///
+    /// Once started the close goes on without this future: dropping it only stops the
+    /// waiting.
+    pub async fn close(&self) {
+        self.shared.clone().close_all().await;
+    }
+
+    /// Whether the writer no longer accepts messages: closed (by a handle or its last
+    /// open clone), every clone dropped, or its task gone.
+    ///
+    /// ```no_run
+    /// # fn demo(handle: &kafkapipe::writer::WriterHandle) {
+    /// if handle.is_closed() { println!("writer closed"); }
+    /// # }
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        !self.shared.accepting()
+    }
+
+    /// The writer's counters, over every clone.
+    ///
+    /// ```no_run
+    /// # fn demo(handle: &kafkapipe::writer::WriterHandle) {
+    /// println!("{} messages written", handle.stats().messages);
+    /// # }
+    /// ```
+    pub fn stats(&self) -> WriterStats {
+        self.shared.stats()
+    }
 }
 
 impl std::fmt::Debug for Writer {
@@ -396,19 +689,54 @@ impl Writer {
     ///
     /// # Errors
     ///
-    /// `Config` for an invalid configuration or when called outside a Tokio runtime.
+    /// `Config` for an invalid configuration, one with a
+    /// [`transactional_id`](WriterConfig::transactional_id) (that is for
+    /// [`TransactionalWriter`]), or when called outside a Tokio runtime.
     pub fn new(config: WriterConfig) -> Result<Writer> {
+        if config.transactional_id.is_some() {
+            return Err(Error::config(
+                "WriterConfig::transactional_id is set: use TransactionalWriter::new",
+            ));
+        }
+        Writer::start(Arc::new(config), None).map(|(w, _, _)| w)
+    }
+
+    /// Validate `config`, spawn the task; for a transactional writer (`txn`) also the
+    /// transaction coordinator it shares with the task.
+    #[allow(clippy::type_complexity)]
+    fn start(
+        config: Arc<WriterConfig>,
+        txn: Option<Arc<txn::TxnShared>>,
+    ) -> Result<(Writer, Cluster, Option<Arc<Coordinator>>)> {
         config.validate()?;
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::config("Writer::new must be called within a Tokio runtime"))?;
         let cluster = Cluster::new(config.brokers.clone(), config.connection_config())?
-            .with_auto_create_topics(config.allow_auto_topic_creation);
+            .with_auto_create_topics(config.allow_auto_topic_creation)
+            .with_metadata_max_age(config.metadata_max_age);
         let shared = Arc::new(Shared::new(config.max_buffered_bytes));
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = Task::new(Arc::new(config), cluster, shared.clone(), rx);
+        *shared
+            .cmds
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tx);
+        shared.writers.store(1, Ordering::Release);
+        let mut task = Task::new(config.clone(), cluster.clone(), shared.clone(), rx);
+        let coordinator = txn.map(|txn| {
+            let coordinator = Arc::new(Coordinator::transaction(
+                txn.id.to_string(),
+                cluster.clone(),
+                config.write_timeout,
+            ));
+            task.set_txn(txn, coordinator.clone());
+            coordinator
+        });
         handle.spawn(task.run());
-        Ok(Writer {
-            cmds: tx,
+        Ok((Writer::attach(shared), cluster, coordinator))
+    }
+
+    fn attach(shared: Arc<Shared>) -> Writer {
+        Writer {
             shared,
             sink_group: None,
             space: None,
@@ -416,7 +744,25 @@ impl Writer {
             closing: None,
             close_result: None,
             closed: false,
-        })
+        }
+    }
+
+    /// A handle that closes this writer (every clone) from outside the sinks using it,
+    /// and reads its stats; see [`WriterHandle`].
+    ///
+    /// ```no_run
+    /// use kafkapipe::writer::{Writer, WriterConfig};
+    /// # async fn demo() -> kafkapipe::Result<()> {
+    /// let writer = Writer::new(WriterConfig::new(["127.0.0.1:9092"]).topic("events"))?;
+    /// let handle = writer.handle();
+    /// // ... writer (or clones of it) moved into pipelines ...
+    /// handle.close().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn handle(&self) -> WriterHandle {
+        WriterHandle {
+            shared: self.shared.clone(),
+        }
     }
 
     /// Write `msgs` and wait until all are acknowledged (kafka-go `WriteMessages`).
@@ -438,6 +784,16 @@ impl Writer {
     /// writer.write_messages([Message::new("one"), Message::new("two")]).await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Cancellation safety
+    ///
+    /// Dropped while it waits for buffer space (the only wait before the messages are
+    /// accepted), the call drops `msgs` unwritten — with their
+    /// [`AckToken`](crate::group::AckToken)s, which then count as processed (see
+    /// [Cancellation safety](Writer#cancellation-safety)). Once accepted, every message is
+    /// delivered even if the call is dropped, and its token is acked or failed by the
+    /// outcome; only the returned error is lost ([`Writer::deliveries`] still reports
+    /// each message).
     pub async fn write_messages<I>(&self, msgs: I) -> Result<()>
     where
         I: IntoIterator<Item = Message>,
@@ -446,33 +802,38 @@ impl Writer {
         if msgs.is_empty() {
             return Ok(());
         }
-        if self.closed || self.cmds.is_closed() {
+        if self.closed || !self.shared.accepting() {
             return Err(closed_error());
         }
         self.shared.clone().wait_for_space().await;
-        if self.cmds.is_closed() {
+        if !self.shared.accepting() {
             return Err(closed_error());
         }
         let group = Group::open();
         group.add(msgs.len());
         let (tx, rx) = oneshot::channel();
         group.seal(tx);
+        let accepted = std::time::Instant::now();
         let batch: Vec<Msg> = msgs
             .into_iter()
-            .map(|msg| {
+            .map(|mut msg| {
                 let size = msg.size();
                 self.shared.reserve(size);
                 Msg {
+                    ack: HeldAck::new(std::mem::take(&mut msg.ack)),
                     msg,
                     size,
                     group: group.clone(),
+                    accepted,
                 }
             })
             .collect();
         drop(group);
-        if let Err(mpsc::error::SendError(Cmd::Batch(batch))) = self.cmds.send(Cmd::Batch(batch)) {
-            self.shared
-                .release_messages(batch.len(), batch.iter().map(|m| m.size).sum());
+        if let Err(cmd) = self.shared.send(Cmd::Batch(batch)) {
+            if let Cmd::Batch(batch) = *cmd {
+                self.shared
+                    .release_messages(batch.len(), batch.iter().map(|m| m.size).sum());
+            }
             return Err(closed_error());
         }
         rx.await.unwrap_or_else(|_| Err(closed_error()))
@@ -497,35 +858,22 @@ impl Writer {
     /// ```
     pub fn deliveries(&self) -> Deliveries {
         let (tx, rx) = mpsc::unbounded_channel();
-        let _ = self.cmds.send(Cmd::Reports(tx));
+        let _ = self.shared.send(Cmd::Reports(tx));
         Deliveries {
             rx,
             shared: self.shared.clone(),
         }
     }
 
-    /// The writer's counters.
+    /// The writer's counters (over every clone).
+    ///
+    /// ```no_run
+    /// # fn demo(writer: &kafkapipe::writer::Writer) {
+    /// println!("{} messages written", writer.stats().messages);
+    /// # }
+    /// ```
     pub fn stats(&self) -> WriterStats {
-        let c = &self.shared.stats;
-        WriterStats {
-            writes: c.writes.load(Ordering::Relaxed),
-            batches: c.batches.load(Ordering::Relaxed),
-            messages: c.messages.load(Ordering::Relaxed),
-            bytes: c.bytes.load(Ordering::Relaxed),
-            errors: c.errors.load(Ordering::Relaxed),
-            retries: c.retries.load(Ordering::Relaxed),
-            buffered_bytes: self.shared.buffered.load(Ordering::Relaxed) as u64,
-            queued_messages: c.queued.load(Ordering::Relaxed),
-            batch_messages_max: c.batch_messages_max.load(Ordering::Relaxed),
-            batch_bytes_max: c.batch_bytes_max.load(Ordering::Relaxed),
-            batch_bytes_total: c.batch_bytes_total.load(Ordering::Relaxed),
-            write_time_avg: std::time::Duration::from_micros(
-                c.write_micros.load(Ordering::Relaxed) / c.answered.load(Ordering::Relaxed).max(1),
-            ),
-            write_time_max: std::time::Duration::from_micros(
-                c.write_micros_max.load(Ordering::Relaxed),
-            ),
-        }
+        self.shared.stats()
     }
 
     fn poll_space(&mut self, cx: &mut Context<'_>) -> Poll<()> {
@@ -544,9 +892,12 @@ impl Writer {
 
     /// Wait for the flush in progress (if any), then flush what was accepted since, until
     /// every accepted message is done. Returns the first error.
+    /// Also after the writer was closed from outside: those messages were accepted
+    /// before the close, which delivers them. Should the task die, the messages it held
+    /// are dropped with their flush groups, whose waiters then answer `Closed`.
     fn poll_flush_inner(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         // The task ended without being closed (it panicked): nothing can be delivered.
-        if !self.closed && self.cmds.is_closed() {
+        if self.shared.died() {
             self.flushing = None;
             self.sink_group = None;
             return Poll::Ready(Err(closed_error()));
@@ -563,7 +914,8 @@ impl Writer {
             let (tx, rx) = oneshot::channel();
             group.seal(tx);
             tracing::debug!("writer flush");
-            let _ = self.cmds.send(Cmd::Flush);
+            // Refused once closed: the close seals every batch anyway.
+            let _ = self.shared.send(Cmd::Flush);
             self.flushing = Some(rx);
         }
     }
@@ -574,7 +926,7 @@ impl futures::Sink<Message> for Writer {
 
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
-        if this.closed {
+        if this.closed || !this.shared.accepting() {
             return Poll::Ready(Err(closed_error()));
         }
         // Fail fast: a delivery failure among the messages accepted since the last flush
@@ -588,14 +940,15 @@ impl futures::Sink<Message> for Writer {
         let coop = ready!(tokio::task::coop::poll_proceed(cx));
         ready!(this.poll_space(cx));
         coop.made_progress();
-        // The task is gone (it panicked): nothing would ever be delivered or free space.
-        if this.cmds.is_closed() {
+        // Closed while waiting for space, or the task is gone (it panicked): nothing
+        // would ever be delivered.
+        if !this.shared.accepting() {
             return Poll::Ready(Err(closed_error()));
         }
         Poll::Ready(Ok(()))
     }
 
-    fn start_send(self: Pin<&mut Self>, msg: Message) -> Result<()> {
+    fn start_send(self: Pin<&mut Self>, mut msg: Message) -> Result<()> {
         let this = self.get_mut();
         if this.closed {
             return Err(closed_error());
@@ -604,8 +957,18 @@ impl futures::Sink<Message> for Writer {
         let group = this.sink_group.get_or_insert_with(Group::open).clone();
         group.add(1);
         this.shared.reserve(size);
-        if this.cmds.send(Cmd::One(Msg { msg, size, group })).is_err() {
-            this.shared.release(size);
+        let ack = HeldAck::new(std::mem::take(&mut msg.ack));
+        if let Err(cmd) = this.shared.send(Cmd::One(Msg {
+            msg,
+            size,
+            group,
+            ack,
+            accepted: std::time::Instant::now(),
+        })) {
+            if let Cmd::One(m) = *cmd {
+                m.group.done(1, Some(&closed_error()));
+            }
+            this.shared.release_messages(1, size);
             return Err(closed_error());
         }
         Ok(())
@@ -617,17 +980,17 @@ impl futures::Sink<Message> for Writer {
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
-        if this.closing.is_none() && !this.closed {
+        if !this.closed {
             let flushed = ready!(this.poll_flush_inner(cx));
             this.close_result = Some(flushed);
-            let (tx, rx) = oneshot::channel();
-            if this.cmds.send(Cmd::Close(tx)).is_ok() {
-                this.closing = Some(rx);
-            }
             this.closed = true;
+            if this.shared.detach() {
+                // the last open clone: stop the writer
+                this.closing = Some(Box::pin(this.shared.clone().close_all()));
+            }
         }
-        if let Some(rx) = this.closing.as_mut() {
-            let _ = ready!(Pin::new(rx).poll(cx));
+        if let Some(closing) = this.closing.as_mut() {
+            ready!(closing.as_mut().poll(cx));
             this.closing = None;
         }
         Poll::Ready(this.close_result.take().unwrap_or(Ok(())))

@@ -11,11 +11,14 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, trace, warn, Instrument};
 
+use super::txn::{self, TxnShared};
 use super::{Delivery, Group, Message, Shared, WriterConfig};
 use crate::cluster::{Cluster, TopicMetadata};
 use crate::compression::Compression;
 use crate::conn::RequiredAcks;
 use crate::error::{Error, Result};
+use crate::group::coordinator::Coordinator;
+use crate::group::HeldAck;
 use crate::protocol::messages::{
     ApiVersionsRequest, InitProducerIdRequest, ProducePartitionData, ProduceRequest,
     ProduceTopicData,
@@ -33,9 +36,16 @@ pub(crate) struct Msg {
     pub(crate) msg: Message,
     pub(crate) size: usize,
     pub(crate) group: Arc<Group>,
+    /// The consumed messages this one was made from: acked when it is written.
+    pub(crate) ack: HeldAck,
+    /// When the handle accepted it: its delivery timeout runs from here.
+    pub(crate) accepted: Instant,
 }
 
 /// What the writer handle tells its task.
+// `One` is the per-message hot path: boxing it would cost an allocation per message, and
+// the channel's slots hold one `Cmd` either way.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Cmd {
     One(Msg),
     Batch(Vec<Msg>),
@@ -45,6 +55,16 @@ pub(crate) enum Cmd {
     Close(oneshot::Sender<()>),
     /// Report every message accepted from now on here.
     Reports(ReportSender),
+    /// Transactional writers: use this producer id and epoch (sequences restart at 0).
+    Producer((i64, i16)),
+    /// Transactional writers: a transaction begins (no partition is in it yet).
+    TxnBegin,
+    /// Transactional writers: deliver every accepted message — or, with `abort`, drop
+    /// those not in a request — and answer when none is left.
+    Drain {
+        abort: bool,
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// Where delivery reports go, each with the bytes it keeps accounted until consumed.
@@ -62,6 +82,23 @@ enum Event {
     },
     /// The answer to InitProducerId: producer id and epoch.
     Producer(Result<(i64, i16)>),
+    /// The answer to AddPartitionsToTxn for `parts`.
+    Added {
+        parts: Vec<(Arc<str>, i32)>,
+        result: Result<()>,
+    },
+}
+
+/// A transactional writer's side of the transaction in the task.
+struct TaskTxn {
+    shared: Arc<TxnShared>,
+    coordinator: Arc<Coordinator>,
+    /// Partitions added to the open transaction.
+    added: std::collections::HashSet<(Arc<str>, i32)>,
+    /// An AddPartitionsToTxn is under way.
+    adding: bool,
+    /// Callers waiting for a drain.
+    drains: Vec<oneshot::Sender<()>>,
 }
 
 /// Which waiting callers a batch's messages belong to: `(group, count)` runs.
@@ -77,24 +114,35 @@ fn add_run(runs: &mut Runs, group: &Arc<Group>) {
 /// Messages kept for delivery reports: index in the batch, message, accounted size.
 type Kept = Vec<(u32, Message, usize)>;
 
+/// The ack tokens of a batch's messages that carry one: index in the batch, token.
+type Acks = Vec<(u32, HeldAck)>;
+
 struct OpenBatch {
     builder: RecordBatchBuilder,
     runs: Runs,
     kept: Kept,
+    acks: Acks,
     count: usize,
     bytes: usize,
     deadline: Instant,
+    /// Acceptance time of its oldest message: the batch's delivery timeout runs from here.
+    first_accepted: Instant,
 }
 
 struct Sealed {
     data: Bytes,
     runs: Runs,
     kept: Kept,
+    acks: Acks,
     /// Producer id, epoch and base sequence written into `data` (idempotent writers).
     stamp: Option<(i64, i16, i32)>,
     count: usize,
     bytes: usize,
     attempts: u32,
+    /// When the batch fails for good unless acknowledged (delivery timeout).
+    expires: Instant,
+    /// The last retriable error it met, reported if it expires.
+    last_error: Option<Error>,
 }
 
 #[derive(Default)]
@@ -116,6 +164,15 @@ struct TopicState {
     parts: HashMap<i32, PartState>,
     /// Messages waiting for the topic's first metadata.
     waiting: Vec<Msg>,
+    /// Messages for partitions `ids` lacks, waiting for metadata asked for after they
+    /// were accepted (the topic may have grown).
+    recheck: Vec<Msg>,
+    /// When the lookup that gave `meta` was started.
+    meta_asked: Option<Instant>,
+    /// When the lookup in progress was started.
+    pending_asked: Option<Instant>,
+    /// The last failed metadata lookup's error, reported if waiting messages expire.
+    last_error: Option<Error>,
     /// A flush came while messages were waiting: seal their batches once assigned.
     seal_when_assigned: bool,
     meta_pending: bool,
@@ -143,6 +200,10 @@ pub(crate) struct Task {
     producer_pending: bool,
     producer_attempts: u32,
     producer_retry_at: Option<Instant>,
+    /// The last failed InitProducerId's error, reported if batches expire waiting for it.
+    producer_error: Option<Error>,
+    /// Transactional writers only.
+    txn: Option<TaskTxn>,
 }
 
 enum Wake {
@@ -177,6 +238,72 @@ impl Task {
             producer_pending: false,
             producer_attempts: 0,
             producer_retry_at: None,
+            producer_error: None,
+            txn: None,
+        }
+    }
+
+    /// Make the task transactional: producer ids come from the handle
+    /// ([`Cmd::Producer`]), partitions join the transaction before their first batch, and
+    /// failures are reported to `shared`.
+    pub(crate) fn set_txn(&mut self, shared: Arc<TxnShared>, coordinator: Arc<Coordinator>) {
+        self.txn = Some(TaskTxn {
+            shared,
+            coordinator,
+            added: std::collections::HashSet::new(),
+            adding: false,
+            drains: Vec::new(),
+        });
+    }
+
+    /// Answer the drain waiters once nothing is left to deliver.
+    fn check_drains(&mut self) {
+        let drained = self.idle();
+        let Some(txn) = self.txn.as_mut() else {
+            return;
+        };
+        if txn.drains.is_empty() {
+            return;
+        }
+        if drained {
+            for w in txn.drains.drain(..) {
+                let _ = w.send(());
+            }
+        } else {
+            // Messages assigned since the drain began (they waited for metadata) are
+            // sealed at once.
+            self.seal_all();
+        }
+    }
+
+    /// Fail every message and batch not in a request with `err` (an abort, or a fatal
+    /// error: nothing more may be written).
+    fn fail_pending(&mut self, err: &Error) {
+        self.seal_all();
+        let mut msgs = Vec::new();
+        let mut batches = Vec::new();
+        for (name, t) in &mut self.topics {
+            msgs.append(&mut t.waiting);
+            msgs.append(&mut t.recheck);
+            t.seal_when_assigned = false;
+            for (p, ps) in &mut t.parts {
+                let keep_front = ps.busy;
+                let skip = usize::from(keep_front);
+                while ps.sealed.len() > skip {
+                    if let Some(b) = ps.sealed.pop_back() {
+                        batches.push((name.clone(), *p, b));
+                    }
+                }
+                ps.retry_at = None;
+            }
+        }
+        for m in msgs {
+            self.reject(m, err.clone());
+        }
+        // Oldest first, so reports keep each partition's order.
+        batches.reverse();
+        for (name, p, b) in batches {
+            self.give_up(&name, p, b, err, false);
         }
     }
 
@@ -209,6 +336,7 @@ impl Task {
             }
             let now = Instant::now();
             self.seal_expired(now);
+            self.expire(now);
             self.request_metadata(now);
             self.dispatch(now);
             for (kept, e) in std::mem::take(&mut self.unreported) {
@@ -217,6 +345,7 @@ impl Task {
                     self.report(Delivery { message, result }, size);
                 }
             }
+            self.check_drains();
             if self.closing && self.idle() {
                 break;
             }
@@ -258,9 +387,11 @@ impl Task {
     fn idle(&self) -> bool {
         self.requests == 0
             && !self.producer_pending
+            && !self.txn.as_ref().is_some_and(|t| t.adding)
             && self.topics.values().all(|t| {
                 !t.meta_pending
                     && t.waiting.is_empty()
+                    && t.recheck.is_empty()
                     && t.parts
                         .values()
                         .all(|p| p.open.is_none() && p.sealed.is_empty())
@@ -289,16 +420,109 @@ impl Task {
             if let Some(at) = t.meta_retry_at.filter(|at| *at > now) {
                 consider(at);
             }
+            for m in t.waiting.first().into_iter().chain(t.recheck.first()) {
+                consider(msg_expiry(&self.cfg, t, m));
+            }
             for p in t.parts.values() {
                 if let Some(o) = &p.open {
                     consider(o.deadline);
                 }
-                if let Some(at) = p.retry_at.filter(|at| *at > now && !p.busy) {
+                if p.busy {
+                    continue;
+                }
+                if let Some(at) = p.retry_at.filter(|at| *at > now) {
                     consider(at);
+                }
+                if let Some(b) = p.sealed.front() {
+                    consider(b.expires);
                 }
             }
         }
         next
+    }
+
+    /// Fail what reached its delivery timeout: messages still waiting for metadata, and
+    /// queued batches not in a request (a request in flight is awaited: its batch may have
+    /// been written).
+    fn expire(&mut self, now: Instant) {
+        let cfg = self.cfg.clone();
+        let mut rejected: Vec<(Msg, Error)> = Vec::new();
+        let mut batches: Vec<(Arc<str>, i32, Sealed, Error)> = Vec::new();
+        for (name, t) in &mut self.topics {
+            for recheck in [false, true] {
+                let list = if recheck { &t.recheck } else { &t.waiting };
+                if !list.iter().any(|m| msg_expiry(&cfg, t, m) <= now) {
+                    continue;
+                }
+                let list = std::mem::take(if recheck {
+                    &mut t.recheck
+                } else {
+                    &mut t.waiting
+                });
+                let (due, keep): (Vec<Msg>, Vec<Msg>) = list
+                    .into_iter()
+                    .partition(|m| msg_expiry(&cfg, t, m) <= now);
+                *(if recheck {
+                    &mut t.recheck
+                } else {
+                    &mut t.waiting
+                }) = keep;
+                for m in due {
+                    let e = if after(m.accepted, cfg.delivery_timeout) > now {
+                        // Expired early: the topic is unknown past `unknown_topic_timeout`.
+                        let waited = cfg.unknown_topic_timeout.unwrap_or_default();
+                        t.last_error
+                            .clone()
+                            .unwrap_or_else(|| Error::kafka(ErrorCode::UnknownTopicOrPartition))
+                            .with_message(format!(
+                                "topic not in metadata within unknown_topic_timeout of {} ms",
+                                waited.as_millis()
+                            ))
+                    } else {
+                        let what = if recheck {
+                            "looking for the partition in metadata"
+                        } else {
+                            "waiting for the topic's metadata"
+                        };
+                        expired_error(t.last_error.as_ref(), cfg.delivery_timeout, what)
+                    };
+                    let e = match m.msg.partition {
+                        Some(p) if recheck => e.with_topic(&**name).with_partition(p),
+                        _ => e.with_topic(&**name),
+                    };
+                    rejected.push((m, e));
+                }
+            }
+            for (p, ps) in &mut t.parts {
+                if ps.busy {
+                    continue;
+                }
+                while ps.sealed.front().is_some_and(|b| b.expires <= now) {
+                    let Some(b) = ps.sealed.pop_front() else {
+                        break;
+                    };
+                    ps.retry_at = None;
+                    let last = b
+                        .last_error
+                        .as_ref()
+                        .or(t.last_error.as_ref())
+                        .or(self.producer_error.as_ref());
+                    let what = format!("after {} attempts", b.attempts);
+                    let e = expired_error(last, cfg.delivery_timeout, &what)
+                        .with_topic(&**name)
+                        .with_partition(*p);
+                    batches.push((name.clone(), *p, b, e));
+                }
+            }
+        }
+        for (m, e) in rejected {
+            warn!(error = %e, "message expired before it had a partition");
+            self.reject(m, e);
+        }
+        for (name, p, b, e) in batches {
+            warn!(topic = %name, partition = p, messages = b.count, error = %e, "batch expired");
+            self.give_up(&name, p, b, &e, false);
+        }
     }
 
     fn on_cmd(&mut self, cmd: Cmd, ts: i64) {
@@ -315,12 +539,42 @@ impl Task {
                 self.start_closing();
             }
             Cmd::Reports(tx) => self.reports = Some(tx),
+            Cmd::Producer(producer) => self.on_producer(Ok(producer)),
+            Cmd::TxnBegin => {
+                if let Some(txn) = self.txn.as_mut() {
+                    txn.added.clear();
+                }
+            }
+            Cmd::Drain { abort, reply } => {
+                if let Some(txn) = self.txn.as_mut() {
+                    txn.drains.push(reply);
+                }
+                if abort {
+                    let id = self.txn.as_ref().map(|t| t.shared.id.clone());
+                    let e = Error::closed(format!(
+                        "the transaction of transactional id '{}' was aborted before the \
+                         message was sent",
+                        id.as_deref().unwrap_or("")
+                    ));
+                    self.fail_pending(&e);
+                }
+                self.seal_all();
+            }
+        }
+    }
+
+    /// A transactional writer's message failed with `err`: the transaction is abortable
+    /// (or the writer fenced).
+    fn txn_failed(&mut self, err: &Error) {
+        if let Some(txn) = &self.txn {
+            txn.shared.lock().fail(err);
         }
     }
 
     /// Fail one message that never made it into a batch.
     fn reject(&mut self, m: Msg, err: Error) {
         debug!(error = %err, "message rejected");
+        self.txn_failed(&err);
         self.shared.stats.errors.fetch_add(1, Ordering::Relaxed);
         m.group.done(1, Some(&err));
         self.shared.release_messages(1, 0);
@@ -370,13 +624,19 @@ impl Task {
     }
 
     /// Put a message of a topic with known partitions into its partition's open batch.
-    fn assign(&mut self, topic: &Arc<str>, m: Msg, ts: i64) {
+    fn assign(&mut self, topic: &Arc<str>, mut m: Msg, ts: i64) {
         let cfg = self.cfg.clone();
         let Some(t) = self.topics.get_mut(topic) else {
             return;
         };
         let partition = match m.msg.partition {
             Some(p) if t.ids.binary_search(&p).is_ok() => p,
+            // The partition may have been added since the metadata was asked for: look
+            // again before failing the message.
+            Some(_) if t.meta_asked.map_or(true, |asked| asked < m.accepted) => {
+                t.recheck.push(m);
+                return;
+            }
             Some(p) => {
                 let e = Error::kafka(ErrorCode::UnknownTopicOrPartition)
                     .with_topic(&**topic)
@@ -423,8 +683,13 @@ impl Task {
                 .record_size(ts, key, value, headers)
                 .unwrap_or(usize::MAX);
             if open.builder.estimated_size().saturating_add(more) > cfg.batch_bytes {
-                self.unreported
-                    .extend(seal(ps, &self.shared, topic, partition));
+                self.unreported.extend(seal(
+                    ps,
+                    &self.shared,
+                    self.cfg.delivery_timeout,
+                    topic,
+                    partition,
+                ));
             }
         }
         let open = ps.open.get_or_insert_with(|| OpenBatch {
@@ -434,14 +699,21 @@ impl Task {
             ),
             runs: Vec::new(),
             kept: Vec::new(),
+            acks: Vec::new(),
             count: 0,
             bytes: 0,
             deadline: after(Instant::now(), cfg.batch_timeout),
+            first_accepted: m.accepted,
         });
+        open.first_accepted = open.first_accepted.min(m.accepted);
         if let Err(e) = open.builder.append(ts, key, value, headers) {
             return self.reject(m, e.with_topic(&**topic).with_partition(partition));
         }
         add_run(&mut open.runs, &m.group);
+        if m.ack.is_tracked() {
+            let index = u32::try_from(open.count).unwrap_or(u32::MAX);
+            open.acks.push((index, std::mem::take(&mut m.ack)));
+        }
         if self.reports.as_ref().is_some_and(|r| !r.is_closed()) {
             let mut msg = m.msg;
             msg.topic = Some(topic.to_string());
@@ -453,8 +725,13 @@ impl Task {
         open.count += 1;
         open.bytes += m.size;
         if open.count >= cfg.batch_size {
-            self.unreported
-                .extend(seal(ps, &self.shared, topic, partition));
+            self.unreported.extend(seal(
+                ps,
+                &self.shared,
+                self.cfg.delivery_timeout,
+                topic,
+                partition,
+            ));
         }
     }
 
@@ -465,7 +742,13 @@ impl Task {
             }
             for (p, ps) in &mut t.parts {
                 if ps.open.is_some() {
-                    self.unreported.extend(seal(ps, &self.shared, name, *p));
+                    self.unreported.extend(seal(
+                        ps,
+                        &self.shared,
+                        self.cfg.delivery_timeout,
+                        name,
+                        *p,
+                    ));
                 }
             }
         }
@@ -475,7 +758,13 @@ impl Task {
         for (name, t) in &mut self.topics {
             for (p, ps) in &mut t.parts {
                 if ps.open.as_ref().is_some_and(|o| o.deadline <= now) {
-                    self.unreported.extend(seal(ps, &self.shared, name, *p));
+                    self.unreported.extend(seal(
+                        ps,
+                        &self.shared,
+                        self.cfg.delivery_timeout,
+                        name,
+                        *p,
+                    ));
                 }
             }
         }
@@ -485,20 +774,23 @@ impl Task {
     fn request_metadata(&mut self, now: Instant) {
         let mut wanted = Vec::new();
         for (name, t) in &mut self.topics {
-            if t.meta.is_none()
-                && !t.waiting.is_empty()
+            let first = t.meta.is_none() && !t.waiting.is_empty();
+            if (first || !t.recheck.is_empty())
                 && !t.meta_pending
                 && t.meta_retry_at.map_or(true, |at| at <= now)
             {
-                wanted.push(name.clone());
+                wanted.push((name.clone(), !first));
             }
         }
-        for name in wanted {
-            self.spawn_metadata(name);
+        for (name, fresh) in wanted {
+            self.spawn_metadata(name, fresh);
         }
     }
 
-    fn spawn_metadata(&mut self, name: Arc<str>) {
+    /// Look `name` up in the background (answered by an `Event::Meta`); `fresh` asks the
+    /// brokers even if the cluster's cache holds the topic, without invalidating the
+    /// cache, so batches keep going to the cached leaders meanwhile.
+    fn spawn_metadata(&mut self, name: Arc<str>, fresh: bool) {
         let Some(t) = self.topics.get_mut(&name) else {
             return;
         };
@@ -507,10 +799,19 @@ impl Task {
         }
         t.meta_pending = true;
         t.meta_retry_at = None;
+        t.pending_asked = Some(Instant::now());
         let cluster = self.cluster.clone();
         let tx = self.events_tx.clone();
         tokio::spawn(async move {
-            let result = cluster.topic(&name).await;
+            let refreshed = if fresh {
+                cluster.refresh(&[&name]).await
+            } else {
+                Ok(())
+            };
+            let result = match refreshed {
+                Ok(()) => cluster.topic(&name).await,
+                Err(e) => Err(e),
+            };
             let _ = tx.send(Event::Meta {
                 topic: name,
                 result,
@@ -541,9 +842,37 @@ impl Task {
             // Cached metadata without a leader is useless: ask again (the cluster spaces
             // refreshes of one topic by its refresh backoff).
             self.cluster.invalidate(&name);
-            self.spawn_metadata(name);
+            self.spawn_metadata(name, false);
         }
-        if self.cfg.idempotent && self.producer.is_none() {
+        let fatal = self.txn.as_ref().and_then(|txn| {
+            let m = txn.shared.lock();
+            (m.state() == txn::TransactionState::FatalError).then(|| m.fail_error())
+        });
+        if let Some(e) = fatal {
+            // Fenced: nothing more is written.
+            self.fail_pending(&e);
+            return;
+        }
+        if let Some(txn) = &self.txn {
+            let Some(producer) = self.producer else {
+                return;
+            };
+            // Partitions not in the transaction yet are added first (one request for all
+            // of them); their batches wait meanwhile.
+            let mut to_add = Vec::new();
+            for parts in by_broker.values_mut() {
+                parts.retain(|tp| {
+                    let added = txn.added.contains(tp);
+                    if !added {
+                        to_add.push(tp.clone());
+                    }
+                    added
+                });
+            }
+            if !to_add.is_empty() && !txn.adding {
+                self.spawn_add_partitions(producer, to_add);
+            }
+        } else if self.cfg.idempotent && self.producer.is_none() {
             // Nothing goes out before the producer id is known.
             if let Some(broker) = by_broker.keys().next() {
                 self.spawn_init_producer(*broker, now);
@@ -598,7 +927,7 @@ impl Task {
             if let Some((id, epoch)) = self.producer {
                 if front.stamp.map(|(i, e, _)| (i, e)) != Some((id, epoch)) {
                     let seq = ps.next_seq;
-                    match stamp(&front.data, id, epoch, seq) {
+                    match stamp(&front.data, id, epoch, seq, self.txn.is_some()) {
                         Some(data) => {
                             front.data = data;
                             front.stamp = Some((id, epoch, seq));
@@ -638,9 +967,10 @@ impl Task {
         let acks = self.cfg.required_acks;
         let timeout = self.cfg.write_timeout;
         let shared = self.shared.clone();
+        let txn_id = self.txn.as_ref().map(|t| t.shared.id.clone());
         tokio::spawn(async move {
             let started = Instant::now();
-            let result = produce(&cluster, broker, &batches, acks, timeout)
+            let result = produce(&cluster, broker, &batches, acks, timeout, txn_id)
                 .instrument(tracing::debug_span!(
                     "produce",
                     broker_id = broker,
@@ -660,6 +990,55 @@ impl Task {
                 result,
             });
         });
+    }
+
+    fn spawn_add_partitions(&mut self, producer: (i64, i16), parts: Vec<(Arc<str>, i32)>) {
+        let Some(txn) = self.txn.as_mut() else {
+            return;
+        };
+        txn.adding = true;
+        let coordinator = txn.coordinator.clone();
+        let id = txn.shared.id.clone();
+        let cfg = self.cfg.clone();
+        let tx = self.events_tx.clone();
+        tokio::spawn(async move {
+            let result = txn::add_partitions(&coordinator, &cfg, &id, producer, &parts).await;
+            let _ = tx.send(Event::Added { parts, result });
+        });
+    }
+
+    fn on_added(&mut self, parts: Vec<(Arc<str>, i32)>, result: Result<()>) {
+        let Some(txn) = self.txn.as_mut() else {
+            return;
+        };
+        txn.adding = false;
+        match result {
+            Ok(()) => {
+                txn.shared.lock().touch();
+                trace!(
+                    partitions = parts.len(),
+                    "partitions added to the transaction"
+                );
+                txn.added.extend(parts);
+            }
+            Err(e) => {
+                warn!(error = %e, "AddPartitionsToTxn failed");
+                let e = txn.shared.lock().fail(&e);
+                let mut failed = Vec::new();
+                for (name, p) in parts {
+                    if let Some(ps) = self.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&p)) {
+                        if !ps.busy {
+                            failed.extend(ps.sealed.drain(..).map(|b| (name.clone(), p, b)));
+                            ps.retry_at = None;
+                        }
+                    }
+                }
+                for (name, p, b) in failed {
+                    let e = e.clone().with_topic(&*name).with_partition(p);
+                    self.give_up(&name, p, b, &e, true);
+                }
+            }
+        }
     }
 
     fn spawn_init_producer(&mut self, broker: i32, now: Instant) {
@@ -688,6 +1067,7 @@ impl Task {
                 );
                 self.producer = Some((id, epoch));
                 self.producer_attempts = 0;
+                self.producer_error = None;
                 // A new producer id or epoch numbers every partition from zero.
                 for t in self.topics.values_mut() {
                     for ps in t.parts.values_mut() {
@@ -696,8 +1076,9 @@ impl Task {
                 }
             }
             Err(e) => {
-                self.producer_attempts += 1;
+                self.producer_attempts = self.producer_attempts.saturating_add(1);
                 let attempts = self.producer_attempts;
+                self.producer_error = Some(e.clone());
                 if e.is_retriable() && attempts < self.cfg.max_attempts {
                     debug!(attempt = attempts, error = %e, "InitProducerId failed, retrying");
                     self.producer_retry_at =
@@ -725,6 +1106,7 @@ impl Task {
     fn on_event(&mut self, ev: Event) {
         match ev {
             Event::Producer(result) => self.on_producer(result),
+            Event::Added { parts, result } => self.on_added(parts, result),
             Event::Meta { topic, result } => self.on_metadata(topic, result),
             Event::Produced {
                 broker,
@@ -770,10 +1152,13 @@ impl Task {
             return;
         };
         t.meta_pending = false;
+        let asked = t.pending_asked.take();
         match result {
             Ok(meta) => {
                 t.ids = meta.partition_ids();
                 t.meta_attempts = 0;
+                t.meta_asked = asked.or(Some(now));
+                t.last_error = None;
                 // Batches whose partition still has no leader count an attempt, so a
                 // partition that never gets one fails instead of waiting forever.
                 let mut failed = Vec::new();
@@ -784,7 +1169,13 @@ impl Task {
                     let Some(front) = ps.sealed.front_mut() else {
                         continue;
                     };
-                    front.attempts += 1;
+                    front.attempts = front.attempts.saturating_add(1);
+                    front.last_error = Some(
+                        Error::kafka(ErrorCode::LeaderNotAvailable)
+                            .with_message("metadata names no leader")
+                            .with_topic(&*topic)
+                            .with_partition(*p),
+                    );
                     if front.attempts >= max_attempts {
                         if let Some(b) = ps.sealed.pop_front() {
                             failed.push((*p, b));
@@ -795,7 +1186,8 @@ impl Task {
                     }
                 }
                 t.meta = Some(meta);
-                let waiting = std::mem::take(&mut t.waiting);
+                let mut waiting = std::mem::take(&mut t.waiting);
+                waiting.append(&mut t.recheck);
                 for (p, b) in failed {
                     let e = Error::kafka(ErrorCode::LeaderNotAvailable)
                         .with_message(format!("no leader after {max_attempts} attempts"))
@@ -812,28 +1204,36 @@ impl Task {
                     if std::mem::take(&mut t.seal_when_assigned) {
                         for (p, ps) in &mut t.parts {
                             if ps.open.is_some() {
-                                self.unreported.extend(seal(ps, &self.shared, &topic, *p));
+                                self.unreported.extend(seal(
+                                    ps,
+                                    &self.shared,
+                                    self.cfg.delivery_timeout,
+                                    &topic,
+                                    *p,
+                                ));
                             }
                         }
                     }
                 }
             }
             Err(e) => {
-                t.meta_attempts += 1;
+                t.meta_attempts = t.meta_attempts.saturating_add(1);
                 let attempts = t.meta_attempts;
+                let e = if e.topic().is_none() {
+                    e.with_topic(&*topic)
+                } else {
+                    e
+                };
+                t.last_error = Some(e.clone());
                 if e.is_retriable() && attempts < max_attempts {
                     debug!(topic = %topic, attempt = attempts, error = %e, "metadata lookup failed, retrying");
                     t.meta_retry_at = Some(after(now, self.cfg.backoff_for(attempts)));
                     return;
                 }
                 warn!(topic = %topic, attempts, error = %e, "metadata lookup failed for good");
-                let e = if e.topic().is_none() {
-                    e.with_topic(&*topic)
-                } else {
-                    e
-                };
                 t.meta_attempts = 0;
-                let waiting = std::mem::take(&mut t.waiting);
+                let mut waiting = std::mem::take(&mut t.waiting);
+                waiting.append(&mut t.recheck);
                 // Batches that cannot find their leader fail too.
                 let mut stuck = Vec::new();
                 for (p, ps) in &mut t.parts {
@@ -864,6 +1264,8 @@ impl Task {
         };
         ps.busy = false;
         let attempts = ps.sealed.front().map_or(0, |b| b.attempts);
+        let now = Instant::now();
+        let expired = ps.sealed.front().is_some_and(|b| b.expires <= now);
         // The broker already has this batch (an earlier attempt got through).
         let outcome = match outcome {
             Err(e) if answered && e.kafka_code() == Some(ErrorCode::DuplicateSequenceNumber) => {
@@ -908,9 +1310,9 @@ impl Task {
                     }
                 }
             }
-            Err(e) if e.is_retriable() && attempts < max_attempts => {
+            Err(e) if e.is_retriable() && attempts < max_attempts && !expired => {
                 let backoff = self.cfg.backoff_for(attempts);
-                ps.retry_at = Some(after(Instant::now(), backoff));
+                ps.retry_at = Some(after(now, backoff));
                 self.shared.stats.retries.fetch_add(1, Ordering::Relaxed);
                 debug!(
                     topic = %name,
@@ -921,8 +1323,17 @@ impl Task {
                     "produce failed, retrying"
                 );
                 self.cluster.invalidate(name);
+                if let Some(b) = ps.sealed.front_mut() {
+                    b.last_error = Some(e);
+                }
             }
             Err(e) => {
+                let e = if e.is_retriable() && expired {
+                    let what = format!("after {attempts} attempts");
+                    expired_error(Some(&e), self.cfg.delivery_timeout, &what)
+                } else {
+                    e
+                };
                 warn!(topic = %name, partition = p, attempts, error = %e, "produce failed");
                 if e.is_retriable() {
                     self.cluster.invalidate(name);
@@ -961,12 +1372,17 @@ impl Task {
                     if let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(&p)) {
                         ps.next_seq = seq;
                     }
+                } else if let Some(txn) = &self.txn {
+                    // The transaction is aborted; the epoch is bumped after the abort.
+                    debug!(topic = %name, partition = p, "batch may have been written: epoch bump after the abort");
+                    txn.shared.lock().need_bump();
                 } else {
                     debug!(topic = %name, partition = p, "batch may have been written: new producer id");
                     self.producer = None;
                 }
             }
         }
+        self.txn_failed(err);
         self.finish(b, Err(err));
     }
 
@@ -996,6 +1412,11 @@ impl Task {
         for (g, n) in &b.runs {
             g.done(*n, error);
         }
+        if error.is_none() {
+            for (_, ack) in b.acks {
+                ack.ack();
+            }
+        }
         let kept_bytes: usize = b.kept.iter().map(|(_, _, size)| size).sum();
         self.shared
             .release_messages(b.count, b.bytes.saturating_sub(kept_bytes));
@@ -1018,6 +1439,42 @@ impl Drop for Task {
     }
 }
 
+/// When message `m` of topic `t`, still without a partition, fails: at its delivery
+/// timeout, or earlier by `unknown_topic_timeout` while metadata says the topic is unknown.
+fn msg_expiry(cfg: &WriterConfig, t: &TopicState, m: &Msg) -> Instant {
+    let at = after(m.accepted, cfg.delivery_timeout);
+    match cfg.unknown_topic_timeout {
+        Some(d)
+            if t.meta.is_none()
+                && t.last_error.as_ref().and_then(Error::kafka_code)
+                    == Some(ErrorCode::UnknownTopicOrPartition) =>
+        {
+            at.min(after(m.accepted, d))
+        }
+        _ => at,
+    }
+}
+
+/// The error of something whose delivery timeout `timeout` expired `what` ("after 12
+/// attempts"): the last error it met, restated (kind and context kept), or a `Timeout`.
+fn expired_error(last: Option<&Error>, timeout: Duration, what: &str) -> Error {
+    let head = format!(
+        "delivery timeout of {} ms expired {what}",
+        timeout.as_millis()
+    );
+    match last {
+        None => Error::timeout(head),
+        Some(e) => {
+            let message = match (e.kafka_code(), e.message()) {
+                (_, Some(m)) => format!("{head}; last error: {m}"),
+                (Some(_), None) => head,
+                (None, None) => format!("{head}; last error: {:?}", e.kind()),
+            };
+            e.clone().with_message(message)
+        }
+    }
+}
+
 /// `now + d`, saturating at a year from now (user durations may be huge).
 pub(crate) fn after(now: Instant, d: Duration) -> Instant {
     now.checked_add(d)
@@ -1032,13 +1489,25 @@ fn next_sequence(seq: i32, count: usize) -> i32 {
     i32::try_from(next).unwrap_or(0)
 }
 
-/// `data` (one RecordBatch v2) with producer id, epoch and base sequence set and the
-/// CRC-32C recomputed; `None` if it is too short to be a batch.
-fn stamp(data: &Bytes, producer_id: i64, epoch: i16, base_sequence: i32) -> Option<Bytes> {
+/// `data` (one RecordBatch v2) with producer id, epoch and base sequence set (and the
+/// transactional attribute, for transactional writers) and the CRC-32C recomputed;
+/// `None` if it is too short to be a batch.
+fn stamp(
+    data: &Bytes,
+    producer_id: i64,
+    epoch: i16,
+    base_sequence: i32,
+    transactional: bool,
+) -> Option<Bytes> {
     if data.len() < BATCH_OVERHEAD {
         return None;
     }
     let mut b = bytes::BytesMut::from(&data[..]);
+    if transactional {
+        let attributes = i16::from_be_bytes([*b.get(21)?, *b.get(22)?]) | 0x10;
+        b.get_mut(21..23)?
+            .copy_from_slice(&attributes.to_be_bytes());
+    }
     b.get_mut(43..51)?
         .copy_from_slice(&producer_id.to_be_bytes());
     b.get_mut(51..53)?.copy_from_slice(&epoch.to_be_bytes());
@@ -1124,25 +1593,33 @@ fn split(
         .into_iter()
         .map(|(i, m, size)| (i - limit, m, size))
         .collect();
+    let (acks1, acks2): (Acks, Acks) = b.acks.into_iter().partition(|(i, _)| *i < limit);
+    let acks2 = acks2.into_iter().map(|(i, a)| (i - limit, a)).collect();
     let bytes1 = split_bytes(b.bytes, b.count, mid, &kept1, &kept2);
     Ok((
         Sealed {
             data: first,
             runs: runs1,
             kept: kept1,
+            acks: acks1,
             stamp: None,
             count: mid,
             bytes: bytes1,
             attempts: 0,
+            expires: b.expires,
+            last_error: b.last_error.clone(),
         },
         Sealed {
             data: second,
             runs: runs2,
             kept: kept2,
+            acks: acks2,
             stamp: None,
             count: b.count - mid,
             bytes: b.bytes.saturating_sub(bytes1),
             attempts: 0,
+            expires: b.expires,
+            last_error: b.last_error,
         },
     ))
 }
@@ -1170,7 +1647,13 @@ fn split_bytes(bytes: usize, count: usize, mid: usize, kept1: &Kept, kept2: &Kep
 
 /// Close `ps`'s open batch and queue it for sending. If the batch cannot be built its
 /// messages fail; those kept for delivery reports are returned with the error.
-fn seal(ps: &mut PartState, shared: &Shared, topic: &str, partition: i32) -> Option<(Kept, Error)> {
+fn seal(
+    ps: &mut PartState,
+    shared: &Shared,
+    delivery_timeout: Duration,
+    topic: &str,
+    partition: i32,
+) -> Option<(Kept, Error)> {
     let open = ps.open.take()?;
     match open.builder.build() {
         Ok(data) => {
@@ -1178,10 +1661,13 @@ fn seal(ps: &mut PartState, shared: &Shared, topic: &str, partition: i32) -> Opt
                 data,
                 runs: open.runs,
                 kept: open.kept,
+                acks: open.acks,
                 stamp: None,
                 count: open.count,
                 bytes: open.bytes,
                 attempts: 0,
+                expires: after(open.first_accepted, delivery_timeout),
+                last_error: None,
             });
             None
         }
@@ -1210,12 +1696,16 @@ async fn produce(
     batches: &[(Arc<str>, i32, Bytes)],
     acks: RequiredAcks,
     timeout: Duration,
+    transactional_id: Option<Arc<str>>,
 ) -> Result<Vec<Result<i64>>> {
     let work = async {
         let conn = cluster.connection(broker).await?;
-        let version = conn
-            .version_for::<ProduceRequest>()?
-            .min(MAX_PRODUCE_VERSION);
+        let max = if transactional_id.is_some() {
+            txn::MAX_TXN_PRODUCE_VERSION
+        } else {
+            MAX_PRODUCE_VERSION
+        };
+        let version = conn.version_for::<ProduceRequest>()?.min(max);
         let mut topic_data: Vec<ProduceTopicData> = Vec::new();
         for (name, p, data) in batches {
             let part = ProducePartitionData {
@@ -1233,7 +1723,7 @@ async fn produce(
             }
         }
         let req = ProduceRequest {
-            transactional_id: None,
+            transactional_id: transactional_id.as_deref().map(str::to_string),
             acks: acks.code(),
             timeout_ms: duration_ms(timeout),
             topic_data,
@@ -1312,10 +1802,13 @@ mod tests {
             data: builder.build().unwrap(),
             runs: groups.to_vec(),
             kept,
+            acks: Vec::new(),
             stamp: None,
             count,
             bytes: count * 10,
             attempts: 3,
+            expires: Instant::now(),
+            last_error: None,
         }
     }
 
@@ -1366,10 +1859,13 @@ mod tests {
             data: builder.build().unwrap(),
             runs: vec![(Group::open(), sizes.len())],
             kept,
+            acks: Vec::new(),
             stamp: None,
             count: sizes.len(),
             bytes: sizes.iter().sum(),
             attempts: 1,
+            expires: Instant::now(),
+            last_error: None,
         }
     }
 
@@ -1459,7 +1955,7 @@ mod idempotence_tests {
         b.append(1, Some(b"k"), Some(b"v"), &[]).unwrap();
         b.append(2, None, Some(b"w"), &[]).unwrap();
         let data = b.build().unwrap();
-        let stamped = stamp(&data, 4242, 3, 17).unwrap();
+        let stamped = stamp(&data, 4242, 3, 17, false).unwrap();
         let decoded = decode_batches(stamped, 1 << 20).unwrap();
         let batch = &decoded.batches[0];
         assert_eq!(
@@ -1467,7 +1963,12 @@ mod idempotence_tests {
             (4242, 3, 17)
         );
         assert_eq!(batch.records.len(), 2);
-        assert!(stamp(&Bytes::from_static(b"short"), 1, 1, 1).is_none());
+        assert!(!batch.is_transactional);
+        let stamped = stamp(&data, 4242, 3, 17, true).unwrap();
+        let decoded = decode_batches(stamped, 1 << 20).unwrap();
+        assert!(decoded.batches[0].is_transactional);
+        assert_eq!(decoded.batches[0].records.len(), 2, "the CRC still matches");
+        assert!(stamp(&Bytes::from_static(b"short"), 1, 1, 1, false).is_none());
     }
 
     #[test]

@@ -13,7 +13,6 @@
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-pub mod fake_broker;
 pub mod kafka;
 pub mod pki;
 pub mod proxy;

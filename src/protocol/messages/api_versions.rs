@@ -85,7 +85,74 @@ pub struct ApiVersionsResponse {
     pub tagged_fields: TaggedFields,
 }
 
+/// A feature level the cluster finalized (ApiVersions v3+, tagged field 2), such as
+/// `transaction.version` = 2 (KIP-890 transactions v2).
+///
+/// ```
+/// use kafkapipe::protocol::messages::{ApiVersionsResponse, FinalizedFeature};
+/// let resp = ApiVersionsResponse::default();
+/// assert_eq!(resp.finalized_features().unwrap(), Vec::<FinalizedFeature>::new());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinalizedFeature {
+    /// The feature name.
+    pub name: String,
+    /// The highest finalized level.
+    pub max_version_level: i16,
+    /// The lowest finalized level.
+    pub min_version_level: i16,
+}
+
+/// Tag of `FinalizedFeatures` in the ApiVersions response (after `SupportedFeatures`,
+/// 0, and `FinalizedFeaturesEpoch`, 1).
+const FINALIZED_FEATURES_TAG: u32 = 2;
+
 impl ApiVersionsResponse {
+    /// The cluster's finalized features, decoded from the raw tagged fields (empty before
+    /// ApiVersions v3 or when the broker sends none).
+    ///
+    /// # Errors
+    ///
+    /// `Protocol` if the field is malformed.
+    ///
+    /// ```
+    /// use kafkapipe::protocol::messages::ApiVersionsResponse;
+    /// let resp = ApiVersionsResponse::default();
+    /// assert!(resp.finalized_features().unwrap().is_empty());
+    /// ```
+    pub fn finalized_features(&self) -> Result<Vec<FinalizedFeature>> {
+        let Some(raw) = self.tagged_fields.get(FINALIZED_FEATURES_TAG) else {
+            return Ok(Vec::new());
+        };
+        let mut b = raw.clone();
+        get_array(&mut b, true, 6, |b| {
+            let name = get_string(b, true)?;
+            let max_version_level = get_i16(b)?;
+            let min_version_level = get_i16(b)?;
+            get_tagged_fields(b)?;
+            Ok(FinalizedFeature {
+                name,
+                max_version_level,
+                min_version_level,
+            })
+        })
+    }
+
+    /// The finalized (maximum) level of feature `name`; 0 when it is not finalized or the
+    /// field cannot be read.
+    ///
+    /// ```
+    /// use kafkapipe::protocol::messages::ApiVersionsResponse;
+    /// let tv = ApiVersionsResponse::default().finalized_level("transaction.version");
+    /// assert_eq!(tv, 0);
+    /// ```
+    pub fn finalized_level(&self, name: &str) -> i16 {
+        self.finalized_features()
+            .ok()
+            .and_then(|fs| fs.into_iter().find(|f| f.name == name))
+            .map_or(0, |f| f.max_version_level)
+    }
+
     /// The broker's range for `key`, if it supports the API at all.
     pub fn range(&self, key: ApiKey) -> Option<(i16, i16)> {
         self.api_keys

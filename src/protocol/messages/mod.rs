@@ -21,6 +21,10 @@
 //! | DeleteTopics (20) | 1–6 | 4 |
 //! | DeleteRecords (21) | 0–2 | 2 |
 //! | InitProducerId (22) | 0–5 | 2 |
+//! | AddPartitionsToTxn (24) | 0–5 | 3 |
+//! | AddOffsetsToTxn (25) | 0–4 | 3 |
+//! | EndTxn (26) | 0–5 | 3 |
+//! | TxnOffsetCommit (28) | 0–5 | 3 |
 //! | DescribeConfigs (32) | 1–4 | 4 |
 //! | AlterConfigs (33) | 0–2 | 2 |
 //! | CreatePartitions (37) | 0–3 | 2 |
@@ -28,11 +32,17 @@
 //! | IncrementalAlterConfigs (44) | 0–1 | 1 |
 //! | OffsetDelete (47) | 0–0 | — |
 //! | DescribeCluster (60) | 0–2 | 0 |
+//! | ConsumerGroupHeartbeat (68) | 0–1 | 0 |
+//! | ConsumerGroupDescribe (69) | 0–1 | 0 |
 //! | SaslHandshake (17) | 0–1 | never |
 //! | SaslAuthenticate (36) | 0–2 | 2 |
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod api_versions;
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
@@ -41,6 +51,7 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -58,8 +69,11 @@ pub mod produce;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod sync_group;
+pub mod txn_offset_commit;
 
-pub use api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
+pub use api_versions::{
+    ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, FinalizedFeature,
+};
 pub use create_topics::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig, CreatableTopicConfigs,
     CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse,
@@ -137,6 +151,29 @@ pub use offset_fetch::{
 pub use sasl_authenticate::{SaslAuthenticateRequest, SaslAuthenticateResponse};
 pub use sasl_handshake::{SaslHandshakeRequest, SaslHandshakeResponse};
 pub use sync_group::{SyncGroupRequest, SyncGroupRequestAssignment, SyncGroupResponse};
+
+pub use add_offsets_to_txn::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
+pub use add_partitions_to_txn::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult, AddPartitionsToTxnTopic, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnTransaction,
+};
+pub use end_txn::{EndTxnRequest, EndTxnResponse};
+pub use txn_offset_commit::{
+    TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+
+pub use consumer_group_describe::{
+    ConsumerGroupDescribeAssignment, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+    ConsumerGroupDescribeTopicPartitions, ConsumerGroupDescribedGroup,
+    ConsumerGroupDescribedMember,
+};
+pub use consumer_group_heartbeat::{
+    ConsumerGroupHeartbeatAssignment, ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatRequestTopicPartitions, ConsumerGroupHeartbeatResponse,
+    ConsumerGroupHeartbeatResponseTopicPartitions,
+};
 
 use bytes::{Bytes, BytesMut};
 

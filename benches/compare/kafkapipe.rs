@@ -1,0 +1,342 @@
+//! kafkapipe's side of `benches/compare` (`cargo bench --bench compare_peer -- MODE …`):
+//! one client process per run, with the same flags as the Go peers in
+//! `benches/compare/go/`, so `benches/compare/run.sh` can time it with `/usr/bin/time`
+//! exactly like every other client.
+//!
+//! ```text
+//! compare_peer produce  --brokers B --topic T --count N --size S [--compression none|lz4|zstd|…]
+//!                       [--acks 0|1|all] [--linger-ms 5] [--batch-bytes 1048576]
+//!                       [--batch-msgs 10000]
+//! compare_peer consume  --brokers B --topic T --count N
+//! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
+//! compare_peer create-topic --brokers B --topic T --partitions P
+//! compare_peer delete-topic --brokers B --topic T
+//! ```
+//!
+//! `produce` writes N unkeyed values of S bytes through the `Writer` sink and closes it
+//! (every message acknowledged); `consume` reads N messages from the first offset of every
+//! partition. Each prints one JSON line with its own timing; the harness uses the process
+//! numbers from `/usr/bin/time` (CPU, wall, peak RSS) for the table.
+//!
+//! `latency` creates the topic itself, starts a `Reader` on it, then offers N messages at R
+//! msgs/s on a fixed schedule: message i is due at `t0 + i/R`, whenever it is actually
+//! handed to the writer, and its latencies are measured from that due time (no coordinated
+//! omission: a stall delays every message behind it and all of them count). The due time
+//! (ns since the Unix epoch) is the value's first 8 bytes and also the record's CreateTime
+//! (ms). Produce latency = acknowledgement (from [`Writer::deliveries`]) − due time;
+//! end-to-end = consumed by the reader − due time. Prints p50/p99/p99.9/max in ms.
+//!
+//! With no mode (as under `cargo test --all-targets`) it prints the usage and exits 0.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::{stream, SinkExt, StreamExt};
+use kafkapipe::compression::Compression;
+use kafkapipe::conn::{Conn, RequiredAcks};
+use kafkapipe::reader::{Reader, ReaderConfig, StartOffset};
+use kafkapipe::writer::{Message, Writer, WriterConfig};
+use kafkapipe::{Error, Result};
+
+const USAGE: &str = "usage: compare_peer produce|consume|latency|create-topic|delete-topic \
+--brokers B --topic T [--count N] [--size S] [--partitions P] [--compression C] [--acks 0|1|all] \
+[--linger-ms MS] [--batch-bytes N] [--batch-msgs N] [--rate MSGS_PER_SEC]";
+
+struct Opts {
+    mode: String,
+    flags: HashMap<String, String>,
+}
+
+impl Opts {
+    fn parse() -> Result<Option<Opts>> {
+        let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+        // No mode, or only libtest-style flags (`cargo test --all-targets -- --nocapture`):
+        // nothing to do.
+        let Some(mode) = args.next().filter(|m| !m.starts_with('-')) else {
+            return Ok(None);
+        };
+        let mut flags = HashMap::new();
+        while let Some(arg) = args.next() {
+            let Some(name) = arg.strip_prefix("--") else {
+                return Err(Error::config(format!(
+                    "unexpected argument {arg:?}\n{USAGE}"
+                )));
+            };
+            let (name, value) = match name.split_once('=') {
+                Some((n, v)) => (n.to_string(), v.to_string()),
+                None => {
+                    let v = args
+                        .next()
+                        .ok_or_else(|| Error::config(format!("--{name} needs a value")))?;
+                    (name.to_string(), v)
+                }
+            };
+            flags.insert(name, value);
+        }
+        Ok(Some(Opts { mode, flags }))
+    }
+
+    fn str(&self, name: &str) -> Result<&str> {
+        self.flags
+            .get(name)
+            .map(String::as_str)
+            .ok_or_else(|| Error::config(format!("--{name} is required\n{USAGE}")))
+    }
+
+    fn num<T: std::str::FromStr>(&self, name: &str, default: Option<T>) -> Result<T> {
+        match self.flags.get(name) {
+            Some(v) => v
+                .parse()
+                .map_err(|_| Error::config(format!("--{name}: not a number: {v:?}"))),
+            None => default.ok_or_else(|| Error::config(format!("--{name} is required\n{USAGE}"))),
+        }
+    }
+
+    fn writer_config(&self, brokers: &str, topic: &str) -> Result<WriterConfig> {
+        let compression: Compression = self
+            .flags
+            .get("compression")
+            .map_or(Ok(Compression::None), |c| c.parse())?;
+        let acks = match self.flags.get("acks").map_or("all", String::as_str) {
+            "0" => RequiredAcks::None,
+            "1" => RequiredAcks::Leader,
+            "all" | "-1" => RequiredAcks::All,
+            other => return Err(Error::config(format!("--acks: {other:?}"))),
+        };
+        Ok(WriterConfig::new(brokers.split(','))
+            .topic(topic)
+            .batch_size(self.num("batch-msgs", Some(10_000))?)
+            .batch_bytes(self.num("batch-bytes", Some(1024 * 1024))?)
+            .batch_timeout(Duration::from_millis(self.num("linger-ms", Some(5))?))
+            .compression(compression)
+            .required_acks(acks))
+    }
+}
+
+fn main() -> Result<()> {
+    let Some(opts) = Opts::parse()? else {
+        eprintln!("{USAGE}");
+        return Ok(());
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting the Tokio runtime", e))?;
+    runtime.block_on(async {
+        match opts.mode.as_str() {
+            "produce" => produce(&opts).await,
+            "consume" => consume(&opts).await,
+            "latency" => latency(&opts).await,
+            "create-topic" => {
+                let conn = Conn::connect(first_broker(&opts)?).await?;
+                let (topic, partitions) = (opts.str("topic")?, opts.num("partitions", Some(1))?);
+                conn.create_topic(topic, partitions, 1).await?;
+                wait_for_leaders(&conn, topic, partitions).await?;
+                conn.close().await;
+                Ok(())
+            }
+            "delete-topic" => {
+                let conn = Conn::connect(first_broker(&opts)?).await?;
+                let topic = opts.str("topic")?;
+                for (_, result) in conn.delete_topics(&[topic]).await? {
+                    result?;
+                }
+                conn.close().await;
+                Ok(())
+            }
+            other => Err(Error::config(format!("unknown mode {other:?}\n{USAGE}"))),
+        }
+    })
+}
+
+/// Wait (at most 10 s) until metadata lists every partition of a new topic with a leader,
+/// plus a moment for the broker to host them: some clients (kafka-go) fail at once on
+/// `UNKNOWN_TOPIC_OR_PARTITION` instead of retrying.
+async fn wait_for_leaders(conn: &Conn, topic: &str, partitions: i32) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let md = conn.metadata(Some(&[topic])).await?;
+        let ready = md.topics.iter().any(|t| {
+            t.name == topic
+                && t.error.is_none()
+                && t.partitions.len() == partitions as usize
+                && t.partitions.iter().all(|p| p.leader >= 0)
+        });
+        if ready || Instant::now() > deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn first_broker(opts: &Opts) -> Result<&str> {
+    Ok(opts.str("brokers")?.split(',').next().unwrap_or_default())
+}
+
+fn report(client_secs: f64, msgs: usize, bytes: usize) {
+    println!(
+        "{{\"client\":\"kafkapipe\",\"msgs\":{msgs},\"bytes\":{bytes},\"secs\":{client_secs:.3},\
+         \"msgs_per_sec\":{:.0},\"mb_per_sec\":{:.2}}}",
+        msgs as f64 / client_secs,
+        bytes as f64 / client_secs / 1e6
+    );
+}
+
+async fn produce(opts: &Opts) -> Result<()> {
+    let (brokers, topic) = (opts.str("brokers")?, opts.str("topic")?);
+    let count: usize = opts.num("count", None)?;
+    let size: usize = opts.num("size", Some(100))?;
+    let mut writer = Writer::new(opts.writer_config(brokers, topic)?)?;
+    let value = Bytes::from(vec![b'x'; size]);
+    let started = Instant::now();
+    stream::iter(0..count)
+        .map(|_| Ok(Message::new(value.clone())))
+        .forward(&mut writer)
+        .await?;
+    writer.close().await?;
+    report(started.elapsed().as_secs_f64(), count, count * size);
+    Ok(())
+}
+
+async fn consume(opts: &Opts) -> Result<()> {
+    let (brokers, topic) = (opts.str("brokers")?, opts.str("topic")?);
+    let count: usize = opts.num("count", None)?;
+    let mut reader = Reader::new(
+        ReaderConfig::new(brokers.split(','))
+            .topic(topic)
+            .start_offset(StartOffset::First),
+    )
+    .await?;
+    let started = Instant::now();
+    let mut bytes = 0usize;
+    for _ in 0..count {
+        let m = reader.next_message().await?;
+        bytes += m.key.as_ref().map_or(0, |k| k.len()) + m.value.as_ref().map_or(0, |v| v.len());
+    }
+    let secs = started.elapsed().as_secs_f64();
+    reader.close().await;
+    report(secs, count, bytes);
+    Ok(())
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn due_of(value: Option<&Bytes>) -> Option<u64> {
+    let head: [u8; 8] = value?.get(..8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(head))
+}
+
+/// `{"p50_ms":…,"p99_ms":…,"p999_ms":…,"max_ms":…}` of latencies in ns.
+fn percentiles(mut ns: Vec<u64>) -> String {
+    ns.sort_unstable();
+    let at = |q: f64| {
+        let i = ((ns.len() as f64 * q).ceil() as usize).clamp(1, ns.len().max(1)) - 1;
+        ns.get(i).map_or(f64::NAN, |&v| v as f64 / 1e6)
+    };
+    format!(
+        "{{\"n\":{},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"p999_ms\":{:.3},\"max_ms\":{:.3}}}",
+        ns.len(),
+        at(0.5),
+        at(0.99),
+        at(0.999),
+        at(1.0)
+    )
+}
+
+async fn latency(opts: &Opts) -> Result<()> {
+    let (brokers, topic) = (opts.str("brokers")?, opts.str("topic")?);
+    let count: usize = opts.num("count", None)?;
+    let size: usize = opts.num::<usize>("size", Some(100))?.max(8);
+    let rate: f64 = opts.num("rate", Some(10_000.0))?;
+    let partitions: i32 = opts.num("partitions", Some(1))?;
+    let conn = Conn::connect(first_broker(opts)?).await?;
+    conn.create_topic(topic, partitions, 1).await?;
+    conn.close().await;
+
+    // The reader: end-to-end latency of every message.
+    let mut reader = Reader::new(
+        ReaderConfig::new(brokers.split(','))
+            .topic(topic)
+            .start_offset(StartOffset::First),
+    )
+    .await?;
+    let consumer = tokio::spawn(async move {
+        let mut lat = Vec::with_capacity(count);
+        let mut create_time_skew_ms = 0i64;
+        for _ in 0..count {
+            let m = reader.next_message().await?;
+            let now = now_ns();
+            let due = due_of(m.value.as_ref()).unwrap_or(now);
+            lat.push(now.saturating_sub(due));
+            create_time_skew_ms =
+                create_time_skew_ms.max((m.timestamp - (due / 1_000_000) as i64).abs());
+        }
+        reader.close().await;
+        Ok::<_, Error>((lat, create_time_skew_ms))
+    });
+
+    let mut writer = Writer::new(opts.writer_config(brokers, topic)?)?;
+    let mut deliveries = writer.deliveries();
+    let acks = tokio::spawn(async move {
+        let mut lat = Vec::with_capacity(count);
+        while let Some(d) = deliveries.next().await {
+            let now = now_ns();
+            d.result?;
+            let due = due_of(d.message.value.as_ref()).unwrap_or(now);
+            lat.push(now.saturating_sub(due));
+            if lat.len() == count {
+                break;
+            }
+        }
+        Ok::<_, Error>(lat)
+    });
+
+    let filler = vec![b'x'; size - 8];
+    let t0 = now_ns() + 20_000_000; // start 20 ms from now
+    let interval = 1e9 / rate;
+    let started = Instant::now();
+    let mut late_sends = 0usize;
+    for i in 0..count {
+        let due = t0 + (i as f64 * interval) as u64;
+        let now = now_ns();
+        if due > now {
+            // Sleep only when at least 1 ms early (the timer's resolution); otherwise send
+            // at once. Latency is measured from `due` either way.
+            if due - now >= 1_000_000 {
+                tokio::time::sleep(Duration::from_nanos(due - now)).await;
+            }
+        } else if now - due > 1_000_000 {
+            late_sends += 1;
+        }
+        let mut value = Vec::with_capacity(size);
+        value.extend_from_slice(&due.to_le_bytes());
+        value.extend_from_slice(&filler);
+        writer
+            .feed(Message::new(value).with_timestamp((due / 1_000_000) as i64))
+            .await?;
+    }
+    writer.flush().await?;
+    let offered_secs = started.elapsed().as_secs_f64();
+    let produce_lat = acks
+        .await
+        .map_err(|e| Error::protocol(format!("delivery task: {e}")))??;
+    let (e2e_lat, skew) = consumer
+        .await
+        .map_err(|e| Error::protocol(format!("reader task: {e}")))??;
+    writer.close().await?;
+    println!(
+        "{{\"client\":\"kafkapipe\",\"msgs\":{count},\"size\":{size},\"rate\":{rate},\
+         \"achieved_rate\":{:.0},\"sent_over_1ms_late\":{late_sends},\
+         \"create_time_max_skew_ms\":{skew},\"produce\":{},\"e2e\":{}}}",
+        count as f64 / offered_secs,
+        percentiles(produce_lat),
+        percentiles(e2e_lat)
+    );
+    Ok(())
+}

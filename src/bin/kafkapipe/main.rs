@@ -1,0 +1,303 @@
+//! `kafkapipe`: a kcat-style command line tool over the kafkapipe crate.
+//!
+//! ```sh
+//! cargo install kafkapipe --features cli     # or: cargo install --path . --features cli
+//! kafkapipe -b 127.0.0.1:9092 topics create events -p 3
+//! printf 'user-1:hello\nuser-2:world\n' | kafkapipe produce events -k :
+//! kafkapipe consume events -o beginning -e -f '%p %o %k %s\n'
+//! kafkapipe consume events -g my-group -J
+//! ```
+//!
+//! Run `kafkapipe --help` and `kafkapipe COMMAND --help` for every option. Records go to
+//! stdout; progress and summary lines (prefixed `%`) go to stderr.
+
+mod admin;
+mod consume;
+mod format;
+mod produce;
+mod settings;
+mod shutdown;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success; also after SIGINT/SIGTERM (consume and produce stop cleanly: what was
+     printed is committed, the group is left) and when stdout is closed (| head)
+  1  the command failed (broker, network, authentication, I/O)
+  2  usage error (bad arguments, unknown -X setting or bad value)
+
+Client settings (-X KEY=VALUE, repeatable; `-X list` shows every key):
+  -X security.protocol=sasl_ssl -X sasl.mechanism=SCRAM-SHA-512
+  -X sasl.username=alice -X sasl.password=secret -X ssl.ca.location=ca.pem";
+
+/// A kcat-style Apache Kafka command line tool: produce, consume (alone or in a consumer
+/// group), and manage topics and groups.
+#[derive(Debug, Parser)]
+#[command(name = "kafkapipe", version, after_help = EXIT_CODES)]
+struct Cli {
+    /// Bootstrap brokers, host:port (comma-separated or repeated).
+    #[arg(
+        short = 'b',
+        long = "brokers",
+        global = true,
+        value_delimiter = ',',
+        default_value = "127.0.0.1:9092",
+        value_name = "HOST:PORT"
+    )]
+    brokers: Vec<String>,
+    /// A client setting by its Kafka name, e.g. -X security.protocol=sasl_ssl (repeatable;
+    /// `-X list` shows every key).
+    #[arg(short = 'X', global = true, value_name = "KEY=VALUE")]
+    settings: Vec<String>,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// List, create, delete or describe topics (default: list).
+    Topics {
+        #[command(subcommand)]
+        cmd: Option<TopicsCmd>,
+    },
+    /// Write stdin to a topic, one record per line.
+    Produce(ProduceArgs),
+    /// Print a topic's records to stdout, one per line (or per -f format / JSON line).
+    Consume(ConsumeArgs),
+    /// List, describe or delete consumer groups (default: list).
+    Groups {
+        #[command(subcommand)]
+        cmd: Option<GroupsCmd>,
+    },
+    /// Print partition, earliest and latest offset of each partition of a topic.
+    Offsets {
+        /// The topic.
+        topic: String,
+    },
+    /// Print the cluster id, the controller and the brokers.
+    Cluster,
+}
+
+#[derive(Debug, Subcommand)]
+enum TopicsCmd {
+    /// List topics: name and partition count.
+    List,
+    /// Create a topic.
+    Create {
+        /// The topic name.
+        name: String,
+        /// Number of partitions.
+        #[arg(short = 'p', long, default_value_t = 1)]
+        partitions: i32,
+        /// Replication factor (-1: the broker's default).
+        #[arg(short = 'r', long, default_value_t = -1, allow_negative_numbers = true)]
+        replication: i16,
+        /// A topic config, e.g. -c retention.ms=86400000 (repeatable).
+        #[arg(short = 'c', long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+    },
+    /// Delete topics.
+    Delete {
+        /// The topics.
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// Partitions, leaders, replicas, ISR and configs of topics.
+    Describe {
+        /// The topics.
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupsCmd {
+    /// List groups: id, state, protocol type.
+    List,
+    /// Members, assignments, committed offsets and lag of a group.
+    Describe {
+        /// The group.
+        group: String,
+    },
+    /// Delete groups (they must have no members).
+    Delete {
+        /// The groups.
+        #[arg(required = true)]
+        groups: Vec<String>,
+    },
+}
+
+/// `produce` options.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Each stdin line is one record (a trailing \\r is dropped). Records are \
+    batched; the command exits once every record is acknowledged.\n\
+    SIGINT/SIGTERM: stop reading stdin, deliver what was read, exit 0."
+)]
+pub struct ProduceArgs {
+    /// The topic.
+    pub topic: String,
+    /// Split each line at the first SEP into key and value (a line without SEP is a
+    /// value with a null key).
+    #[arg(short = 'k', long = "key-delimiter", value_name = "SEP")]
+    pub key_delimiter: Option<String>,
+    /// Write every record to this partition (default: by key hash, round-robin for null
+    /// keys).
+    #[arg(short = 'p', long)]
+    pub partition: Option<i32>,
+    /// Add a header to every record (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "KEY=VALUE")]
+    pub headers: Vec<String>,
+    /// Compression codec: none, gzip, snappy, lz4, zstd.
+    #[arg(short = 'z', long, value_name = "CODEC", value_parser = settings::parse_compression)]
+    pub compression: Option<kafkapipe::compression::Compression>,
+    /// Acknowledgements to wait for: all (= -1), 1 (the leader) or 0 (none).
+    #[arg(short = 'a', long, value_name = "ACKS", allow_hyphen_values = true,
+          value_parser = settings::parse_acks)]
+    pub acks: Option<kafkapipe::conn::RequiredAcks>,
+}
+
+/// `consume` options.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Format (-f): %t topic, %p partition, %o offset, %T timestamp (ms), \
+    %k key, %K key length, %s value, %S value length, %h headers (k=v,k=v), %% a percent \
+    sign; escapes \\n \\r \\t \\\\. Null keys and values print nothing, their length -1.\n\
+    JSON (-J): {\"topic\",\"partition\",\"offset\",\"timestamp\",\"key\",\"value\",\
+    \"headers\":[[k,v],...]} per line; null keys/values are null, bytes are read as UTF-8.\n\
+    With -g, a record is committed only after it was written to stdout and flushed; \
+    SIGINT/SIGTERM stop fetching, flush, commit what was printed, leave the group and exit \
+    0. Without -e, output is flushed whenever no further record is ready."
+)]
+pub struct ConsumeArgs {
+    /// The topic.
+    pub topic: String,
+    /// Read only these partitions (comma-separated; not with -g).
+    #[arg(short = 'p', long, value_delimiter = ',', conflicts_with = "group")]
+    pub partitions: Vec<i32>,
+    /// Start offset: beginning, end, N, -N (N before the end) or @MS (the first record
+    /// at/after a time). With -g only beginning or end, used where the group has no
+    /// committed offset.
+    #[arg(short = 'o', long, default_value = "end", allow_hyphen_values = true)]
+    pub offset: String,
+    /// Exit after COUNT records.
+    #[arg(short = 'c', long)]
+    pub count: Option<u64>,
+    /// Exit at the end of every partition (not with -g).
+    #[arg(short = 'e', long = "exit", conflicts_with = "group")]
+    pub exit_at_end: bool,
+    /// Consume as a member of consumer group GROUP, committing what was printed.
+    #[arg(short = 'g', long)]
+    pub group: Option<String>,
+    /// Print KEY<SEP>VALUE instead of the value.
+    #[arg(short = 'k', long = "key-delimiter", value_name = "SEP",
+          conflicts_with_all = ["format", "json"])]
+    pub key_delimiter: Option<String>,
+    /// Print each record by this format (see below).
+    #[arg(short = 'f', long, conflicts_with = "json")]
+    pub format: Option<String>,
+    /// Print each record as one JSON object per line.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+/// How a command ends when it does not succeed.
+#[derive(Debug)]
+pub enum Fail {
+    /// Bad arguments or settings: exit 2.
+    Usage(String),
+    /// The command failed: exit 1.
+    Run(String),
+    /// Stdout was closed by the reader (`| head`): a normal end, exit 0.
+    Pipe,
+}
+
+impl From<kafkapipe::Error> for Fail {
+    fn from(e: kafkapipe::Error) -> Self {
+        Fail::Run(e.to_string())
+    }
+}
+
+impl From<String> for Fail {
+    fn from(e: String) -> Self {
+        Fail::Run(e)
+    }
+}
+
+/// A write to stdout failed: a closed pipe ends quietly, anything else is an error.
+pub fn io(e: std::io::Error) -> Fail {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Fail::Pipe
+    } else {
+        Fail::Run(format!("writing stdout: {e}"))
+    }
+}
+
+fn usage_exit(msg: String) -> ! {
+    let mut cmd = Cli::command();
+    cmd.error(clap::error::ErrorKind::InvalidValue, msg).exit()
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if cli.settings.iter().any(|s| s == "list") {
+        println!("-X settings (Kafka client names):");
+        for (k, what) in settings::KEYS {
+            println!("  {k:<36} {what}");
+        }
+        return;
+    }
+    let Some(cmd) = cli.cmd else {
+        let _ = Cli::command().print_help();
+        std::process::exit(2);
+    };
+    let settings = match settings::Settings::parse(&cli.settings) {
+        Ok(s) => s,
+        Err(e) => usage_exit(e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kafkapipe: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let r = runtime.block_on(run(cmd, &cli.brokers, &settings));
+    // Background tasks (connections) must not hold the exit up.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match r {
+        Ok(()) | Err(Fail::Pipe) => {}
+        Err(Fail::Usage(e)) => usage_exit(e),
+        Err(Fail::Run(e)) => {
+            eprintln!("kafkapipe: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn run(cmd: Cmd, brokers: &[String], settings: &settings::Settings) -> Result<(), Fail> {
+    match cmd {
+        Cmd::Produce(args) => produce::run(brokers, settings, &args).await,
+        Cmd::Consume(args) => consume::run(brokers, settings, &args).await,
+        cmd => {
+            let admin = kafkapipe::admin::Admin::new(settings.cluster(brokers)?);
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            let r = match cmd {
+                Cmd::Topics { cmd } => admin::topics(&admin, cmd, &mut out).await,
+                Cmd::Groups { cmd } => admin::groups(&admin, cmd, &mut out).await,
+                Cmd::Offsets { topic } => admin::offsets(&admin, &topic, &mut out).await,
+                Cmd::Cluster => admin::cluster(&admin, &mut out).await,
+                Cmd::Produce(_) | Cmd::Consume(_) => Ok(()),
+            };
+            let flushed = std::io::Write::flush(&mut out).map_err(io);
+            admin.close().await;
+            r.and(flushed)
+        }
+    }
+}

@@ -1,0 +1,917 @@
+//! Acknowledgement tokens: every message a group [`Reader`](crate::reader::Reader) yields
+//! carries an [`AckToken`] that says when the message is processed, and one [`Track`] per
+//! owned partition turns those answers into the offset to commit.
+//!
+//! # Model
+//!
+//! A message is *processed* when its token is
+//! - acked: [`AckToken::ack`], sending the message (or its [`Offset`](super::Offset)) to
+//!   a [`Committer`](super::Committer), or a [`Writer`](crate::writer::Writer) receiving
+//!   the broker's acknowledgement of a message that carries the token;
+//! - or dropped, and the reader polled afterwards. A message a `filter` drops counts
+//!   because the filter goes on to poll the reader for the next one; a message dropped by
+//!   a stage that failed and ended the pipeline does not, as nothing polls the reader
+//!   after the error. A token dropped while its thread panics counts as failed.
+//!
+//! A token that [`fail`](AckToken::fail)ed (or whose writer delivery failed) holds its
+//! partition's commit before it until a rebalance or a restart delivers the message again.
+//! With contiguous tracking (the default) a partition's commit only passes a message once
+//! it and every message yielded before it are processed; each partition tracks at most
+//! [`ReaderConfig::max_unacked`](crate::reader::ReaderConfig::max_unacked) messages and
+//! the reader stops yielding a partition at that bound, so memory stays bounded and a
+//! stuck pipeline shows in [`ReaderStats`](crate::reader::ReaderStats).
+//!
+//! Each track belongs to one ownership of a partition: a token from an earlier assignment
+//! (the partition was revoked, then assigned to this member again) never moves the new
+//! assignment's commit.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use futures::task::AtomicWaker;
+
+/// Shared by a group reader and its tracks: how often the reader was polled, and its
+/// consumer's waker for when a track frees room or a parked reader must confirm drops.
+#[derive(Debug, Default)]
+pub(crate) struct Pulse {
+    polls: AtomicU64,
+    parked: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl Pulse {
+    /// The reader is being polled: every token dropped before now counts as processed.
+    pub(crate) fn polled(&self) {
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        self.parked.store(false, Ordering::SeqCst);
+    }
+
+    /// The reader returned `Pending` to the consumer whose waker is in `cx`.
+    pub(crate) fn park(&self, waker: &std::task::Waker) {
+        self.waker.register(waker);
+        self.parked.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn polls(&self) -> u64 {
+        self.polls.load(Ordering::SeqCst)
+    }
+
+    /// Wake a parked reader (so that it is polled and confirms dropped tokens, or
+    /// yields from a partition that has room again).
+    fn nudge(&self) {
+        if self.parked.swap(false, Ordering::SeqCst) {
+            self.waker.wake();
+        }
+    }
+}
+
+const PENDING: u64 = u64::MAX;
+const DONE: u64 = u64::MAX - 1;
+const FAILED: u64 = u64::MAX - 2;
+
+#[derive(Debug)]
+struct Slot {
+    offset: i64,
+    /// The offset to commit once this message is processed: `offset + 1`, or beyond
+    /// when nothing to yield follows it (control records, aborted transactions).
+    commit_to: i64,
+    /// `PENDING`, `DONE`, `FAILED`, or the reader's poll count when the token was
+    /// dropped (processed once the reader was polled after that).
+    state: u64,
+    at: Instant,
+}
+
+#[derive(Debug)]
+struct TrackState {
+    /// The last offset the broker accepted from this member (-1: none).
+    committed: i64,
+    /// The next offset to commit (processed message + 1), -1 while nothing is pending.
+    pending: i64,
+    /// The sequence number of `slots[0]`.
+    base: u64,
+    /// Yielded messages not yet known processed, in delivery order.
+    slots: VecDeque<Slot>,
+    /// False once the partition is given up: tokens change nothing any more.
+    active: bool,
+    /// The reader found the track full and waits for room.
+    blocked: bool,
+}
+
+/// How a token ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    Ack,
+    Fail,
+    Drop,
+}
+
+/// The commit bookkeeping of one ownership of one partition.
+#[derive(Debug)]
+pub(crate) struct Track {
+    pub(crate) id: u64,
+    contiguous: bool,
+    max_unacked: usize,
+    pulse: Arc<Pulse>,
+    state: Mutex<TrackState>,
+}
+
+static NEXT_TRACK: AtomicU64 = AtomicU64::new(1);
+
+/// Why [`Track::deliver`] refused a message.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Full;
+
+impl Track {
+    pub(crate) fn new(
+        committed: i64,
+        contiguous: bool,
+        max_unacked: usize,
+        pulse: Arc<Pulse>,
+    ) -> Self {
+        Track {
+            id: NEXT_TRACK.fetch_add(1, Ordering::Relaxed),
+            contiguous,
+            max_unacked: max_unacked.max(1),
+            pulse,
+            state: Mutex::new(TrackState {
+                committed,
+                pending: committed,
+                base: 0,
+                slots: VecDeque::new(),
+                active: true,
+                blocked: false,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TrackState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Move the pending offset past every processed message at the front (contiguous)
+    /// or past the last processed one (not contiguous).
+    fn advance(&self, s: &mut TrackState) {
+        let polls = self.pulse.polls();
+        let processed = |state: u64| state == DONE || state < polls;
+        if self.contiguous {
+            while let Some(front) = s.slots.front() {
+                if !processed(front.state) {
+                    break;
+                }
+                s.pending = s.pending.max(front.commit_to);
+                s.slots.pop_front();
+                s.base += 1;
+            }
+        } else if let Some(last) = s.slots.iter().rposition(|sl| processed(sl.state)) {
+            if let Some(sl) = s.slots.get(last) {
+                s.pending = s.pending.max(sl.commit_to);
+            }
+            s.slots.drain(..=last);
+            s.base += last as u64 + 1;
+        }
+        if s.blocked && s.slots.len() < self.max_unacked {
+            s.blocked = false;
+            self.pulse.nudge();
+        }
+    }
+
+    /// The reader yields the message at `offset`, after which nothing is to be yielded
+    /// before `commit_to`: its sequence number, or `Full` when `max_unacked` messages of
+    /// this partition are not processed yet.
+    pub(crate) fn deliver(&self, offset: i64, commit_to: i64) -> Result<u64, Full> {
+        let mut s = self.lock();
+        if s.slots.back().is_some_and(|sl| sl.offset >= offset) {
+            // A seek back: earlier deliveries no longer decide anything.
+            Self::forget(&mut s);
+        }
+        if s.slots.len() >= self.max_unacked {
+            self.advance(&mut s);
+            if s.slots.len() >= self.max_unacked {
+                s.blocked = true;
+                return Err(Full);
+            }
+        }
+        s.slots.push_back(Slot {
+            offset,
+            commit_to: commit_to.max(offset.saturating_add(1)),
+            state: PENDING,
+            at: Instant::now(),
+        });
+        Ok(s.base + s.slots.len() as u64 - 1)
+    }
+
+    fn forget(s: &mut TrackState) {
+        s.base += s.slots.len() as u64;
+        s.slots.clear();
+    }
+
+    /// Nothing is to be yielded from `from` up to `to` (a fetch returned only control
+    /// records or aborted ones): once everything yielded before `from` is processed, the
+    /// commit may move to `to`.
+    pub(crate) fn gap(&self, from: i64, to: i64) {
+        let mut s = self.lock();
+        let pending = s.pending;
+        match s.slots.back_mut() {
+            Some(last) if last.commit_to == from => last.commit_to = last.commit_to.max(to),
+            Some(_) => {}
+            None if pending == from => s.pending = pending.max(to),
+            None => {}
+        }
+    }
+
+    /// A seek: deliveries so far no longer decide the commit.
+    pub(crate) fn restart(&self) {
+        Self::forget(&mut self.lock());
+    }
+
+    fn settle(&self, seq: u64, offset: i64, how: Settle) {
+        let mut s = self.lock();
+        if !s.active || seq < s.base {
+            return;
+        }
+        let polls = self.pulse.polls();
+        let idx = (seq - s.base) as usize;
+        let Some(slot) = s.slots.get_mut(idx) else {
+            return;
+        };
+        if slot.offset != offset {
+            return;
+        }
+        match how {
+            Settle::Ack => slot.state = DONE,
+            Settle::Fail if slot.state != DONE => slot.state = FAILED,
+            Settle::Drop if slot.state == PENDING => slot.state = polls,
+            _ => {}
+        }
+        match how {
+            Settle::Ack if idx == 0 || !self.contiguous => self.advance(&mut s),
+            // A dropped token counts once the reader is polled again; a parked reader is
+            // woken for that (and would otherwise keep the last drops uncommitted).
+            Settle::Drop => {
+                drop(s);
+                self.pulse.nudge();
+            }
+            _ => {}
+        }
+    }
+
+    /// An explicit ack of `offset` (an [`Offset`](super::Offset) sent to a committer).
+    /// Returns whether the pending offset moved.
+    pub(crate) fn ack_offset(&self, offset: i64) -> bool {
+        let mut s = self.lock();
+        if !s.active {
+            return false;
+        }
+        let before = s.pending;
+        match s.slots.binary_search_by_key(&offset, |sl| sl.offset) {
+            Ok(i) => {
+                if let Some(sl) = s.slots.get_mut(i) {
+                    sl.state = DONE;
+                }
+                self.advance(&mut s);
+            }
+            // Not tracked: yielded before this assignment's tracking began, already
+            // processed, or never yielded. It moves the commit, but never past a
+            // tracked message that is not processed.
+            Err(_) => match s.slots.front() {
+                Some(front) if offset >= front.offset => {
+                    tracing::debug!(offset, "ack of an offset this reader did not yield ignored");
+                }
+                Some(front) => {
+                    let upto = offset.saturating_add(1).min(front.offset);
+                    s.pending = s.pending.max(upto);
+                }
+                None => s.pending = s.pending.max(offset.saturating_add(1)),
+            },
+        }
+        s.pending != before
+    }
+
+    /// The offset to commit, if it is ahead of what the broker has.
+    pub(crate) fn due(&self) -> Option<i64> {
+        let mut s = self.lock();
+        self.advance(&mut s);
+        (s.active && s.pending > s.committed).then_some(s.pending)
+    }
+
+    /// The broker accepted `offset`: never moves backwards.
+    pub(crate) fn committed(&self, offset: i64) {
+        let mut s = self.lock();
+        s.committed = s.committed.max(offset);
+    }
+
+    /// The partition was given up: tokens of this ownership change nothing any more.
+    pub(crate) fn deactivate(&self) {
+        let mut s = self.lock();
+        s.active = false;
+        Self::forget(&mut s);
+        if s.blocked {
+            s.blocked = false;
+            drop(s);
+            self.pulse.nudge();
+        }
+    }
+
+    /// Whether this ownership still counts (the partition was not given up).
+    pub(crate) fn active(&self) -> bool {
+        self.lock().active
+    }
+
+    /// The last offset the broker accepted (-1: none).
+    pub(crate) fn committed_offset(&self) -> i64 {
+        self.lock().committed
+    }
+
+    /// The next offset to commit: past every processed message (-1: nothing yet).
+    pub(crate) fn pending_offset(&self) -> i64 {
+        let mut s = self.lock();
+        self.advance(&mut s);
+        s.pending
+    }
+
+    /// Whether the message delivered as `seq` still decides this track: the partition
+    /// is still owned and no seek (or rewind) forgot the deliveries since.
+    pub(crate) fn is_current(&self, seq: u64) -> bool {
+        let s = self.lock();
+        s.active && seq >= s.base
+    }
+
+    /// Messages yielded whose token is still held: neither acked, failed nor dropped
+    /// (a close waits for these before its final commit).
+    pub(crate) fn held(&self) -> usize {
+        let s = self.lock();
+        if !s.active {
+            return 0;
+        }
+        s.slots.iter().filter(|sl| sl.state == PENDING).count()
+    }
+
+    /// Messages yielded and not known processed, and the oldest of them (offset, when
+    /// it was yielded).
+    pub(crate) fn unacked(&self) -> (usize, Option<(i64, Instant)>) {
+        let mut s = self.lock();
+        self.advance(&mut s);
+        (s.slots.len(), s.slots.front().map(|sl| (sl.offset, sl.at)))
+    }
+}
+
+/// Says when a message a group [`Reader`](crate::reader::Reader) yielded is processed, so
+/// the group commits past it only then. Every such message carries one
+/// ([`Message::ack_token`](crate::reader::Message::ack_token)); messages of a reader
+/// without a group, and clones of messages, carry an inert one.
+///
+/// - [`ack`](AckToken::ack): processed.
+/// - [`fail`](AckToken::fail): not processed; the partition's commit stays before this
+///   message until a rebalance or restart delivers it again.
+/// - dropped: processed once the reader is polled again (a `filter` that drops a message
+///   goes on polling; a stage that fails and ends the pipeline does not, so the failed
+///   message is not committed). Dropped during a panic: failed. A pipeline that ends
+///   right after dropping a message without polling the reader again —
+///   `reader.take(n).try_filter(p)`, where `take` ends the stream — leaves that one
+///   message uncommitted, to be read again (at least once); put `take` after the filter.
+/// - carried by a [`writer::Message`](crate::writer::Message)
+///   ([`with_ack`](crate::writer::Message::with_ack)): acked when the broker acknowledges
+///   the written message, failed when its delivery fails (at-least-once
+///   consume → produce).
+///
+/// One-to-many: [`share`](AckToken::share) gives a cloneable [`SharedAck`] that is processed
+/// once every clone is. Many-to-one: collect tokens into one (`FromIterator`).
+///
+/// ```
+/// use kafkapipe::group::AckToken;
+/// # fn demo(mut m: kafkapipe::reader::Message) {
+/// let token = m.take_ack_token();
+/// // ... hand the work elsewhere, then:
+/// token.ack();
+/// # }
+/// let merged: AckToken = vec![AckToken::default(), AckToken::default()].into_iter().collect();
+/// assert!(!merged.is_tracked());
+/// ```
+#[derive(Debug, Default)]
+pub struct AckToken(Kind);
+
+#[derive(Debug, Default)]
+enum Kind {
+    #[default]
+    Inert,
+    One {
+        track: Arc<Track>,
+        seq: u64,
+        offset: i64,
+    },
+    Shared(SharedAck),
+    Many(Vec<AckToken>),
+}
+
+impl AckToken {
+    pub(crate) fn tracked(track: Arc<Track>, seq: u64, offset: i64) -> Self {
+        AckToken(Kind::One { track, seq, offset })
+    }
+
+    /// Whether this token decides a commit (false for messages of readers without a
+    /// group, clones, and tokens already taken).
+    ///
+    /// ```
+    /// assert!(!kafkapipe::group::AckToken::default().is_tracked());
+    /// ```
+    pub fn is_tracked(&self) -> bool {
+        match &self.0 {
+            Kind::Inert => false,
+            Kind::One { .. } | Kind::Shared(_) => true,
+            Kind::Many(v) => v.iter().any(AckToken::is_tracked),
+        }
+    }
+
+    /// Every consumed message this token stands for: its track, sequence number and
+    /// offset (through shared and merged tokens).
+    pub(crate) fn sources(&self, out: &mut Vec<(Arc<Track>, u64, i64)>) {
+        match &self.0 {
+            Kind::Inert => {}
+            Kind::One { track, seq, offset } => out.push((track.clone(), *seq, *offset)),
+            Kind::Shared(s) => {
+                s.0.token
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .sources(out)
+            }
+            Kind::Many(v) => v.iter().for_each(|t| t.sources(out)),
+        }
+    }
+
+    /// The ownership this token's message was yielded under.
+    pub(crate) fn assignment(&self) -> Option<u64> {
+        match &self.0 {
+            Kind::One { track, .. } => Some(track.id),
+            _ => None,
+        }
+    }
+
+    fn settle(&mut self, how: Settle) {
+        match std::mem::take(&mut self.0) {
+            Kind::Inert => {}
+            Kind::One { track, seq, offset } => track.settle(seq, offset, how),
+            Kind::Shared(s) => s.settle(how),
+            Kind::Many(v) => {
+                for mut t in v {
+                    t.settle(how);
+                }
+            }
+        }
+    }
+
+    /// The message is processed.
+    ///
+    /// ```
+    /// # fn demo(mut m: kafkapipe::reader::Message) {
+    /// m.take_ack_token().ack();
+    /// # }
+    /// ```
+    pub fn ack(mut self) {
+        self.settle(Settle::Ack);
+    }
+
+    pub(crate) fn ack_ref(&self) {
+        if let Kind::One { track, seq, offset } = &self.0 {
+            track.settle(*seq, *offset, Settle::Ack);
+        }
+    }
+
+    /// The message was not processed: its partition's commit stays before it.
+    ///
+    /// ```
+    /// # fn demo(mut m: kafkapipe::reader::Message) {
+    /// m.take_ack_token().fail();
+    /// # }
+    /// ```
+    pub fn fail(mut self) {
+        self.settle(Settle::Fail);
+    }
+
+    /// A cloneable token for one-to-many transforms: processed when every clone is
+    /// (acked or dropped), failed if any clone failed.
+    ///
+    /// ```
+    /// # fn demo(mut m: kafkapipe::reader::Message) {
+    /// let shared = m.take_ack_token().share();
+    /// let (a, b) = (shared.clone(), shared);
+    /// a.ack();
+    /// b.ack(); // now the message is processed
+    /// # }
+    /// ```
+    pub fn share(mut self) -> SharedAck {
+        SharedAck(Arc::new(SharedInner {
+            token: Mutex::new(std::mem::take(&mut self)),
+            failed: AtomicBool::new(false),
+            acked: AtomicBool::new(false),
+        }))
+    }
+}
+
+/// A token inside a [`Writer`](crate::writer::Writer): acked when the broker acknowledges
+/// its message; however else it goes (the message rejected, its delivery failed, the
+/// writer dropped) it fails, so a message is never taken as processed because a writer
+/// lost what was made of it.
+#[derive(Debug, Default)]
+pub(crate) struct HeldAck(AckToken);
+
+impl HeldAck {
+    pub(crate) fn new(token: AckToken) -> Self {
+        HeldAck(token)
+    }
+
+    pub(crate) fn is_tracked(&self) -> bool {
+        self.0.is_tracked()
+    }
+
+    pub(crate) fn ack(mut self) {
+        std::mem::take(&mut self.0).ack();
+    }
+}
+
+impl Drop for HeldAck {
+    fn drop(&mut self) {
+        std::mem::take(&mut self.0).fail();
+    }
+}
+
+impl Drop for AckToken {
+    fn drop(&mut self) {
+        if matches!(self.0, Kind::Inert) {
+            return;
+        }
+        self.settle(if std::thread::panicking() {
+            Settle::Fail
+        } else {
+            Settle::Drop
+        });
+    }
+}
+
+impl FromIterator<AckToken> for AckToken {
+    fn from_iter<I: IntoIterator<Item = AckToken>>(iter: I) -> Self {
+        let v: Vec<AckToken> = iter.into_iter().filter(AckToken::is_tracked).collect();
+        if v.is_empty() {
+            AckToken::default()
+        } else {
+            AckToken(Kind::Many(v))
+        }
+    }
+}
+
+impl From<SharedAck> for AckToken {
+    fn from(s: SharedAck) -> Self {
+        AckToken(Kind::Shared(s))
+    }
+}
+
+/// A cloneable [`AckToken`] (from [`AckToken::share`]): the message is processed when
+/// every clone is acked or dropped, failed if any clone failed. Convert a clone into an
+/// `AckToken` to hand it to a [`writer::Message`](crate::writer::Message).
+///
+/// ```
+/// # fn demo(mut m: kafkapipe::reader::Message) {
+/// use kafkapipe::writer;
+/// let shared = m.take_ack_token().share();
+/// let out: Vec<writer::Message> = ["a", "b"]
+///     .into_iter()
+///     .map(|v| writer::Message::new(v).with_ack(shared.clone()))
+///     .collect();
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SharedAck(Arc<SharedInner>);
+
+#[derive(Debug)]
+struct SharedInner {
+    token: Mutex<AckToken>,
+    failed: AtomicBool,
+    /// Some clone was acked explicitly (so the end is an ack, not a drop).
+    acked: AtomicBool,
+}
+
+impl SharedAck {
+    fn settle(self, how: Settle) {
+        match how {
+            Settle::Fail => self.0.failed.store(true, Ordering::SeqCst),
+            Settle::Ack => self.0.acked.store(true, Ordering::SeqCst),
+            Settle::Drop => {}
+        }
+        // The last clone decides when it goes (SharedInner's drop).
+    }
+
+    /// This part is processed.
+    ///
+    /// ```
+    /// # fn demo(s: kafkapipe::group::SharedAck) {
+    /// s.ack();
+    /// # }
+    /// ```
+    pub fn ack(self) {
+        self.settle(Settle::Ack);
+    }
+
+    /// This part was not processed: neither is the message.
+    ///
+    /// ```
+    /// # fn demo(s: kafkapipe::group::SharedAck) {
+    /// s.fail();
+    /// # }
+    /// ```
+    pub fn fail(self) {
+        self.settle(Settle::Fail);
+    }
+}
+
+impl Drop for SharedInner {
+    fn drop(&mut self) {
+        let mut token = std::mem::take(
+            self.token
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let how = if self.failed.load(Ordering::SeqCst) || std::thread::panicking() {
+            Settle::Fail
+        } else if self.acked.load(Ordering::SeqCst) {
+            Settle::Ack
+        } else {
+            Settle::Drop
+        };
+        token.settle(how);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn track(contiguous: bool, max: usize) -> (Arc<Pulse>, Arc<Track>) {
+        let pulse = Arc::new(Pulse::default());
+        let t = Arc::new(Track::new(-1, contiguous, max, pulse.clone()));
+        (pulse, t)
+    }
+
+    fn token(t: &Arc<Track>, offset: i64) -> AckToken {
+        let seq = t.deliver(offset, offset + 1).expect("room");
+        AckToken::tracked(t.clone(), seq, offset)
+    }
+
+    #[test]
+    fn sources_see_through_shared_and_merged_tokens() {
+        let (_pulse, t) = track(true, 10);
+        let a = token(&t, 5);
+        let b = token(&t, 6);
+        let c = token(&t, 7);
+        let shared = c.share();
+        let merged: AckToken = [a, AckToken::from(shared.clone())].into_iter().collect();
+        let mut out = Vec::new();
+        merged.sources(&mut out);
+        b.sources(&mut out);
+        let offsets: Vec<i64> = out.iter().map(|(_, _, o)| *o).collect();
+        assert_eq!(offsets, vec![5, 7, 6]);
+        assert!(out.iter().all(|(tr, seq, _)| tr.is_current(*seq)));
+        let mut none = Vec::new();
+        AckToken::default().sources(&mut none);
+        assert!(none.is_empty());
+        drop((merged, b, shared));
+    }
+
+    #[test]
+    fn a_restart_or_a_give_up_makes_earlier_deliveries_stale() {
+        let (pulse, t) = track(true, 10);
+        let a = token(&t, 5);
+        let mut out = Vec::new();
+        a.sources(&mut out);
+        let seq = out[0].1;
+        assert!(t.is_current(seq));
+        t.restart();
+        assert!(!t.is_current(seq), "forgotten by a seek/rewind");
+        let b = token(&t, 5);
+        let mut out = Vec::new();
+        b.sources(&mut out);
+        assert!(t.is_current(out[0].1));
+        b.ack();
+        assert_eq!(t.pending_offset(), 6);
+        assert_eq!(t.committed_offset(), -1);
+        t.committed(6);
+        assert_eq!(t.committed_offset(), 6);
+        let c = token(&t, 6);
+        let mut out = Vec::new();
+        c.sources(&mut out);
+        t.deactivate();
+        assert!(!t.active());
+        assert!(!t.is_current(out[0].1), "given up");
+        pulse.polled();
+        drop((a, c));
+    }
+
+    #[test]
+    fn dropped_tokens_count_once_the_reader_is_polled_again() {
+        let (pulse, t) = track(true, 100);
+        pulse.polled();
+        let a = token(&t, 0);
+        let b = token(&t, 1);
+        drop(a); // filtered out
+        assert_eq!(t.due(), None, "not before the reader is polled again");
+        pulse.polled();
+        assert_eq!(t.due(), Some(1));
+        b.ack();
+        assert_eq!(t.due(), Some(2));
+    }
+
+    #[test]
+    fn a_token_dropped_after_the_last_poll_is_not_processed() {
+        // A failing stage drops its message and ends the pipeline: nothing polls again.
+        let (pulse, t) = track(true, 100);
+        pulse.polled();
+        let a = token(&t, 7);
+        a.ack();
+        let b = token(&t, 8);
+        drop(b);
+        assert_eq!(t.due(), Some(8));
+    }
+
+    #[test]
+    fn failed_tokens_hold_the_commit() {
+        let (pulse, t) = track(true, 100);
+        let a = token(&t, 0);
+        let b = token(&t, 1);
+        a.fail();
+        b.ack();
+        pulse.polled();
+        assert_eq!(t.due(), None);
+        assert_eq!(t.unacked().0, 2);
+    }
+
+    #[test]
+    fn out_of_order_acks_commit_the_contiguous_prefix() {
+        let (_pulse, t) = track(true, 100);
+        let toks: Vec<_> = (0..5).map(|o| token(&t, o)).collect();
+        let mut toks = toks.into_iter();
+        let (t0, t1, t2, t3, t4) = (
+            toks.next().unwrap(),
+            toks.next().unwrap(),
+            toks.next().unwrap(),
+            toks.next().unwrap(),
+            toks.next().unwrap(),
+        );
+        t3.ack();
+        t1.ack();
+        assert_eq!(t.due(), None);
+        t0.ack();
+        assert_eq!(t.due(), Some(2));
+        t2.ack();
+        assert_eq!(t.due(), Some(4));
+        t4.ack();
+        assert_eq!(t.due(), Some(5));
+    }
+
+    #[test]
+    fn not_contiguous_commits_through_the_highest_processed() {
+        let (_pulse, t) = track(false, 100);
+        let a = token(&t, 0);
+        let b = token(&t, 1);
+        b.ack();
+        assert_eq!(t.due(), Some(2));
+        a.fail();
+        assert_eq!(t.due(), Some(2));
+    }
+
+    #[test]
+    fn the_bound_refuses_deliveries_until_room_is_made() {
+        let (pulse, t) = track(true, 2);
+        let a = token(&t, 0);
+        let _b = token(&t, 1);
+        assert_eq!(t.deliver(2, 3), Err(Full));
+        assert_eq!(t.unacked().0, 2);
+        a.ack();
+        assert!(t.deliver(2, 3).is_ok());
+        pulse.polled();
+    }
+
+    #[test]
+    fn tokens_of_an_earlier_ownership_change_nothing() {
+        let pulse = Arc::new(Pulse::default());
+        let old = Arc::new(Track::new(-1, true, 100, pulse.clone()));
+        let stale = token(&old, 5);
+        old.deactivate();
+        // The partition comes back to this member, committed at 3 by someone else.
+        let new = Arc::new(Track::new(3, true, 100, pulse.clone()));
+        let fresh = token(&new, 3);
+        stale.ack();
+        pulse.polled();
+        assert_eq!(new.due(), None, "a stale ack must not commit 6");
+        fresh.ack();
+        assert_eq!(new.due(), Some(4));
+    }
+
+    #[test]
+    fn shared_tokens_are_processed_when_every_clone_is() {
+        let (pulse, t) = track(true, 100);
+        let s = token(&t, 0).share();
+        let (a, b, c) = (s.clone(), s.clone(), s);
+        a.ack();
+        b.ack();
+        assert_eq!(t.due(), None);
+        c.ack();
+        pulse.polled();
+        assert_eq!(t.due(), Some(1));
+
+        let s = token(&t, 1).share();
+        let (a, b) = (s.clone(), s);
+        a.fail();
+        b.ack();
+        pulse.polled();
+        assert_eq!(t.due(), Some(1), "one failed part holds the message");
+    }
+
+    #[test]
+    fn merged_tokens_settle_together() {
+        let (_pulse, t) = track(true, 100);
+        let merged: AckToken = (0..3).map(|o| token(&t, o)).collect();
+        assert!(merged.is_tracked());
+        assert_eq!(t.due(), None);
+        merged.ack();
+        assert_eq!(t.due(), Some(3));
+    }
+
+    #[test]
+    fn a_panicking_holder_fails_its_token() {
+        let (pulse, t) = track(true, 100);
+        let a = token(&t, 0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _held = a;
+            panic!("worker died");
+        }));
+        assert!(r.is_err());
+        pulse.polled();
+        assert_eq!(t.due(), None);
+    }
+
+    #[test]
+    fn commits_skip_what_follows_the_last_message_and_nothing_else() {
+        let (_pulse, t) = track(true, 100);
+        // 0, then a commit marker at 1: nothing to yield before 2
+        let seq = t.deliver(0, 2).unwrap();
+        let a = AckToken::tracked(t.clone(), seq, 0);
+        // a later fetch found only markers 2..5 while 0 was still being processed
+        t.gap(2, 5);
+        assert_eq!(t.due(), None);
+        a.ack();
+        assert_eq!(t.due(), Some(5));
+        // nothing tracked and the commit at the gap's start: it moves
+        t.gap(5, 7);
+        assert_eq!(t.due(), Some(7));
+        // a gap that does not start where the commit is: ignored
+        t.gap(9, 12);
+        assert_eq!(t.due(), Some(7));
+    }
+
+    #[test]
+    fn held_counts_only_tokens_still_pending() {
+        let (pulse, t) = track(true, 100);
+        let a = token(&t, 0);
+        let b = token(&t, 1);
+        let c = token(&t, 2);
+        let d = token(&t, 3);
+        assert_eq!(t.held(), 4);
+        a.ack();
+        b.fail();
+        drop(c); // dropped after the last poll: not processed, but not held either
+        assert_eq!(t.held(), 1);
+        assert_eq!(t.due(), Some(1));
+        d.ack();
+        assert_eq!(t.held(), 0);
+        let _e = token(&t, 4);
+        pulse.polled();
+        assert_eq!(t.held(), 1);
+        t.deactivate();
+        assert_eq!(t.held(), 0, "a given-up partition holds nothing");
+    }
+
+    #[test]
+    fn seek_back_restarts_tracking() {
+        let (_pulse, t) = track(true, 100);
+        let _a = token(&t, 10);
+        let _b = token(&t, 11);
+        let c = token(&t, 3);
+        c.ack();
+        assert_eq!(t.due(), Some(4));
+    }
+
+    #[test]
+    fn explicit_offset_acks_never_pass_a_tracked_message() {
+        let (_pulse, t) = track(true, 100);
+        let _a = token(&t, 10); // 0..10 yielded before tracking
+        assert!(t.ack_offset(4));
+        assert_eq!(t.due(), Some(5));
+        assert!(!t.ack_offset(12));
+        assert!(t.ack_offset(9));
+        assert_eq!(t.due(), Some(10));
+        assert!(t.ack_offset(10));
+        assert_eq!(t.due(), Some(11));
+    }
+}

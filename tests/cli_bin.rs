@@ -1,0 +1,919 @@
+//! The `kafkapipe` command line tool (`src/bin/kafkapipe/`), run as the built binary
+//! against Apache Kafka (the shared single-node test broker), as a user runs it:
+//! arguments, stdin, stdout, stderr, exit codes and signals.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::SinkExt;
+use kafkapipe::admin::Admin;
+use kafkapipe::writer::{Message, Writer, WriterConfig};
+
+fn exe() -> &'static str {
+    // KAFKAPIPE_EXE: run these tests against another build (e.g. an older one).
+    static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        std::env::var("KAFKAPIPE_EXE").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kafkapipe").into())
+    })
+}
+
+fn addr() -> String {
+    common::shared().addr.clone()
+}
+
+/// A finished run: exit code, stdout, stderr.
+struct Run {
+    code: Option<i32>,
+    out: String,
+    err: String,
+}
+
+/// Runs `kafkapipe ARGS` (no `-b` added) with `stdin` and waits for it.
+fn run_raw(args: &[&str], stdin: &str) -> Run {
+    let mut child = Command::new(exe())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let data = stdin.as_bytes().to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    Run {
+        code: out.status.code(),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `kafkapipe -b BROKER ARGS`.
+fn run(args: &[&str], stdin: &str) -> Run {
+    let a = addr();
+    let mut full = vec!["-b", a.as_str()];
+    full.extend_from_slice(args);
+    run_raw(&full, stdin)
+}
+
+/// Runs `kafkapipe -b BROKER ARGS`, asserts exit 0 and returns stdout.
+fn ok(args: &[&str], stdin: &str) -> String {
+    let r = run(args, stdin);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "{args:?}\nstdout:\n{}\nstderr:\n{}",
+        r.out,
+        r.err
+    );
+    r.out
+}
+
+/// A running `kafkapipe` whose stdout lines are collected as they come; killed on drop.
+struct Running {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    err: Arc<Mutex<String>>,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        Running::spawn(args, false)
+    }
+
+    /// Like `start`, with stdin a pipe that stays open (see `write_stdin`).
+    fn start_with_stdin(args: &[&str]) -> Running {
+        Running::spawn(args, true)
+    }
+
+    fn spawn(args: &[&str], with_stdin: bool) -> Running {
+        let a = addr();
+        let mut child = Command::new(exe())
+            .arg("-b")
+            .arg(&a)
+            .args(args)
+            .stdin(if with_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let out = child.stdout.take().unwrap();
+        let sink = lines.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let err = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let err_sink = err.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let mut e = err_sink.lock().unwrap();
+                e.push_str(&line);
+                e.push('\n');
+            }
+        });
+        Running {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            reader: Some(reader),
+            err,
+        }
+    }
+
+    fn write_stdin(&mut self, data: &str) {
+        let input = self.stdin.as_mut().unwrap();
+        input.write_all(data.as_bytes()).unwrap();
+        input.flush().unwrap();
+    }
+
+    fn count(&self) -> usize {
+        self.lines.lock().unwrap().len()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// Waits for the exit (the harness's test timeout bounds a hang) and returns the exit
+    /// code (None: killed by a signal) and every stdout line.
+    fn wait(mut self) -> (Option<i32>, Vec<String>, String) {
+        let status = self.child.wait().unwrap();
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        let lines = self.lines.lock().unwrap().clone();
+        let err = self.err.lock().unwrap().clone();
+        (status.code(), lines, err)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn produce_values(topic: &str, partitions: i32, n: usize) {
+    let mut w = Writer::new(WriterConfig::new([addr()]).topic(topic)).unwrap();
+    let msgs: Vec<Message> = (0..n)
+        .map(|i| Message::new(format!("r{i}")).with_partition((i % partitions as usize) as i32))
+        .collect();
+    for chunk in msgs.chunks(5000) {
+        w.write_messages(chunk.to_vec()).await.unwrap();
+    }
+    w.close().await.unwrap();
+}
+
+/// The group's committed offsets on `topic`, by partition (absent: none).
+async fn committed(admin: &Admin, group: &str, topic: &str) -> BTreeMap<i32, i64> {
+    admin
+        .fetch_group_offsets(group, Some(&[topic]))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|(tp, r)| {
+            let o = r.ok()?.offset;
+            (o >= 0).then_some((tp.partition, o))
+        })
+        .collect()
+}
+
+/// Polls until `cond` holds, for at most `limit` seconds; evaluates to whether it did (a
+/// readiness wait, not a timing assertion: the caller checks the outcome either way).
+macro_rules! until {
+    ($limit:expr, $cond:expr) => {{
+        let deadline = Instant::now() + Duration::from_secs($limit);
+        loop {
+            if $cond {
+                break true;
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }};
+}
+
+/// One member in follow mode prints 100 records; SIGTERM (and SIGINT) stop it with exit 0,
+/// every committed record was printed, and a second run prints nothing new.
+async fn group_member_stopped_by(sig: &str) {
+    let topic = common::unique_topic("cli-sig");
+    common::create_topic(&addr(), &topic, 1, 1);
+    produce_values(&topic, 1, 100).await;
+    let group = common::unique_topic("cli-sig-group");
+    let admin = Admin::connect([addr()]).unwrap();
+
+    let member = Running::start(&["consume", &topic, "-g", &group, "-o", "beginning"]);
+    // Ready: all 100 printed, or (the bug this guards against) all 100 committed.
+    let ready = until!(
+        60,
+        member.count() >= 100
+            || committed(&admin, &group, &topic).await.get(&0).copied() == Some(100)
+    );
+    assert!(
+        ready,
+        "the member neither printed nor committed 100 records"
+    );
+    let signalled = Instant::now();
+    member.signal(sig);
+    let (code, lines, err) = member.wait();
+    let took = signalled.elapsed();
+    let done = committed(&admin, &group, &topic).await;
+    let committed_total: i64 = done.values().sum();
+    assert_eq!(
+        committed_total as usize,
+        lines.len(),
+        "committed {committed_total} but printed {} (exit {code:?})\n{err}",
+        lines.len()
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        took < Duration::from_secs(5),
+        "exit took {took:?} after SIG{sig}\n{err}"
+    );
+    assert_eq!(lines.len(), 100);
+    let want: Vec<String> = (0..100).map(|i| format!("r{i}")).collect();
+    assert_eq!(lines, want);
+    // It left the group on the way out: no member is left waiting to time out.
+    let (_, described) = admin
+        .describe_groups(&[&group])
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    let described = described.unwrap();
+    assert!(
+        described.members.is_empty(),
+        "still a member after exiting: {described:?}"
+    );
+
+    // A second run resumes after the commit: only a record written since is printed.
+    let again = Running::start(&["consume", &topic, "-g", &group, "-o", "beginning"]);
+    produce_values(&topic, 1, 1).await;
+    assert!(
+        until!(60, again.count() >= 1),
+        "the second run printed nothing"
+    );
+    again.signal(sig);
+    let (code, lines, err) = again.wait();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(lines, ["r0"]);
+    admin.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn group_member_sigterm_prints_every_committed_record_and_exits_0() {
+    group_member_stopped_by("TERM").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn group_member_sigint_prints_every_committed_record_and_exits_0() {
+    group_member_stopped_by("INT").await;
+}
+
+/// A record a follower (no `-e`) fetches is on its stdout at once, not when an output
+/// buffer fills; SIGINT then ends the follower with exit 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn follower_shows_each_record_promptly() {
+    let topic = common::unique_topic("cli-follow");
+    common::create_topic(&addr(), &topic, 1, 1);
+    let follower = Running::start(&["consume", &topic, "-o", "beginning"]);
+    let group = common::unique_topic("cli-fg");
+    let member = Running::start(&["consume", &topic, "-g", &group, "-o", "beginning"]);
+    // Let both start fetching (the member join) first: the record then arrives while
+    // they follow.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    produce_values(&topic, 1, 1).await;
+    let shown = until!(15, follower.count() >= 1 && member.count() >= 1);
+    assert!(
+        shown,
+        "follower printed {} and group member {} of 1 record within 15 s",
+        follower.count(),
+        member.count()
+    );
+    follower.signal("INT");
+    member.signal("INT");
+    let (code, lines, err) = follower.wait();
+    assert_eq!((code, lines), (Some(0), vec!["r0".to_string()]), "{err}");
+    let (code, lines, err) = member.wait();
+    assert_eq!((code, lines), (Some(0), vec!["r0".to_string()]), "{err}");
+}
+
+/// `-f` formats every field (null key, headers), `-J` prints JSON lines, `-k` key SEP
+/// value.
+#[tokio::test(flavor = "multi_thread")]
+async fn consume_format_and_json() {
+    let topic = common::unique_topic("cli-fmt");
+    common::create_topic(&addr(), &topic, 1, 1);
+    let mut w = Writer::new(WriterConfig::new([addr()]).topic(topic.as_str())).unwrap();
+    w.send(
+        Message::keyed("k1", "v \"1\"")
+            .with_header("h1", "a")
+            .with_header("h2", "b"),
+    )
+    .await
+    .unwrap();
+    w.send(Message::new("v2")).await.unwrap();
+    w.close().await.unwrap();
+
+    let out = ok(
+        &[
+            "consume",
+            &topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%t|%p|%o|%k|%K|%s|%S|%h|%%\\n",
+        ],
+        "",
+    );
+    assert_eq!(
+        out,
+        format!("{topic}|0|0|k1|2|v \"1\"|5|h1=a,h2=b|%\n{topic}|0|1||-1|v2|2||%\n")
+    );
+    let out = ok(&["consume", &topic, "-o", "beginning", "-e", "-J"], "");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "{{\"topic\":\"{topic}\",\"partition\":0,\"offset\":0,\"timestamp\":"
+        )),
+        "{out}"
+    );
+    assert!(
+        lines[0].ends_with(
+            ",\"key\":\"k1\",\"value\":\"v \\\"1\\\"\",\"headers\":[[\"h1\",\"a\"],[\"h2\",\"b\"]]}"
+        ),
+        "{out}"
+    );
+    assert!(
+        lines[1].ends_with(",\"key\":null,\"value\":\"v2\",\"headers\":[]}"),
+        "{out}"
+    );
+    let out = ok(&["consume", &topic, "-o", "beginning", "-e", "-k", "="], "");
+    assert_eq!(out, "k1=v \"1\"\n=v2\n");
+    // A bad format is a usage error.
+    let r = run(&["consume", &topic, "-e", "-f", "%x"], "");
+    assert_eq!(r.code, Some(2), "{}", r.err);
+}
+
+/// `produce` with a key delimiter, a partition, headers, each compression codec and acks.
+#[tokio::test(flavor = "multi_thread")]
+async fn produce_key_partition_headers_compression_acks() {
+    let topic = common::unique_topic("cli-prod");
+    common::create_topic(&addr(), &topic, 3, 1);
+    for (i, (codec, acks)) in [
+        ("none", "all"),
+        ("gzip", "1"),
+        ("snappy", "-1"),
+        ("lz4", "all"),
+        ("zstd", "1"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = run(
+            &[
+                "produce", &topic, "-k", "::", "-p", "2", "-H", "src=cli", "-H", "n=x=y", "-z",
+                codec, "-a", acks,
+            ],
+            &format!("key{i}::value::{i}\nnokey{i}\n"),
+        );
+        assert_eq!(r.code, Some(0), "{codec} {acks}: {}", r.err);
+        assert!(r.err.contains("produced 2 records"), "{}", r.err);
+    }
+    let out = ok(
+        &[
+            "consume",
+            &topic,
+            "-p",
+            "2",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%k|%s|%h\\n",
+        ],
+        "",
+    );
+    let want: Vec<String> = (0..5)
+        .flat_map(|i| {
+            [
+                format!("key{i}|value::{i}|src=cli,n=x=y"),
+                format!("|nokey{i}|src=cli,n=x=y"),
+            ]
+        })
+        .collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), want);
+    assert_eq!(ok(&["offsets", &topic], ""), "0\t0\t0\n1\t0\t0\n2\t0\t10\n");
+    // Bad values are usage errors.
+    for bad in [&["-z", "brotli"][..], &["-a", "2"], &["-H", "novalue"]] {
+        let mut args = vec!["produce", topic.as_str()];
+        args.extend_from_slice(bad);
+        let r = run(&args, "x\n");
+        assert_eq!(r.code, Some(2), "{bad:?}: {}", r.err);
+    }
+}
+
+/// SIGTERM while stdin is still open: what was read is delivered, exit 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn produce_sigterm_delivers_what_was_read() {
+    let topic = common::unique_topic("cli-prod-sig");
+    common::create_topic(&addr(), &topic, 1, 1);
+    let mut p = Running::start_with_stdin(&["produce", &topic]);
+    p.write_stdin("a\nb\nc\n");
+    let admin = Admin::connect([addr()]).unwrap();
+    let tp = kafkapipe::admin::TopicPartition::new(&topic, 0);
+    let end = || async {
+        admin
+            .list_offsets(&[(tp.clone(), kafkapipe::admin::OffsetSpec::Latest)])
+            .await
+            .unwrap()[0]
+            .1
+            .as_ref()
+            .map(|o| o.offset)
+            .unwrap_or(-1)
+    };
+    assert!(
+        until!(30, end().await == 3),
+        "3 lines not delivered while running"
+    );
+    p.signal("TERM");
+    let (code, _, err) = p.wait();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("stopped by signal"), "{err}");
+    assert_eq!(end().await, 3);
+    admin.close().await;
+}
+
+/// `--version`, `--help` of the tool and of every command, and usage errors (exit 2).
+#[test]
+fn version_help_and_usage_errors() {
+    let r = run_raw(&["--version"], "");
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    assert_eq!(r.out, format!("kafkapipe {}\n", env!("CARGO_PKG_VERSION")));
+    let r = run_raw(&["--help"], "");
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    for want in [
+        "produce",
+        "consume",
+        "topics",
+        "groups",
+        "offsets",
+        "cluster",
+        "Exit codes",
+        "-X",
+    ] {
+        assert!(r.out.contains(want), "--help lacks {want:?}:\n{}", r.out);
+    }
+    for (cmd, want) in [
+        (
+            &["produce"][..],
+            &[
+                "--key-delimiter",
+                "--partition",
+                "--header",
+                "--compression",
+                "--acks",
+            ][..],
+        ),
+        (
+            &["consume"],
+            &[
+                "--format", "--json", "--group", "--offset", "--exit", "--count", "SIGTERM",
+            ],
+        ),
+        (&["topics"], &["create", "delete", "describe", "list"]),
+        (
+            &["topics", "create"],
+            &["--partitions", "--replication", "--config"],
+        ),
+        (&["groups"], &["describe", "delete", "list"]),
+        (&["offsets"], &["TOPIC"]),
+        (&["cluster"], &["Usage"]),
+    ] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let r = run_raw(&args, "");
+        assert_eq!(r.code, Some(0), "{args:?}: {}", r.err);
+        for w in want {
+            assert!(r.out.contains(w), "{args:?} lacks {w:?}:\n{}", r.out);
+        }
+    }
+    // Usage errors: exit 2 with a message, before anything connects.
+    for (args, want) in [
+        (&["-X", "no.such.key=1", "topics"][..], "no.such.key"),
+        (&["-X", "novalue", "topics"], "KEY=VALUE"),
+        (
+            &["-X", "request.timeout.ms=soon", "topics"],
+            "request.timeout.ms",
+        ),
+        (
+            &["-X", "security.protocol=ssl", "topics"],
+            "ssl.ca.location",
+        ),
+        (
+            &[
+                "-X",
+                "security.protocol=ssl",
+                "-X",
+                "ssl.ca.location=/no/such/ca.pem",
+                "topics",
+            ],
+            "/no/such/ca.pem",
+        ),
+        (
+            &["-X", "sasl.username=alice", "topics"],
+            "security.protocol",
+        ),
+        (&["frobnicate"], "frobnicate"),
+        (&["consume"], "TOPIC"),
+        (&["consume", "t", "-g", "g", "-e"], "--exit"),
+        (&["consume", "t", "-g", "g", "-o", "5"], "beginning or end"),
+    ] {
+        let r = run_raw(args, "");
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.err);
+        assert!(
+            r.err.contains(want),
+            "{args:?}: stderr lacks {want:?}:\n{}",
+            r.err
+        );
+    }
+    let r = run_raw(&["-X", "list"], "");
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    assert!(
+        r.out.contains("sasl.mechanism") && r.out.contains("ssl.ca.location"),
+        "{}",
+        r.out
+    );
+    // A failing command (nothing listens there) is exit 1.
+    let port = common::free_port();
+    let r = run_raw(
+        &[
+            "-b",
+            &format!("127.0.0.1:{port}"),
+            "-X",
+            "socket.connection.setup.timeout.ms=500",
+            "-X",
+            "request.timeout.ms=500",
+            "topics",
+        ],
+        "",
+    );
+    assert_eq!(r.code, Some(1), "{}", r.err);
+}
+
+/// `kafkapipe consume … | head -1`: the reader closing stdout ends the consumer with
+/// exit 0 and nothing on stderr but the summary.
+#[tokio::test(flavor = "multi_thread")]
+async fn closed_stdout_exits_0() {
+    let topic = common::unique_topic("cli-head");
+    common::create_topic(&addr(), &topic, 1, 1);
+    produce_values(&topic, 1, 50_000).await;
+    let a = addr();
+    let group = common::unique_topic("cli-head-group");
+    for extra in [&["-e"][..], &["-g", group.as_str()]] {
+        let mut child = Command::new(exe())
+            .args(["-b", &a, "consume", &topic, "-o", "beginning"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        assert_eq!(first, "r0\n");
+        drop(out);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        let status = status
+            .unwrap_or_else(|| panic!("{extra:?}: still running 30 s after stdout closed\n{err}"));
+        assert_eq!(status.code(), Some(0), "{extra:?}: {err}");
+        assert!(!err.contains("kafkapipe:"), "{extra:?}: {err}");
+    }
+}
+
+/// The commands end to end: topics create/list/describe/delete, produce, consume by
+/// partition and offset (beginning, -N, end, -c), as a group member, offsets, groups
+/// list/describe/delete, cluster, and a failing describe (exit 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn topics_produce_consume_offsets_groups() {
+    let topic = common::unique_topic("cli");
+    let out = ok(
+        &[
+            "topics",
+            "create",
+            &topic,
+            "-p",
+            "2",
+            "-c",
+            "retention.ms=3600000",
+        ],
+        "",
+    );
+    assert_eq!(out, format!("created {topic}\n"));
+    // Like kafka-topics.sh, `topics create` returns once the controller created the
+    // topic; the broker serves it a moment later.
+    let conn = kafkapipe::conn::Conn::connect(&addr()).await.unwrap();
+    common::wait_for_topic(&conn, &topic, 2).await;
+    conn.close().await;
+    let out = ok(&["topics", "list"], "");
+    assert!(out.lines().any(|l| l == format!("{topic}\t2")), "{out}");
+    let out = ok(&["topics"], "");
+    assert!(out.lines().any(|l| l == format!("{topic}\t2")), "{out}");
+    let out = ok(&["topics", "describe", &topic], "");
+    assert!(
+        out.starts_with(&format!("topic {topic} partitions 2\n")),
+        "{out}"
+    );
+    assert_eq!(out.matches("  partition ").count(), 2, "{out}");
+    assert!(out.contains("  config retention.ms=3600000\n"), "{out}");
+
+    let lines: String = (0..5).map(|i| format!("key{i}:value {i}\n")).collect();
+    let r = run(&["produce", &topic, "-k", ":", "-p", "1"], &lines);
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    assert!(r.err.contains("produced 5 records"), "{}", r.err);
+    ok(&["produce", &topic, "-p", "0"], "plain\r\n");
+
+    let out = ok(
+        &[
+            "consume",
+            &topic,
+            "-p",
+            "1",
+            "-o",
+            "beginning",
+            "-e",
+            "-k",
+            "=",
+        ],
+        "",
+    );
+    let want: Vec<String> = (0..5).map(|i| format!("key{i}=value {i}")).collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), want);
+    let out = ok(
+        &["consume", &topic, "-o", "beginning", "-c", "3", "-p", "1"],
+        "",
+    );
+    assert_eq!(out, "value 0\nvalue 1\nvalue 2\n");
+    let out = ok(&["consume", &topic, "-p", "1", "-o", "-2", "-e"], "");
+    assert_eq!(out, "value 3\nvalue 4\n");
+    let out = ok(&["consume", &topic, "-p", "1", "-o", "3", "-e"], "");
+    assert_eq!(out, "value 3\nvalue 4\n");
+    let out = ok(&["consume", &topic, "-o", "beginning", "-e"], "");
+    assert_eq!(out.lines().count(), 6, "{out}");
+    assert!(out.lines().any(|l| l == "plain"), "{out}");
+    let out = ok(&["consume", &topic, "-o", "end", "-e"], "");
+    assert_eq!(out, "");
+    let out = ok(&["consume", &topic, "-o", "@0", "-e", "-p", "0"], "");
+    assert_eq!(out, "plain\n");
+    let r = run(&["consume", &topic, "-p", "7", "-e"], "");
+    assert_eq!(r.code, Some(1), "{}", r.err);
+
+    let out = ok(&["offsets", &topic], "");
+    assert_eq!(out, "0\t0\t1\n1\t0\t5\n");
+
+    // As a group member: every record once, committed after printing.
+    let member = common::unique_topic("cli-member");
+    let out = ok(
+        &[
+            "consume",
+            &topic,
+            "--group",
+            &member,
+            "-o",
+            "beginning",
+            "-c",
+            "6",
+        ],
+        "",
+    );
+    assert_eq!(out.lines().count(), 6, "{out}");
+    let admin = Admin::connect([addr()]).unwrap();
+    assert_eq!(
+        committed(&admin, &member, &topic)
+            .await
+            .values()
+            .sum::<i64>(),
+        6
+    );
+
+    // A group with committed offsets: describe shows them with the lag.
+    let group = common::unique_topic("cli-group");
+    let tp = kafkapipe::admin::TopicPartition::new(&topic, 1);
+    admin
+        .commit_group_offsets(&group, &[(tp, 2)])
+        .await
+        .unwrap()[0]
+        .1
+        .clone()
+        .unwrap();
+    let out = ok(&["groups"], "");
+    assert!(
+        out.lines().any(|l| l.starts_with(&format!("{group}\t"))),
+        "{out}"
+    );
+    let out = ok(&["groups", "list"], "");
+    assert!(
+        out.lines().any(|l| l.starts_with(&format!("{group}\t"))),
+        "{out}"
+    );
+    let out = ok(&["groups", "describe", &group], "");
+    assert!(out.starts_with(&format!("group {group} state ")), "{out}");
+    assert!(
+        out.contains(&format!("  offset {topic} 1 committed 2 end 5 lag 3\n")),
+        "{out}"
+    );
+    assert_eq!(
+        ok(&["groups", "delete", &group], ""),
+        format!("deleted {group}\n")
+    );
+    admin.close().await;
+
+    let out = ok(&["cluster"], "");
+    assert!(out.contains(&addr()), "{out}");
+
+    let r = run(&["topics", "describe", "no-such-topic-cli"], "");
+    assert_eq!(r.code, Some(1), "{}", r.err);
+    assert!(r.out.contains("UnknownTopicOrPartition"), "{}", r.out);
+
+    let out = ok(&["topics", "delete", &topic], "");
+    assert_eq!(out, format!("deleted {topic}\n"));
+}
+
+/// `-X` passes TLS files and SASL credentials through: SCRAM over SASL_PLAINTEXT, PLAIN
+/// over SASL_SSL (produce and consume), mutual TLS with client certificate files; a wrong
+/// password fails with exit 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn security_settings_pass_through() {
+    let b = common::shared();
+    let ca = b.pki.ca_file.to_str().unwrap().to_string();
+    let dir = common::temp_dir("cli-pki");
+    let (cert, key) = (dir.join("client.pem"), dir.join("client.key"));
+    std::fs::write(&cert, &b.pki.client_cert_pem).unwrap();
+    std::fs::write(&key, &b.pki.client_key_pem).unwrap();
+    let user = format!("sasl.username={}", common::USER);
+    let password = format!("sasl.password={}", common::PASSWORD);
+    let ca_setting = format!("ssl.ca.location={ca}");
+
+    let scram = [
+        "-X",
+        "security.protocol=sasl_plaintext",
+        "-X",
+        "sasl.mechanism=SCRAM-SHA-512",
+        "-X",
+        &user,
+        "-X",
+        &password,
+    ];
+    let mut args = vec!["-b", b.sasl_addr.as_str()];
+    args.extend_from_slice(&scram);
+    args.push("cluster");
+    let r = run_raw(&args, "");
+    assert_eq!(r.code, Some(0), "SCRAM: {}", r.err);
+    assert!(r.out.starts_with("cluster "), "{}", r.out);
+    let wrong = args
+        .iter()
+        .map(|a| {
+            if *a == password {
+                "sasl.password=wrong"
+            } else {
+                a
+            }
+        })
+        .collect::<Vec<_>>();
+    let r = run_raw(&wrong, "");
+    assert_eq!(r.code, Some(1), "wrong password: {}", r.err);
+
+    let topic = common::unique_topic("cli-sec");
+    common::create_topic(&addr(), &topic, 1, 1);
+    let sasl_ssl = [
+        "-b",
+        b.sasl_ssl_addr.as_str(),
+        "-X",
+        "security.protocol=sasl_ssl",
+        "-X",
+        &ca_setting,
+        "-X",
+        &user,
+        "-X",
+        &password,
+    ];
+    let mut args = sasl_ssl.to_vec();
+    args.extend_from_slice(&["produce", &topic]);
+    let r = run_raw(&args, "over sasl_ssl\n");
+    assert_eq!(r.code, Some(0), "SASL_SSL produce: {}", r.err);
+    let mut args = sasl_ssl.to_vec();
+    args.extend_from_slice(&["consume", &topic, "-o", "beginning", "-e"]);
+    let r = run_raw(&args, "");
+    assert_eq!(
+        (r.code, r.out.as_str()),
+        (Some(0), "over sasl_ssl\n"),
+        "{}",
+        r.err
+    );
+
+    let cert_setting = format!("ssl.certificate.location={}", cert.display());
+    let key_setting = format!("ssl.key.location={}", key.display());
+    let r = run_raw(
+        &[
+            "-b",
+            &b.mtls_addr,
+            "-X",
+            "security.protocol=ssl",
+            "-X",
+            &ca_setting,
+            "-X",
+            &cert_setting,
+            "-X",
+            &key_setting,
+            "consume",
+            &topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%s (%o)\\n",
+        ],
+        "",
+    );
+    assert_eq!(
+        (r.code, r.out.as_str()),
+        (Some(0), "over sasl_ssl (0)\n"),
+        "mTLS: {}",
+        r.err
+    );
+}
+
+/// SIGTERM in the middle of a backlog: the member stops early, and its commit is exactly
+/// the number of records it printed (none committed unprinted, none printed uncommitted).
+#[tokio::test(flavor = "multi_thread")]
+async fn group_member_sigterm_mid_backlog_commits_exactly_what_was_printed() {
+    let topic = common::unique_topic("cli-sig-mid");
+    common::create_topic(&addr(), &topic, 1, 1);
+    produce_values(&topic, 1, 200_000).await;
+    let group = common::unique_topic("cli-sig-mid-group");
+    let admin = Admin::connect([addr()]).unwrap();
+    let member = Running::start(&["consume", &topic, "-g", &group, "-o", "beginning"]);
+    assert!(until!(60, member.count() >= 1000), "nothing printed");
+    member.signal("TERM");
+    let (code, lines, err) = member.wait();
+    assert_eq!(code, Some(0), "{err}");
+    eprintln!("stopped after {} of 200000 records", lines.len());
+    let done = committed(&admin, &group, &topic).await;
+    assert_eq!(
+        done.get(&0).copied(),
+        Some(lines.len() as i64),
+        "printed {} (of 200000)\n{err}",
+        lines.len()
+    );
+    assert!(lines.iter().enumerate().all(|(i, l)| *l == format!("r{i}")));
+    admin.close().await;
+}

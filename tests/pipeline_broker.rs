@@ -1,0 +1,485 @@
+//! Pipelines as users build them, against Apache Kafka (the shared single-node test
+//! broker): group readers through filters, failing stages and transforms into a Writer,
+//! checking what the group commits.
+//!
+//! - a filter that drops messages lets the commit move past them;
+//! - a stage that fails leaves its message (and everything after it) uncommitted;
+//! - consume → transform → produce commits a source message only after what was made of
+//!   it is acknowledged by the broker: one-to-many, many-to-one, and a failed write;
+//! - tracking is bounded and a stuck pipeline shows in the stats;
+//! - interval mode does not commit on every `flush` that `forward` issues.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::ready;
+use futures::{StreamExt, TryStreamExt};
+use kafkapipe::admin::Admin;
+use kafkapipe::conn::{Conn, ProduceOptions};
+use kafkapipe::group::{AckToken, CommitMode};
+use kafkapipe::reader::{Reader, ReaderConfig, StartOffset};
+use kafkapipe::record::Record;
+use kafkapipe::writer::{self, Writer, WriterConfig};
+
+fn addr() -> String {
+    common::shared().addr.clone()
+}
+
+async fn topic(prefix: &str, partitions: i32) -> String {
+    let topic = common::unique_topic(prefix);
+    let conn = Conn::connect(&addr()).await.unwrap();
+    conn.create_topic(&topic, partitions, 1).await.unwrap();
+    common::wait_for_topic(&conn, &topic, partitions).await;
+    conn.close().await;
+    topic
+}
+
+/// `n` records `"{k}"` (k = 0..n) on every partition.
+async fn produce(topic: &str, partitions: i32, n: usize) {
+    let conn = Conn::connect(&addr()).await.unwrap();
+    for p in 0..partitions {
+        for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+            let records: Vec<Record> = chunk
+                .iter()
+                .map(|k| Record::new(format!("k{k}"), format!("{k}")))
+                .collect();
+            conn.produce(topic, p, &records, &ProduceOptions::default())
+                .await
+                .unwrap();
+        }
+    }
+    conn.close().await;
+}
+
+fn value_of(m: &kafkapipe::reader::Message) -> usize {
+    std::str::from_utf8(m.value.as_deref().unwrap())
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn group_config(group: &str, topic: &str) -> ReaderConfig {
+    ReaderConfig::new([addr()])
+        .group_id(group)
+        .topic(topic)
+        .max_wait(Duration::from_millis(50))
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(300))
+        .rebalance_timeout(Duration::from_secs(5))
+        .commit_mode(CommitMode::Interval(Duration::from_secs(3600)))
+}
+
+async fn committed(group: &str, topic: &str) -> BTreeMap<i32, i64> {
+    let admin = Admin::connect([addr()]).unwrap();
+    admin
+        .fetch_group_offsets(group, Some(&[topic]))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(tp, r)| (tp.partition, r.unwrap().offset))
+        .collect()
+}
+
+/// Every value in `topic` (all partitions), read to the end.
+async fn read_all(topic: &str, expected: usize) -> Vec<String> {
+    let mut reader = Reader::new(
+        ReaderConfig::new([addr()])
+            .topic(topic)
+            .start_offset(StartOffset::First)
+            .max_wait(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    while out.len() < expected {
+        let m = tokio::time::timeout(Duration::from_secs(30), reader.next_message())
+            .await
+            .expect("the written messages in time")
+            .unwrap();
+        out.push(String::from_utf8(m.value.unwrap().to_vec()).unwrap());
+    }
+    // nothing more than expected
+    let extra = tokio::time::timeout(Duration::from_millis(500), reader.next_message()).await;
+    assert!(extra.is_err(), "more than {expected} messages: {extra:?}");
+    reader.close().await;
+    out
+}
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// The README's shape, `reader.try_filter(p).forward(committer)`, with a filter that
+/// drops nine messages in ten: the commit moves past the dropped ones (it froze at the
+/// first dropped message before acknowledgement tokens).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_that_drops_messages_lets_the_commit_move_past_them() {
+    let topic = topic("pipe-filter", 3).await;
+    let group = common::unique_topic("pipe-filter-g");
+    produce(&topic, 3, 1000).await;
+    let mut reader = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let committer = reader.committer().unwrap();
+    tokio::time::timeout(
+        WITHIN,
+        (&mut reader)
+            .try_filter(|m| ready(value_of(m) % 10 == 9))
+            .take(300)
+            .forward(committer),
+    )
+    .await
+    .expect("300 kept messages in time")
+    .unwrap();
+    let all: BTreeMap<i32, i64> = (0..3).map(|p| (p, 1000)).collect();
+    assert_eq!(committed(&group, &topic).await, all);
+    let stats = reader.stats();
+    assert_eq!(stats.unacked, 0, "{stats:?}");
+    reader.close().await;
+}
+
+/// A processing stage fails on one message and ends the pipeline: that message was
+/// dropped inside the stage, but it is not processed — close commits only what came
+/// before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_stage_leaves_its_message_uncommitted() {
+    let topic = topic("pipe-fail", 1).await;
+    let group = common::unique_topic("pipe-fail-g");
+    produce(&topic, 1, 100).await;
+    let mut reader = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let committer = reader.committer().unwrap();
+    let err = tokio::time::timeout(
+        WITHIN,
+        (&mut reader)
+            .try_filter(|m| ready(value_of(m) % 2 == 0)) // drops the odd ones
+            .and_then(|m| async move {
+                if value_of(&m) == 50 {
+                    Err(kafkapipe::Error::config("processing failed"))
+                } else {
+                    Ok(m)
+                }
+            })
+            .forward(committer),
+    )
+    .await
+    .expect("the failure in time")
+    .expect_err("the stage fails");
+    assert!(err.to_string().contains("processing failed"), "{err}");
+    reader.close().await;
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 50)]));
+}
+
+/// One consumed message becomes three written ones; the source is committed once all
+/// three are acknowledged, and everything is written exactly as derived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_to_many_into_a_writer_commits_after_the_writes() {
+    let input = topic("pipe-1n-in", 2).await;
+    let output = topic("pipe-1n-out", 1).await;
+    let group = common::unique_topic("pipe-1n-g");
+    produce(&input, 2, 500).await;
+    let mut reader = Reader::new(group_config(&group, &input)).await.unwrap();
+    let writer = Writer::new(WriterConfig::new([addr()]).topic(&output)).unwrap();
+    tokio::time::timeout(
+        WITHIN,
+        (&mut reader)
+            .take(1000)
+            .map_ok(|mut m| {
+                let shared = m.take_ack_token().share();
+                let v = value_of(&m);
+                futures::stream::iter((0..3).map(move |i| {
+                    Ok(writer::Message::new(format!("{v}.{i}")).with_ack(shared.clone()))
+                }))
+            })
+            .try_flatten()
+            .forward(writer),
+    )
+    .await
+    .expect("the pipeline in time")
+    .unwrap();
+    reader.close().await;
+    assert_eq!(
+        committed(&group, &input).await,
+        BTreeMap::from([(0, 500), (1, 500)])
+    );
+    let written = read_all(&output, 3000).await;
+    for v in 0..500 {
+        for i in 0..3 {
+            assert_eq!(
+                written.iter().filter(|w| **w == format!("{v}.{i}")).count(),
+                2,
+                "{v}.{i} once per input partition"
+            );
+        }
+    }
+}
+
+/// Ten consumed messages become one written message carrying all ten tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_to_one_into_a_writer_commits_after_the_writes() {
+    let input = topic("pipe-n1-in", 1).await;
+    let output = topic("pipe-n1-out", 1).await;
+    let group = common::unique_topic("pipe-n1-g");
+    produce(&input, 1, 1000).await;
+    let mut reader = Reader::new(group_config(&group, &input)).await.unwrap();
+    let writer = Writer::new(WriterConfig::new([addr()]).topic(&output)).unwrap();
+    tokio::time::timeout(
+        WITHIN,
+        (&mut reader)
+            .take(1000)
+            .try_chunks(10)
+            .map_err(|e| e.1)
+            .map_ok(|mut ms| {
+                let sum: usize = ms.iter().map(value_of).sum();
+                let acks: AckToken = ms.iter_mut().map(|m| m.take_ack_token()).collect();
+                writer::Message::new(sum.to_string()).with_ack(acks)
+            })
+            .forward(writer),
+    )
+    .await
+    .expect("the pipeline in time")
+    .unwrap();
+    reader.close().await;
+    assert_eq!(committed(&group, &input).await, BTreeMap::from([(0, 1000)]));
+    let written = read_all(&output, 100).await;
+    let total: usize = written.iter().map(|w| w.parse::<usize>().unwrap()).sum();
+    assert_eq!(total, (0..1000).sum::<usize>());
+}
+
+/// The writer fails to deliver the derived messages of the second half: their sources
+/// stay uncommitted, those of the first half are committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_leaves_its_source_uncommitted() {
+    let input = topic("pipe-wfail-in", 1).await;
+    let output = topic("pipe-wfail-out", 1).await;
+    let group = common::unique_topic("pipe-wfail-g");
+    produce(&input, 1, 20).await;
+    let mut reader = Reader::new(group_config(&group, &input)).await.unwrap();
+    let writer = Writer::new(WriterConfig::new([addr()]).topic(&output)).unwrap();
+    let result = tokio::time::timeout(
+        WITHIN,
+        (&mut reader)
+            .take(20)
+            .map_ok(|m| {
+                // the second half goes to a partition the topic does not have
+                let partition = if value_of(&m) < 10 { 0 } else { 99 };
+                writer::Message::from(m).with_partition(partition)
+            })
+            .forward(writer),
+    )
+    .await
+    .expect("the pipeline in time");
+    assert!(result.is_err(), "the writes to partition 99 fail");
+    reader.close().await;
+    assert_eq!(committed(&group, &input).await, BTreeMap::from([(0, 10)]));
+}
+
+/// A pipeline that holds messages without finishing them: at `max_unacked` the reader
+/// stops yielding the partition, the stats show the oldest unprocessed message, and
+/// finishing it lets the reader go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracking_is_bounded_and_a_stuck_pipeline_shows_in_the_stats() {
+    let topic = topic("pipe-bound", 1).await;
+    let group = common::unique_topic("pipe-bound-g");
+    produce(&topic, 1, 50).await;
+    let mut reader = Reader::new(group_config(&group, &topic).max_unacked(10))
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        let m = tokio::time::timeout(WITHIN, reader.next_message())
+            .await
+            .expect("a message in time")
+            .unwrap();
+        held.push(m);
+    }
+    let blocked = tokio::time::timeout(Duration::from_secs(1), reader.next_message()).await;
+    assert!(
+        blocked.is_err(),
+        "an 11th message while 10 are unprocessed: {blocked:?}"
+    );
+    let stats = reader.stats();
+    assert_eq!(stats.unacked, 10, "{stats:?}");
+    let oldest = stats.oldest_unacked.expect("an oldest unacked message");
+    assert_eq!((oldest.partition, oldest.offset), (0, 0));
+    assert!(oldest.age >= Duration::from_secs(1), "{oldest:?}");
+
+    held.remove(0).take_ack_token().ack();
+    let next = tokio::time::timeout(WITHIN, reader.next_message())
+        .await
+        .expect("room for one more message")
+        .unwrap();
+    assert_eq!(next.offset, 10);
+    assert_eq!(reader.stats().oldest_unacked.map(|u| u.offset), Some(1));
+    // close waits (up to the rebalance timeout) for tokens still held: give them up
+    drop((held, next));
+    reader.close().await;
+}
+
+/// In interval mode a `forward` into the committer must not commit on every flush (it
+/// flushes whenever the reader is momentarily empty, so a trickle of messages meant one
+/// OffsetCommit each): before the interval, nothing is committed; close commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interval_mode_does_not_commit_on_every_flush() {
+    let topic = topic("pipe-interval", 1).await;
+    let group = common::unique_topic("pipe-interval-g");
+    let mut reader = Reader::new(group_config(&group, &topic)).await.unwrap();
+    let committer = reader.committer().unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let (stop, stopped) = futures::channel::oneshot::channel::<()>();
+    let pipeline = {
+        let seen = seen.clone();
+        (&mut reader)
+            .inspect_ok(move |_| {
+                seen.fetch_add(1, Ordering::SeqCst);
+            })
+            .take_until(stopped)
+            .forward(committer)
+    };
+    let driver = async {
+        // a trickle: the reader runs dry between messages, so `forward` flushes
+        for _ in 0..5 {
+            let before = seen.load(Ordering::SeqCst);
+            produce(&topic, 1, 1).await;
+            let deadline = Instant::now() + WITHIN;
+            while seen.load(Ordering::SeqCst) == before {
+                assert!(Instant::now() < deadline, "message consumed in time");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        // give a flush on the now empty reader every chance to commit
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mid = committed(&group, &topic).await;
+        stop.send(()).unwrap();
+        mid
+    };
+    let (result, mid) = tokio::join!(tokio::time::timeout(WITHIN, pipeline), driver);
+    result.expect("the pipeline stops").unwrap();
+    assert_eq!(
+        mid,
+        BTreeMap::from([(0, -1)]),
+        "committed before the interval"
+    );
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 5)]));
+    reader.close().await;
+}
+
+/// A synchronous consumer loop on a current-thread runtime: while the reader has buffered
+/// messages, every `next()` is ready at once, so without tokio's cooperative budget the
+/// loop never yields and the group's heartbeats wait until the buffer is empty. Here
+/// processing a full buffer takes longer than the session timeout: the member must keep
+/// its partitions (no Lost/Revoked event, one generation).
+#[tokio::test(flavor = "current_thread")]
+async fn a_busy_consumer_loop_does_not_starve_the_heartbeats() {
+    use kafkapipe::group::GroupEvent;
+    let topic = topic("pipe-coop", 1).await;
+    let group = common::unique_topic("pipe-coop-g");
+    produce(&topic, 1, 3000).await;
+    let mut reader = Reader::new(
+        group_config(&group, &topic)
+            .session_timeout(Duration::from_secs(2))
+            .heartbeat_interval(Duration::from_millis(200))
+            .queue_capacity(3000),
+    )
+    .await
+    .unwrap();
+    let mut events = reader.events().unwrap();
+    // Let the buffer fill before consuming.
+    let first = tokio::time::timeout(WITHIN, reader.next_message())
+        .await
+        .expect("a message in time")
+        .unwrap();
+    let deadline = Instant::now() + WITHIN;
+    while reader.stats().queue_length < 2999 {
+        assert!(Instant::now() < deadline, "buffer filled in time");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut last = first.offset;
+    // 2999 × 2 ms of blocking work: 6 s, three session timeouts.
+    while last < 2999 {
+        let m = tokio::time::timeout(WITHIN, reader.next_message())
+            .await
+            .expect("a message in time")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        last = m.offset;
+    }
+    let mut seen = Vec::new();
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(200), events.next()).await {
+        seen.push(e);
+    }
+    assert!(
+        matches!(seen.as_slice(), [GroupEvent::Assigned { .. }]),
+        "the member lost its partitions while the loop was busy: {seen:?}"
+    );
+    reader.close().await;
+}
+
+/// Real transactions, written by librdkafka: committed, aborted, committed, five
+/// messages each. The log holds a control record after each, so the last data message is
+/// not the last offset: read to the end, `lag()` must reach 0 (it stayed at 1) and the
+/// group must commit past the marker (as the Java consumer commits its position), so the
+/// group's lag reaches 0 too. read_committed hides the aborted transaction;
+/// read_uncommitted shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_topics_reach_zero_lag_and_hide_aborted_records() {
+    use kafkapipe::conn::IsolationLevel;
+    let topic = topic("pipe-txn", 1).await;
+    let status =
+        std::process::Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+            .arg(format!(
+                "{}/tests/interop/txn_produce.py",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .args(["--broker", &addr(), "--topic", &topic])
+            .args(["--txns", "commit:5,abort:5,commit:5"])
+            .status()
+            .unwrap();
+    assert!(status.success(), "librdkafka transactions");
+
+    for (level, expected) in [
+        (IsolationLevel::ReadCommitted, 10),
+        (IsolationLevel::ReadUncommitted, 15),
+    ] {
+        let group = common::unique_topic("pipe-txn-g");
+        let mut reader = Reader::new(
+            group_config(&group, &topic)
+                .isolation_level(level)
+                .start_offset(StartOffset::First),
+        )
+        .await
+        .unwrap();
+        let committer = reader.committer().unwrap();
+        let values: Vec<String> = tokio::time::timeout(
+            WITHIN,
+            (&mut reader)
+                .take(expected)
+                .map_ok(|m| String::from_utf8(m.value.clone().unwrap().to_vec()).unwrap())
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .expect("the transactional records in time")
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+        let mut want: Vec<String> = (0..5).map(|i| format!("0-{i}")).collect();
+        if level == IsolationLevel::ReadUncommitted {
+            want.extend((0..5).map(|i| format!("1-{i}")));
+        }
+        want.extend((0..5).map(|i| format!("2-{i}")));
+        assert_eq!(values, want, "{level:?}");
+        // nothing else is yielded, and the reader sees it is at the end
+        let more = tokio::time::timeout(Duration::from_millis(500), reader.next_message()).await;
+        assert!(more.is_err(), "{level:?}: more records: {more:?}");
+        assert_eq!(reader.lag(), 0, "{level:?}: lag at the end of the log");
+        assert_eq!(reader.position(&topic, 0), Some(18), "{level:?}");
+        drop(committer);
+        reader.close().await;
+        assert_eq!(
+            committed(&group, &topic).await,
+            BTreeMap::from([(0, 18)]),
+            "{level:?}: the group's commit passes the last control record"
+        );
+    }
+}
