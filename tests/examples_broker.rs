@@ -253,3 +253,24 @@ fn writer_example_writes_what_the_filter_keeps() {
     assert_eq!(number(line, "wrote "), kept, "{line}");
     assert!(out.contains("partition 0 starts with key"), "{out}");
 }
+
+/// `examples/sqlite_offsets.rs`: results and offsets in one SQLite transaction, start
+/// offsets from the database (`OffsetStore`); a first worker process dies inside a
+/// transaction, a second finishes. Every record must be in the database exactly once.
+#[test]
+fn sqlite_offsets_example_survives_a_crash_without_loss_or_duplicates() {
+    let out = run("sqlite_offsets", &[]);
+    let line = summary(&out, "sqlite_offsets:");
+    assert!(
+        line.contains("first worker crashed mid-transaction"),
+        "{line}"
+    );
+    assert!(line.contains("second worker finished"), "{line}");
+    // the crashed worker stored part of the input, not all of it
+    let after_crash = number(line, "database held ");
+    assert!(after_crash > 0 && after_crash < 2_000, "{line}");
+    assert_eq!(number(line, "database: "), 2_000, "{line}");
+    assert_eq!(number(line, "missing "), 0, "{line}");
+    assert_eq!(number(line, "duplicates "), 0, "{line}");
+    assert_eq!(number(line, "stored offsets sum "), 2_000, "{line}");
+}

@@ -68,8 +68,26 @@ confluent_ensure() {
     fi
 }
 
+# A port below the kernel's ephemeral range (32768-60999), which outgoing connections take
+# their source ports from: a port bind(0) handed out could be taken by a client connection
+# before the broker binds it.
 kafka_free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    python3 -c '
+import random, socket
+for _ in range(1000):
+    port = random.randrange(20000, 32768)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    raise SystemExit("no free loopback port in 20000-32767")
+'
 }
 
 # Succeeds once HOST:PORT answers a Metadata v4 request listing broker id 1.

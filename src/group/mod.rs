@@ -71,6 +71,7 @@ mod ack;
 mod assignor;
 mod commit;
 pub(crate) mod coordinator;
+mod offset_store;
 // Coordinator faults, against MockCluster.
 #[cfg(all(test, feature = "mock"))]
 mod coordinator_tests;
@@ -97,6 +98,8 @@ pub use assignor::{
 pub(crate) use commit::Commits;
 pub use commit::{CommitMode, Committer, Offset, Unacked};
 use coordinator::{coordinator_lost, coordinator_retriable, Coordinator, Lane};
+pub use offset_store::OffsetStore;
+pub(crate) use offset_store::SharedStore;
 
 use crate::admin::Admin;
 use crate::conn::Connection;
@@ -1088,6 +1091,19 @@ impl GroupTask {
                 .await?;
             for (tp, r) in fetched {
                 committed.insert(TopicPartition::new(tp.topic, tp.partition), r?.offset);
+            }
+            if let Some(store) = &self.config().offset_store {
+                // the application's own offsets win over the group's
+                for (tp, at) in store.0.load(partitions.to_vec()).await? {
+                    if at < 0 {
+                        return Err(Error::config(format!(
+                            "the OffsetStore answered offset {at} for {tp}; offsets are never negative"
+                        )));
+                    }
+                    if partitions.contains(&tp) {
+                        committed.insert(tp, at);
+                    }
+                }
             }
         }
         let start = self.config().start_offset;

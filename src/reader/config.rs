@@ -280,6 +280,10 @@ pub struct ReaderConfig {
     /// [`CooperativeStickyAssignor`](crate::group::CooperativeStickyAssignor)) the reader
     /// uses the incremental rebalance protocol (KIP-429); otherwise the eager one.
     pub assignors: Vec<std::sync::Arc<dyn crate::group::Assignor>>,
+    /// Where newly assigned partitions start when the application keeps its offsets
+    /// outside Kafka; see [`OffsetStore`](crate::group::OffsetStore). Group readers only.
+    /// Default none (the group's committed offsets).
+    pub(crate) offset_store: Option<crate::group::SharedStore>,
 }
 
 impl ReaderConfig {
@@ -327,6 +331,7 @@ impl ReaderConfig {
                 std::sync::Arc::new(crate::group::RangeAssignor),
                 std::sync::Arc::new(crate::group::RoundRobinAssignor),
             ],
+            offset_store: None,
         }
     }
 
@@ -612,6 +617,23 @@ impl ReaderConfig {
         self
     }
 
+    /// Keep the start offsets of a group reader's partitions outside Kafka: see
+    /// [`OffsetStore`](crate::group::OffsetStore).
+    ///
+    /// ```no_run
+    /// use std::collections::HashMap;
+    /// use kafkapipe::reader::{ReaderConfig, TopicPartition};
+    ///
+    /// let config = ReaderConfig::new(["localhost:9092"])
+    ///     .group_id("billing")
+    ///     .topic("orders")
+    ///     .offset_store(|_: Vec<TopicPartition>| async { Ok(HashMap::new()) });
+    /// ```
+    pub fn offset_store(mut self, store: impl crate::group::OffsetStore) -> Self {
+        self.offset_store = Some(crate::group::SharedStore(std::sync::Arc::new(store)));
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let fail = |m: &str| Err(Error::config(m.to_string()));
         if self.brokers.is_empty() {
@@ -641,6 +663,9 @@ impl ReaderConfig {
                     "ReaderConfig::topic_regex {r:?} is not a valid regular expression: {e}"
                 )));
             }
+        }
+        if self.group_id.is_none() && self.offset_store.is_some() {
+            return fail("ReaderConfig::offset_store needs a group (ReaderConfig::group_id); a reader without one starts where Reader::assign or start_offset says");
         }
         if self.group_id.is_some() {
             if (self.topics.is_empty() && !self.has_topic_patterns())

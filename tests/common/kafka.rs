@@ -262,30 +262,37 @@ impl KafkaNode {
 
     /// Waits until the node answers ApiVersions and Metadata lists every expected broker.
     fn wait_ready(&mut self, started: Instant) {
+        if let Err(e) = self.try_wait_ready(started) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`KafkaNode::wait_ready`], returning what went wrong instead of panicking.
+    fn try_wait_ready(&mut self, started: Instant) -> Result<(), String> {
         let deadline = started + START_DEADLINE;
         loop {
             if let Ok(ids) = super::metadata_brokers(&self.addr, Duration::from_millis(1000)) {
                 if self.expect_brokers.iter().all(|id| ids.contains(id)) {
                     self.startup = started.elapsed();
-                    return;
+                    return Ok(());
                 }
             }
             if let Some(p) = self.process.as_mut() {
                 if p.exited() {
-                    panic!(
+                    return Err(format!(
                         "kafka node {} exited during startup; log:\n{}",
                         self.id,
                         tail(&self.log_text(), 80)
-                    );
+                    ));
                 }
             }
             if Instant::now() >= deadline {
-                panic!(
+                return Err(format!(
                     "kafka node {} on {} not ready within {START_DEADLINE:?}; log:\n{}",
                     self.id,
                     self.addr,
                     tail(&self.log_text(), 80)
-                );
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -418,6 +425,22 @@ impl TestBroker {
     }
 
     fn start_with(advertised: Option<&str>) -> TestBroker {
+        // A listener port taken between picking it and the broker's bind (by another test
+        // process) fails the start: pick new ports and start again.
+        let mut attempt = 1;
+        loop {
+            match Self::try_start_with(advertised) {
+                Ok(broker) => return broker,
+                Err(e) if attempt < 3 && e.contains("Unable to start acceptor") => {
+                    eprintln!("kafka broker start {attempt} lost a port race; retrying");
+                    attempt += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    fn try_start_with(advertised: Option<&str>) -> Result<TestBroker, String> {
         let dir = temp_dir("kafka");
         let pki = Pki::generate(&dir);
         let ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
@@ -520,8 +543,8 @@ impl TestBroker {
         let mut node = node;
         let started = Instant::now();
         node.spawn();
-        node.wait_ready(started);
-        TestBroker {
+        node.try_wait_ready(started)?;
+        Ok(TestBroker {
             addr: format!("127.0.0.1:{plain}"),
             sasl_addr: format!("127.0.0.1:{sasl}"),
             sasl_ssl_addr: format!("127.0.0.1:{sasl_ssl}"),
@@ -530,7 +553,7 @@ impl TestBroker {
             pki,
             startup: node.startup,
             node,
-        }
+        })
     }
 
     /// The broker's log so far.

@@ -302,10 +302,35 @@ impl Drop for Watched {
     }
 }
 
-/// A loopback port that was free a moment ago (bind port 0, read it, close).
+/// A loopback port for a test server to listen on, free a moment ago.
+///
+/// Not `bind(0)`: that hands out a port of the kernel's ephemeral range
+/// (`ip_local_port_range`, 32768–60999 by default), the range every outgoing connection
+/// takes its source port from, so between this call and the broker's own bind a client
+/// connection could take the port ("Unable to start acceptor", seen in CI). Ports here
+/// come from 20000–32767, below that range: only another test server could take one, and
+/// the start is probed with a bind and spread by pid and a counter.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_768;
+    let seed = std::process::id().wrapping_mul(2_654_435_761) ^ (nanos() as u32);
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + seed.wrapping_add(n.wrapping_mul(7_919)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in 20000-32767");
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }
 
 /// Sends one raw request frame (`api_key`, `version`, request header v1 with client id
