@@ -231,7 +231,7 @@ impl Admin {
     }
 
     /// Metadata for `topics` (`None`: all) from any broker.
-    async fn metadata(&self, topics: Option<&[&str]>) -> Result<Metadata> {
+    pub(crate) async fn metadata(&self, topics: Option<&[&str]>) -> Result<Metadata> {
         self.retry("Metadata", || async move {
             let (_, c) = self.any_connection().await?;
             Conn::from_connection(c).metadata(topics).await
