@@ -1168,6 +1168,193 @@ async fn leader_watch_assigns_partitions_that_appear() {
     reader.close().await;
 }
 
+/// A KIP-848 (consumer protocol) group reader's config.
+fn kip848_config(group: &str, topic: &str) -> ReaderConfig {
+    group_config(group, topic)
+        .group_protocol(kafkapipe::group::GroupProtocol::Consumer)
+        .commit_mode(CommitMode::Interval(Duration::from_millis(100)))
+}
+
+/// KIP-848: one, then three, then two members over 12 partitions while a producer runs.
+/// Every record is processed, no commit regresses, commits end at the log end. The
+/// steady member `a` keeps processing through each reconciliation (measured: records
+/// `a` processed while the others' partitions moved), and the partitions it keeps are
+/// never revoked, so none of their records is read twice. A member that closes leaves
+/// the group (epoch -1): its partitions move well within the broker's session timeout
+/// (10 s in the test broker).
+async fn kip848_one_three_two_members_over_12_partitions() {
+    let topic = new_topic("kip848-flow", 12).await;
+    let group = common::unique_topic("kip848-flow-g");
+    produce(&topic, 12, 0, 500).await;
+    let stop_producer = Arc::new(AtomicBool::new(false));
+    let producer = spawn_producer(topic.clone(), 12, stop_producer.clone());
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    let watcher = watch_commits(group.clone(), topic.clone(), stop_watch.clone());
+    let seen: [Seen; 3] = Default::default();
+    let events: [Events; 3] = Default::default();
+    let count = |i: usize| seen[i].lock().unwrap().len();
+    let held = |i: usize| holding(&events[i]).0.len();
+
+    let (stop_a, rx) = tokio::sync::watch::channel(false);
+    let a = spawn_member_with_events(
+        kip848_config(&group, &topic),
+        seen[0].clone(),
+        events[0].clone(),
+        rx,
+    );
+    wait_until("a's first messages", Duration::from_secs(30), || {
+        count(0) >= 6_000
+    })
+    .await;
+    assert_eq!(held(0), 12);
+
+    // 1 -> 3
+    let (before, started) = (count(0), Instant::now());
+    let (stop_b, rx) = tokio::sync::watch::channel(false);
+    let b = spawn_member_with_events(
+        kip848_config(&group, &topic),
+        seen[1].clone(),
+        events[1].clone(),
+        rx,
+    );
+    let (stop_c, rx) = tokio::sync::watch::channel(false);
+    let c = spawn_member_with_events(
+        kip848_config(&group, &topic),
+        seen[2].clone(),
+        events[2].clone(),
+        rx,
+    );
+    wait_until("a 4/4/4 split", Duration::from_secs(30), || {
+        held(0) == 4 && held(1) == 4 && held(2) == 4
+    })
+    .await;
+    let grow = (count(0) - before, started.elapsed());
+    eprintln!(
+        "KIP-848 1->3 reconciliation: a processed {} records in {:?}",
+        grow.0, grow.1
+    );
+    assert!(
+        grow.0 > 0,
+        "the steady member stopped during the reconciliation"
+    );
+    let kept: Vec<i32> = holding(&events[0]).0;
+    wait_until("b and c processing", Duration::from_secs(20), || {
+        count(1) >= 100 && count(2) >= 100
+    })
+    .await;
+
+    // 3 -> 2: c closes and leaves (epoch -1)
+    let (before, started) = (count(0), Instant::now());
+    stop_c.send(true).unwrap();
+    c.await.unwrap();
+    let closed = started.elapsed();
+    wait_until("c's partitions to move", Duration::from_secs(8), || {
+        held(0) + held(1) == 12
+    })
+    .await;
+    let shrink = (count(0) - before, started.elapsed());
+    eprintln!(
+        "KIP-848 3->2 reconciliation: c closed in {closed:?}, its partitions moved within {:?}; a processed {} records meanwhile",
+        shrink.1, shrink.0
+    );
+    assert!(
+        shrink.0 > 0,
+        "the steady member stopped during the reconciliation"
+    );
+    assert!(
+        shrink.1 < Duration::from_secs(8),
+        "c's partitions waited for the session timeout: it did not leave"
+    );
+
+    stop_producer.store(true, Ordering::SeqCst);
+    let per = 500 + producer.await.unwrap();
+    let all = |seen: &[Seen; 3]| {
+        let mut all: HashMap<(i32, i64), u32> = HashMap::new();
+        for s in seen {
+            for (k, n) in s.lock().unwrap().iter() {
+                *all.entry(*k).or_default() += n;
+            }
+        }
+        all
+    };
+    wait_until("every message", Duration::from_secs(30), || {
+        all(&seen).len() >= 12 * per
+    })
+    .await;
+    stop_a.send(true).unwrap();
+    stop_b.send(true).unwrap();
+    a.await.unwrap();
+    b.await.unwrap();
+    stop_watch.store(true, Ordering::SeqCst);
+    assert!(watcher.await.unwrap() > 0);
+
+    for i in 0..3 {
+        assert_eq!(holding(&events[i]).2, 0, "member {i} lost partitions");
+    }
+    let (_, revoked_a, _) = holding(&events[0]);
+    for p in &kept {
+        assert!(
+            !revoked_a.contains(p) || holding(&events[0]).0.contains(p),
+            "kept partition {p} was revoked"
+        );
+    }
+    for ((p, o), n) in seen[0].lock().unwrap().iter() {
+        if kept.contains(p) {
+            assert_eq!(*n, 1, "{p}@{o} of a partition a kept was read {n} times");
+        }
+    }
+    let all = all(&seen);
+    for p in 0..12 {
+        for o in 0..per as i64 {
+            assert!(all.contains_key(&(p, o)), "{p}@{o} never processed");
+        }
+    }
+    let expected: BTreeMap<i32, i64> = (0..12).map(|p| (p, per as i64)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+}
+
+/// KIP-848 regular-expression subscription, evaluated by the broker: a topic matching it
+/// that is created after the member joined is assigned and read; one not matching is not.
+async fn kip848_regex_subscription_picks_up_a_topic_created_later() {
+    let prefix = common::unique_topic("kip848-re");
+    let first = format!("{prefix}-a");
+    create_named(&first, 2).await;
+    produce(&first, 2, 0, 10).await;
+    let group = common::unique_topic("kip848-re-g");
+    let config = ReaderConfig::new([common::shared().addr.clone()])
+        .group_id(&group)
+        .group_protocol(kafkapipe::group::GroupProtocol::Consumer)
+        .group_topic_regex(format!("{prefix}-[a-z]"))
+        .max_wait(Duration::from_millis(50));
+    let mut reader = Reader::new(config).await.unwrap();
+    for _ in 0..20 {
+        let m = next(&mut reader, Duration::from_secs(20)).await;
+        assert_eq!(&*m.topic, first.as_str());
+    }
+    let second = format!("{prefix}-b");
+    create_named(&second, 3).await;
+    produce(&second, 3, 0, 10).await;
+    create_named(&format!("{prefix}x-c"), 1).await;
+    produce(&format!("{prefix}x-c"), 1, 0, 10).await;
+    let started = Instant::now();
+    let mut from_second = HashSet::new();
+    while from_second.len() < 30 {
+        let m = next(&mut reader, Duration::from_secs(40)).await;
+        assert!(
+            !m.topic.starts_with(&format!("{prefix}x")),
+            "unmatched topic read"
+        );
+        if &*m.topic == second.as_str() {
+            from_second.insert((m.partition, m.offset));
+        }
+    }
+    eprintln!(
+        "KIP-848 regex: the new topic was read {:?} after its creation",
+        started.elapsed()
+    );
+    reader.close().await;
+}
+
 /// The scenarios above, all at once: they mostly wait on the broker (session timeouts,
 /// rebalances), and the test harness would run only as many
 /// tests at a time as there are CPUs. Each runs in its own task on its own topic and
@@ -1232,6 +1419,14 @@ async fn group_scenarios() {
         (
             "mixed_cooperative_and_eager_members_fall_back_to_eager",
             Box::pin(mixed_cooperative_and_eager_members_fall_back_to_eager()),
+        ),
+        (
+            "kip848_one_three_two_members_over_12_partitions",
+            Box::pin(kip848_one_three_two_members_over_12_partitions()),
+        ),
+        (
+            "kip848_regex_subscription_picks_up_a_topic_created_later",
+            Box::pin(kip848_regex_subscription_picks_up_a_topic_created_later()),
         ),
     ];
     // KAFKAPIPE_SCENARIO=substring: run only the matching scenarios.
