@@ -1352,6 +1352,175 @@ async fn kip848_regex_subscription_picks_up_a_topic_created_later() {
     reader.close().await;
 }
 
+/// KIP-848: a member that crashes (dropped without close: no leave heartbeat) keeps its
+/// partitions until the broker's session timeout (`group.consumer.session.timeout.ms`,
+/// 10 s here); then they move to the other member, which resumes at the crashed
+/// member's commits.
+async fn kip848_crashed_member_partitions_move_after_the_session_timeout() {
+    let topic = new_topic("kip848-crash", 4).await;
+    let group = common::unique_topic("kip848-crash-g");
+    produce(&topic, 4, 0, 100).await;
+    let mut a = Reader::new(kip848_config(&group, &topic).commit_mode(CommitMode::Sync))
+        .await
+        .unwrap();
+    let mut a_commit = a.committer().unwrap();
+    let mut a_events = a.events().unwrap();
+    next_event(&mut a_events, Duration::from_secs(20)).await;
+    let b_events: Events = Default::default();
+    let b_seen: Seen = Default::default();
+    let (stop_b, rx) = tokio::sync::watch::channel(false);
+    let b = spawn_member_with_events(
+        kip848_config(&group, &topic),
+        b_seen.clone(),
+        b_events.clone(),
+        rx,
+    );
+    wait_until("a 2/2 split", Duration::from_secs(20), || {
+        holding(&b_events).0.len() == 2
+    })
+    .await;
+    let b_first = holding(&b_events).0;
+    // a processes and commits a few messages of its partitions, then crashes
+    for _ in 0..10 {
+        let m = next(&mut a, Duration::from_secs(10)).await;
+        a_commit.feed(&m).await.unwrap();
+    }
+    a_commit.commit().await.unwrap();
+    let at_crash = committed(&group, &topic).await;
+    drop(a_commit);
+    drop(a_events);
+    drop(a);
+    let crashed = Instant::now();
+    wait_until("a's partitions to move", Duration::from_secs(30), || {
+        holding(&b_events).0.len() == 4
+    })
+    .await;
+    let moved = crashed.elapsed();
+    eprintln!("KIP-848: a crashed member's partitions moved {moved:?} after the crash");
+    assert!(
+        moved >= Duration::from_secs(5),
+        "moved before the session timeout: {moved:?}"
+    );
+    wait_until("b to read everything", Duration::from_secs(20), || {
+        let seen = b_seen.lock().unwrap();
+        (0..4).all(|p| seen.contains_key(&(p, 99)))
+    })
+    .await;
+    stop_b.send(true).unwrap();
+    b.await.unwrap();
+    // b resumed each of a's partitions at a's commit
+    for p in (0..4).filter(|p| !b_first.contains(p)) {
+        let first = b_seen
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|(q, _)| *q == p)
+            .map(|(_, o)| *o)
+            .min();
+        assert_eq!(
+            first,
+            Some(at_crash.get(&p).copied().unwrap_or(0).max(0)),
+            "partition {p}"
+        );
+    }
+    let expected: BTreeMap<i32, i64> = (0..4).map(|p| (p, 100)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+}
+
+/// KIP-848 static membership: a static member that closes leaves with epoch -2, so its
+/// partitions wait for it; restarted within the session timeout it gets the same
+/// partitions back and the other member sees no reassignment at all. A second reader
+/// with the instance id of a live member is refused with UNRELEASED_INSTANCE_ID,
+/// yielded by its stream with an explanation.
+async fn kip848_static_member_restart_keeps_its_partitions() {
+    let topic = new_topic("kip848-static", 4).await;
+    let group = common::unique_topic("kip848-static-g");
+    produce(&topic, 4, 0, 10).await;
+    let x_events: Events = Default::default();
+    let (stop_x, rx) = tokio::sync::watch::channel(false);
+    let x = spawn_member_with_events(
+        kip848_config(&group, &topic),
+        Seen::default(),
+        x_events.clone(),
+        rx,
+    );
+    wait_until("x's partitions", Duration::from_secs(20), || {
+        holding(&x_events).0.len() == 4
+    })
+    .await;
+    let config = || kip848_config(&group, &topic).group_instance_id("static-1");
+    let mut s = Reader::new(config()).await.unwrap();
+    let mut s_events = s.events().unwrap();
+    let first = match next_event(&mut s_events, Duration::from_secs(20)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    wait_until("x to hand over", Duration::from_secs(20), || {
+        holding(&x_events).0.len() == 2
+    })
+    .await;
+    assert_eq!(first.len(), 2);
+
+    // a second reader with the same instance id while s is alive
+    let mut dup = Reader::new(config()).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(20), dup.next_message())
+        .await
+        .expect("an error in time")
+        .expect_err("refused");
+    assert_eq!(
+        e.kafka_code(),
+        Some(kafkapipe::protocol::ErrorCode::UnreleasedInstanceId),
+        "{e}"
+    );
+    assert!(e.to_string().contains("static-1"), "{e}");
+    dup.close().await;
+
+    let x_before = x_events.lock().unwrap().len();
+    s.close().await;
+    let mut s = Reader::new(config()).await.unwrap();
+    let mut s_events = s.events().unwrap();
+    let again = match next_event(&mut s_events, Duration::from_secs(20)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        again, first,
+        "the restarted static member got other partitions"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        x_events.lock().unwrap().len(),
+        x_before,
+        "the other member saw a reassignment: {:?}",
+        &x_events.lock().unwrap()[x_before..]
+    );
+    s.close().await;
+    stop_x.send(true).unwrap();
+    x.await.unwrap();
+}
+
+/// KIP-848: an assignor the broker does not offer is refused with UNSUPPORTED_ASSIGNOR,
+/// yielded by the stream with an explanation.
+async fn kip848_unsupported_assignor_surfaces_in_the_stream() {
+    let topic = new_topic("kip848-assignor", 1).await;
+    let group = common::unique_topic("kip848-assignor-g");
+    let mut r =
+        Reader::new(kip848_config(&group, &topic).group_remote_assignor("no-such-assignor"))
+            .await
+            .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(20), r.next_message())
+        .await
+        .expect("an error in time")
+        .expect_err("refused");
+    assert_eq!(
+        e.kafka_code(),
+        Some(kafkapipe::protocol::ErrorCode::UnsupportedAssignor),
+        "{e}"
+    );
+    assert!(e.to_string().contains("no-such-assignor"), "{e}");
+    r.close().await;
+}
+
 /// The scenarios above, all at once: they mostly wait on the broker (session timeouts,
 /// rebalances), and the test harness would run only as many
 /// tests at a time as there are CPUs. Each runs in its own task on its own topic and
@@ -1424,6 +1593,18 @@ async fn group_scenarios() {
         (
             "kip848_regex_subscription_picks_up_a_topic_created_later",
             Box::pin(kip848_regex_subscription_picks_up_a_topic_created_later()),
+        ),
+        (
+            "kip848_crashed_member_partitions_move_after_the_session_timeout",
+            Box::pin(kip848_crashed_member_partitions_move_after_the_session_timeout()),
+        ),
+        (
+            "kip848_static_member_restart_keeps_its_partitions",
+            Box::pin(kip848_static_member_restart_keeps_its_partitions()),
+        ),
+        (
+            "kip848_unsupported_assignor_surfaces_in_the_stream",
+            Box::pin(kip848_unsupported_assignor_surfaces_in_the_stream()),
         ),
     ];
     // KAFKAPIPE_SCENARIO=substring: run only the matching scenarios.

@@ -417,7 +417,12 @@ impl GroupTask {
                     next_beat = Instant::now();
                 }
                 Step::Fatal(e) => {
-                    self.failed(&mut streak, "heartbeating the group", e);
+                    // yielded at once, whatever the error's kind: it needs the
+                    // application's (or an operator's) attention
+                    warn!(group = %g.group_id, error = %e, "heartbeat failed; yielding the error and retrying after join_backoff");
+                    self.reader.counters.last_error.set(&e);
+                    streak.fail_fatally();
+                    self.report(e);
                     next_beat = Instant::now() + config.join_backoff;
                 }
             }
