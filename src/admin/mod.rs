@@ -33,8 +33,8 @@ mod types;
 
 pub use types::{
     AlterConfigOp, ClusterDescription, CommittedOffset, ConfigEntry, ConfigResource, ConfigSource,
-    GroupDescription, GroupListing, ListedOffset, MemberDescription, OffsetSpec, TopicListing,
-    TopicPartition,
+    ConsumerGroupDescription, ConsumerGroupMemberDescription, GroupDescription, GroupListing,
+    ListedOffset, MemberDescription, OffsetSpec, TopicListing, TopicPartition,
 };
 
 use crate::util::duration_ms;
