@@ -1521,6 +1521,131 @@ async fn kip848_unsupported_assignor_surfaces_in_the_stream() {
     r.close().await;
 }
 
+/// KIP-848 interop: a kafkapipe member and a librdkafka member (python confluent-kafka,
+/// `group.protocol=consumer`) share a consumer-protocol group: the broker splits the 6
+/// partitions 3/3, the kafkapipe member keeps its 3 flowing, gets the others back when
+/// librdkafka leaves, and every record is processed and committed.
+async fn kip848_shares_a_group_with_a_librdkafka_member() {
+    let topic = new_topic("kip848-interop", 6).await;
+    let group = common::unique_topic("kip848-interop-g");
+    produce(&topic, 6, 0, 200).await;
+    let mut k = Reader::new(kip848_config(&group, &topic)).await.unwrap();
+    let mut events = k.events().unwrap();
+    let mut committer = k.committer().unwrap();
+    let log: Events = Default::default();
+    match next_event(&mut events, Duration::from_secs(20)).await {
+        e @ GroupEvent::Assigned { .. } => log.lock().unwrap().push(e),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(holding(&log).0.len(), 6);
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!(
+        "{}/tests/interop/group_member.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let child = tokio::process::Command::new(python)
+        .args([
+            &script,
+            "--broker",
+            &common::shared().addr,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--duration",
+            "10",
+            "--protocol",
+            "consumer",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run group_member.py");
+    let mut seen: HashMap<(i32, i64), u32> = HashMap::new();
+    let mut mine: Vec<i32> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "events so far: {:?}",
+            log.lock().unwrap()
+        );
+        tokio::select! {
+            m = k.next_message() => {
+                let m = m.unwrap();
+                *seen.entry((m.partition, m.offset)).or_default() += 1;
+                committer.feed(&m).await.unwrap();
+            }
+            e = events.next() => {
+                log.lock().unwrap().push(e.unwrap());
+                let held = holding(&log).0;
+                if held.len() == 3 {
+                    mine = held;
+                } else if held.len() == 6 && !mine.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "librdkafka member failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    let mut theirs: Vec<i32> = lines
+        .iter()
+        .filter_map(|l| l.get("assigned"))
+        .flat_map(|a| {
+            a.as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_i64().unwrap() as i32)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    theirs.sort();
+    theirs.dedup();
+    assert_eq!(
+        theirs.len(),
+        3,
+        "uniform over 2 members: {theirs:?} / {mine:?}"
+    );
+    assert!(
+        theirs.iter().all(|p| !mine.contains(p)),
+        "{theirs:?} / {mine:?}"
+    );
+    let (_, _, lost) = holding(&log);
+    assert_eq!(lost, 0);
+    for l in &lines {
+        if let (Some(p), Some(o)) = (l.get("partition"), l.get("offset")) {
+            *seen
+                .entry((p.as_i64().unwrap() as i32, o.as_i64().unwrap()))
+                .or_default() += 1;
+        }
+    }
+    // the partitions k kept were never revoked: each of their records was read once
+    for ((p, o), n) in &seen {
+        if mine.contains(p) {
+            assert_eq!(*n, 1, "{p}@{o} of a kept partition read {n} times");
+        }
+    }
+    produce(&topic, 6, 200, 10).await;
+    while (0..6).any(|p| (0..210).any(|o| !seen.contains_key(&(p, o)))) {
+        let m = next(&mut k, Duration::from_secs(10)).await;
+        *seen.entry((m.partition, m.offset)).or_default() += 1;
+        committer.feed(&m).await.unwrap();
+    }
+    k.close().await;
+    let expected: BTreeMap<i32, i64> = (0..6).map(|p| (p, 210)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+}
+
 /// The scenarios above, all at once: they mostly wait on the broker (session timeouts,
 /// rebalances), and the test harness would run only as many
 /// tests at a time as there are CPUs. Each runs in its own task on its own topic and
@@ -1601,6 +1726,10 @@ async fn group_scenarios() {
         (
             "kip848_static_member_restart_keeps_its_partitions",
             Box::pin(kip848_static_member_restart_keeps_its_partitions()),
+        ),
+        (
+            "kip848_shares_a_group_with_a_librdkafka_member",
+            Box::pin(kip848_shares_a_group_with_a_librdkafka_member()),
         ),
         (
             "kip848_unsupported_assignor_surfaces_in_the_stream",

@@ -51,6 +51,9 @@ pub(crate) type TopicId = [u8; 16];
 /// Partitions by topic id.
 pub(crate) type Parts = BTreeMap<TopicId, BTreeSet<i32>>;
 
+/// A reconciliation: the partitions to give up, and those to start.
+pub(crate) type Plan = (Vec<(TopicId, i32)>, Vec<(TopicId, i32)>);
+
 /// Member epoch of a join.
 const JOIN_EPOCH: i32 = 0;
 /// Member epoch of a member leaving for good.
@@ -281,7 +284,7 @@ impl Member {
 
     /// The reconciliation to do: partitions to give up and partitions to start, or
     /// `None` when the member owns its target.
-    pub(crate) fn plan(&self) -> Option<(Vec<(TopicId, i32)>, Vec<(TopicId, i32)>)> {
+    pub(crate) fn plan(&self) -> Option<Plan> {
         let target = flatten(self.target.as_ref()?);
         let owned = flatten(&self.owned);
         let revoked = owned.difference(&target).copied().collect();
