@@ -1646,6 +1646,182 @@ async fn kip848_shares_a_group_with_a_librdkafka_member() {
     assert_eq!(committed(&group, &topic).await, expected);
 }
 
+/// What [`rebalance_pause`] measured.
+#[derive(Debug, Clone, Copy)]
+struct Pause {
+    /// How long a owned no partition (eager: between giving up everything and the new
+    /// assignment).
+    idle: Duration,
+    /// a's longest gap between two processed records in the 2 s before b started.
+    baseline_gap: Duration,
+    /// a's longest gap from b's start until 1 s after the group settled.
+    gap: Duration,
+    /// From b's start until both held 6 partitions.
+    settled: Duration,
+    /// From b's start until b processed a record.
+    b_first: Duration,
+    /// a's records per second in the 2 s before b started, and until settled.
+    rate_before: f64,
+    rate_during: f64,
+}
+
+/// One member `a` reads 12 partitions under a continuous producer; a second member `b`
+/// joins. Measures a's pauses and throughput before and during the rebalance.
+async fn rebalance_pause(kind: &str, config: impl Fn(&str, &str) -> ReaderConfig) -> Pause {
+    let topic = new_topic(&format!("pause-{kind}"), 12).await;
+    let group = common::unique_topic(&format!("pause-{kind}-g"));
+    produce(&topic, 12, 0, 100).await;
+    let stop_producer = Arc::new(AtomicBool::new(false));
+    let producer = spawn_producer(topic.clone(), 12, stop_producer.clone());
+    let a_times: Arc<Mutex<Vec<Instant>>> = Default::default();
+    let a_events: Events = Default::default();
+    // a's partition count after each of its group events, when it came
+    let a_held: Arc<Mutex<Vec<(Instant, usize)>>> = Default::default();
+    let (stop_a, mut rx) = tokio::sync::watch::channel(false);
+    let a = {
+        let (config, times, events, held_log) = (
+            config(&group, &topic),
+            a_times.clone(),
+            a_events.clone(),
+            a_held.clone(),
+        );
+        tokio::spawn(async move {
+            let mut reader = Reader::new(config).await.unwrap();
+            let mut committer = reader.committer().unwrap();
+            let mut ev = reader.events().unwrap();
+            loop {
+                tokio::select! {
+                    _ = rx.changed() => break,
+                    Some(e) = ev.next() => {
+                        events.lock().unwrap().push(e);
+                        let held = holding(&events).0.len();
+                        held_log.lock().unwrap().push((Instant::now(), held));
+                    }
+                    m = reader.next_message() => {
+                        let m = m.unwrap();
+                        times.lock().unwrap().push(Instant::now());
+                        committer.feed(&m).await.unwrap();
+                    }
+                }
+            }
+            reader.close().await;
+        })
+    };
+    wait_until("a's first records", Duration::from_secs(30), || {
+        a_times.lock().unwrap().len() >= 1_200
+    })
+    .await;
+    // the baseline window
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let b_seen: Seen = Default::default();
+    let b_events: Events = Default::default();
+    let (stop_b, rx) = tokio::sync::watch::channel(false);
+    let started = Instant::now();
+    let b = spawn_member_with_events(config(&group, &topic), b_seen.clone(), b_events.clone(), rx);
+    wait_until("a 6/6 split", Duration::from_secs(30), || {
+        holding(&a_events).0.len() == 6 && holding(&b_events).0.len() == 6
+    })
+    .await;
+    let settled = started.elapsed();
+    wait_until("b's first record", Duration::from_secs(30), || {
+        !b_seen.lock().unwrap().is_empty()
+    })
+    .await;
+    let b_first = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let end = Instant::now();
+    let times = a_times.lock().unwrap().clone();
+    let longest_gap = |from: Instant, to: Instant| {
+        let mut last = times
+            .iter()
+            .rev()
+            .find(|t| **t <= from)
+            .copied()
+            .unwrap_or(from);
+        let mut gap = Duration::ZERO;
+        for t in times.iter().filter(|t| **t > from && **t <= to) {
+            gap = gap.max(t.duration_since(last));
+            last = *t;
+        }
+        gap.max(to.duration_since(last))
+    };
+    let count =
+        |from: Instant, to: Instant| times.iter().filter(|t| **t > from && **t <= to).count();
+    let before = started - Duration::from_secs(2);
+    let settled_at = started + settled;
+    // how long a owned no partition at all during the rebalance
+    let mut idle = Duration::ZERO;
+    let mut idle_since: Option<Instant> = None;
+    for (t, held) in a_held.lock().unwrap().iter().filter(|(t, _)| *t > started) {
+        match (held, idle_since) {
+            (0, None) => idle_since = Some(*t),
+            (n, Some(since)) if *n > 0 => {
+                idle += t.duration_since(since);
+                idle_since = None;
+            }
+            _ => {}
+        }
+    }
+    let pause = Pause {
+        idle,
+        baseline_gap: longest_gap(before, started),
+        gap: longest_gap(started, end),
+        settled,
+        b_first,
+        rate_before: count(before, started) as f64 / 2.0,
+        rate_during: count(started, settled_at) as f64 / settled.as_secs_f64().max(0.001),
+    };
+    stop_producer.store(true, Ordering::SeqCst);
+    producer.await.unwrap();
+    stop_a.send(true).unwrap();
+    stop_b.send(true).unwrap();
+    a.await.unwrap();
+    b.await.unwrap();
+    pause
+}
+
+/// The rebalance pause of the three protocols on one workload (12 partitions, a
+/// producer adding 50 records a partition every ~50 ms, a second member joining a
+/// one-member group): classic eager (range), classic cooperative-sticky (KIP-429) and
+/// KIP-848. Run one after the other; printed for the notes. The protocols' own timings
+/// differ: the classic members heartbeat every 300 ms, KIP-848 members at the broker's
+/// `group.consumer.heartbeat.interval.ms` (1 s here).
+async fn rebalance_pause_comparison() {
+    let mut rows = Vec::new();
+    let eager = rebalance_pause("eager", |g, t| {
+        group_config(g, t).commit_mode(CommitMode::Interval(Duration::from_millis(100)))
+    })
+    .await;
+    rows.push(("classic eager (range)", eager));
+    let coop = rebalance_pause("coop", |g, t| {
+        group_config(g, t)
+            .commit_mode(CommitMode::Interval(Duration::from_millis(100)))
+            .assignors(vec![Arc::new(kafkapipe::group::CooperativeStickyAssignor)])
+    })
+    .await;
+    rows.push(("classic cooperative-sticky", coop));
+    let kip848 = rebalance_pause("kip848", kip848_config).await;
+    rows.push(("KIP-848 consumer (uniform)", kip848));
+    for (name, p) in &rows {
+        eprintln!(
+            "rebalance pause | {name:<28} | a owned nothing for {:>9.3?} | a's longest pause {:>9.3?} (baseline {:>9.3?}) | settled in {:>9.3?} | b's first record {:>9.3?} | a's rate {:>6.0}/s during, {:>6.0}/s before",
+            p.idle,
+            p.gap, p.baseline_gap, p.settled, p.b_first, p.rate_during, p.rate_before
+        );
+    }
+    for (name, p) in &rows {
+        assert!(
+            p.rate_during > 0.0,
+            "{name}: a processed nothing while the group rebalanced"
+        );
+    }
+    // the incremental protocols never take every partition from the member that keeps
+    // some; the eager one does
+    assert_eq!(coop.idle, Duration::ZERO, "{rows:?}");
+    assert_eq!(kip848.idle, Duration::ZERO, "{rows:?}");
+    assert!(eager.idle > Duration::ZERO, "{rows:?}");
+}
+
 /// The scenarios above, all at once: they mostly wait on the broker (session timeouts,
 /// rebalances), and the test harness would run only as many
 /// tests at a time as there are CPUs. Each runs in its own task on its own topic and
@@ -1730,6 +1906,10 @@ async fn group_scenarios() {
         (
             "kip848_shares_a_group_with_a_librdkafka_member",
             Box::pin(kip848_shares_a_group_with_a_librdkafka_member()),
+        ),
+        (
+            "rebalance_pause_comparison",
+            Box::pin(rebalance_pause_comparison()),
         ),
         (
             "kip848_unsupported_assignor_surfaces_in_the_stream",
