@@ -1,7 +1,14 @@
-//! Consumer groups: membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), the
-//! [`Assignor`]s the leader runs, and the [`Committer`] sink. A group is used through a
+//! Consumer groups: membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup — or, with
+//! [`GroupProtocol::Consumer`], KIP-848's ConsumerGroupHeartbeat), the [`Assignor`]s the
+//! leader runs, and the [`Committer`] sink. A group is used through a
 //! [`Reader`](crate::reader::Reader) configured with
 //! [`ReaderConfig::group_id`](crate::reader::ReaderConfig::group_id).
+//!
+//! The rest of this page describes the classic protocol; with
+//! [`GroupProtocol::Consumer`] the broker assigns and each member reconciles on its own:
+//! partitions taken away are committed (with the member epoch) and then reported gone,
+//! partitions granted are started, partitions that stay are never paused; the reader,
+//! its stream, commits and [`GroupEvent`]s are the same.
 //!
 //! # Rebalance design
 //!
