@@ -260,9 +260,7 @@ impl Member {
                     "group {group}: the coordinator fenced this member (epoch {}){broker_says}; its partitions are lost and it rejoins",
                     self.epoch
                 ));
-                self.epoch = JOIN_EPOCH;
-                self.target = None;
-                Step::Lost(e, std::mem::take(&mut self.owned))
+                Step::Lost(e, self.lose())
             }
             ErrorCode::UnreleasedInstanceId => Step::Fatal(e.with_message(format!(
                 "group {group}: group instance id {:?} is still held by another member — a second reader with the same ReaderConfig::group_instance_id, or a previous instance whose session has not expired yet; retrying{broker_says}",
@@ -280,6 +278,14 @@ impl Member {
                 "group {group}: ConsumerGroupHeartbeat failed{broker_says}"
             ))),
         }
+    }
+
+    /// The membership is gone: every owned partition (returned) is lost, the next
+    /// heartbeat joins again at epoch 0 with the same member id.
+    pub(crate) fn lose(&mut self) -> Parts {
+        self.epoch = JOIN_EPOCH;
+        self.target = None;
+        std::mem::take(&mut self.owned)
     }
 
     /// The reconciliation to do: partitions to give up and partitions to start, or
@@ -320,7 +326,7 @@ impl GroupTask {
             MemberConfig {
                 group_id: g.group_id.clone(),
                 instance_id: g.instance_id.clone(),
-                rack_id: None,
+                rack_id: config.client_rack.clone(),
                 rebalance_timeout_ms: crate::util::duration_ms(config.rebalance_timeout),
                 topics: self.topics(),
                 regex: config.group_topic_regex.clone(),
@@ -332,6 +338,14 @@ impl GroupTask {
         let mut streak = Streak::default();
         let mut retry = Duration::from_millis(100);
         let mut next_beat = Instant::now();
+        // The last answered heartbeat: with none for the session and rebalance timeouts
+        // together the broker has surely fenced this member (its own session timeout is
+        // unknown here), so its partitions are dropped as lost — as the classic engine
+        // does — rather than read on beside their next owner.
+        let mut last_ok = Instant::now();
+        let give_up_after = config
+            .session_timeout
+            .saturating_add(config.rebalance_timeout);
         let commit_every = match g.mode {
             CommitMode::Interval(d) if !d.is_zero() => Some(d),
             _ => None,
@@ -382,6 +396,7 @@ impl GroupTask {
             let r = self.consumer_heartbeat(&m).await;
             match m.on_response(r) {
                 Step::Beat => {
+                    last_ok = Instant::now();
                     *lock(&g.member) = (m.epoch, m.member_id.clone());
                     retry = Duration::from_millis(100);
                     next_beat = Instant::now() + m.interval;
@@ -405,6 +420,16 @@ impl GroupTask {
                     let wait = self.failed(&mut streak, "heartbeating the group", e);
                     next_beat = Instant::now() + retry.min(wait.max(retry));
                     retry = (retry * 2).min(Duration::from_secs(1));
+                    if m.joined() && last_ok.elapsed() >= give_up_after {
+                        warn!(group = %g.group_id, epoch = m.epoch, "no heartbeat answered within the session and rebalance timeouts; dropping the partitions and rejoining");
+                        let lost = m.lose();
+                        *lock(&g.member) = (-1, m.member_id.clone());
+                        let tps = to_partitions(&names, flatten(&lost).into_iter());
+                        if !tps.is_empty() {
+                            self.give_up(&tps, true).await;
+                        }
+                        last_ok = Instant::now();
+                    }
                 }
                 Step::Lost(e, lost) => {
                     warn!(group = %g.group_id, error = %e, partitions = flatten(&lost).len(), "membership lost; rejoining");
@@ -594,7 +619,7 @@ mod tests {
             MemberConfig {
                 group_id: "g".into(),
                 instance_id: instance.map(str::to_string),
-                rack_id: None,
+                rack_id: Some("rack-1".into()),
                 rebalance_timeout_ms: 30_000,
                 topics: vec!["a".into(), "b".into()],
                 regex: None,
@@ -682,6 +707,7 @@ mod tests {
         );
         assert_eq!(join.server_assignor.as_deref(), Some("range"));
         assert_eq!(join.instance_id.as_deref(), Some("i-1"));
+        assert_eq!(join.rack_id.as_deref(), Some("rack-1"));
         assert_eq!(
             join.topic_partitions,
             Some(vec![]),

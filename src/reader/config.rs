@@ -301,6 +301,11 @@ pub struct ReaderConfig {
     /// group reader subscribes to besides the topics given with [`ReaderConfig::topic`];
     /// the broker re-evaluates it as topics are created or deleted. Default none.
     pub group_topic_regex: Option<String>,
+    /// The rack of this client (Java `client.rack`), sent by a
+    /// [`GroupProtocol::Consumer`](crate::group::GroupProtocol::Consumer) member so the
+    /// broker's rack-aware assignment can prefer partitions with a replica in the same
+    /// rack. Fetches still go to the leader. Default none.
+    pub client_rack: Option<String>,
 }
 
 impl ReaderConfig {
@@ -351,6 +356,7 @@ impl ReaderConfig {
             group_protocol: crate::group::GroupProtocol::Classic,
             group_remote_assignor: None,
             group_topic_regex: None,
+            client_rack: None,
         }
     }
 
@@ -683,6 +689,17 @@ impl ReaderConfig {
     /// ```
     pub fn group_topic_regex(mut self, regex: impl Into<String>) -> Self {
         self.group_topic_regex = Some(regex.into());
+        self
+    }
+
+    /// Set [`ReaderConfig::client_rack`].
+    ///
+    /// ```
+    /// let config = kafkapipe::reader::ReaderConfig::new(["localhost:9092"]).client_rack("eu-west-1a");
+    /// assert_eq!(config.client_rack.as_deref(), Some("eu-west-1a"));
+    /// ```
+    pub fn client_rack(mut self, rack: impl Into<String>) -> Self {
+        self.client_rack = Some(rack.into());
         self
     }
 
