@@ -917,3 +917,78 @@ async fn group_member_sigterm_mid_backlog_commits_exactly_what_was_printed() {
     assert!(lines.iter().enumerate().all(|(i, l)| *l == format!("r{i}")));
     admin.close().await;
 }
+
+/// `consume -g G --group-protocol consumer` is a KIP-848 member: `groups describe` shows
+/// the group as a consumer-protocol group with the member's epoch and assignment, and
+/// after SIGTERM it has left (epoch -1), so the group is empty and every printed record
+/// is committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn kip848_member_and_groups_describe() {
+    let topic = common::unique_topic("cli-kip848");
+    common::create_topic(&addr(), &topic, 2, 1);
+    produce_values(&topic, 2, 100).await;
+    let group = common::unique_topic("cli-kip848-group");
+    let admin = Admin::connect([addr()]).unwrap();
+    let member = Running::start(&[
+        "consume",
+        &topic,
+        "-g",
+        &group,
+        "--group-protocol",
+        "consumer",
+        "-o",
+        "beginning",
+    ]);
+    assert!(
+        until!(60, member.count() >= 100),
+        "the member printed {} records",
+        member.count()
+    );
+    let out = ok(&["groups", "describe", &group], "");
+    assert!(
+        out.starts_with(&format!(
+            "group {group} state Stable protocol consumer uniform epoch "
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("    assigned {topic} [0, 1]\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains("  member ") && out.contains(" epoch "),
+        "{out}"
+    );
+    member.signal("TERM");
+    let (code, lines, err) = member.wait();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(lines.len(), 100);
+    assert_eq!(
+        committed(&admin, &group, &topic)
+            .await
+            .values()
+            .sum::<i64>(),
+        100
+    );
+    let (_, d) = admin
+        .describe_consumer_groups(&[&group])
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    let d = d.unwrap();
+    assert!(d.members.is_empty(), "still a member after exiting: {d:?}");
+    assert_eq!(d.state, "Empty");
+    // a classic group is still described by DescribeGroups
+    let (_, classic) = admin
+        .describe_consumer_groups(&["no-such-group-kip848"])
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(
+        classic.unwrap_err().kafka_code(),
+        Some(kafkapipe::protocol::ErrorCode::GroupIdNotFound)
+    );
+    admin.close().await;
+}

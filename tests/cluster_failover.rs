@@ -489,7 +489,10 @@ fn spawn_member(
 /// Scenario 3: two group members read and commit while the broker leading partitions and
 /// then the group's coordinator are killed in turn: every record is processed at least
 /// once, committed offsets never go back, and the group never rebalances.
-async fn group_survives_leader_and_coordinator_loss(cluster: &mut TestCluster) {
+async fn group_survives_leader_and_coordinator_loss(
+    cluster: &mut TestCluster,
+    protocol: kafkapipe::group::GroupProtocol,
+) {
     const PARTITIONS: i32 = 6;
     let topic = unique_topic("failover-group");
     let group = unique_topic("failover-group-g");
@@ -506,7 +509,8 @@ async fn group_survives_leader_and_coordinator_loss(cluster: &mut TestCluster) {
         .session_timeout(Duration::from_secs(10))
         .heartbeat_interval(Duration::from_millis(500))
         .rebalance_timeout(Duration::from_secs(10))
-        .commit_mode(CommitMode::Interval(Duration::from_millis(500)));
+        .commit_mode(CommitMode::Interval(Duration::from_millis(500)))
+        .group_protocol(protocol);
     let members = [
         spawn_member(
             "a",
@@ -784,8 +788,22 @@ async fn failover_scenarios() {
     }
     if wanted(3) {
         let t = Instant::now();
-        group_survives_leader_and_coordinator_loss(&mut cluster).await;
+        group_survives_leader_and_coordinator_loss(
+            &mut cluster,
+            kafkapipe::group::GroupProtocol::Classic,
+        )
+        .await;
         eprintln!("scenario 3 passed in {:?}", t.elapsed());
+    }
+    if wanted(5) {
+        // the same with KIP-848 members: the member epoch survives the coordinator move
+        let t = Instant::now();
+        group_survives_leader_and_coordinator_loss(
+            &mut cluster,
+            kafkapipe::group::GroupProtocol::Consumer,
+        )
+        .await;
+        eprintln!("scenario 5 (KIP-848) passed in {:?}", t.elapsed());
     }
     eprintln!("all scenarios in {:?}", t0.elapsed());
 }

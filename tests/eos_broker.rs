@@ -504,27 +504,42 @@ async fn an_unordered_stage_with_a_crash_still_writes_each_input_exactly_once() 
 
 #[tokio::test]
 async fn two_members_with_a_rebalance_in_the_middle_write_each_input_exactly_once() {
-    two_members(false).await;
+    two_members(Protocol::Eager).await;
 }
 
 /// The same with the cooperative-sticky assignor: the first member keeps some partitions
 /// through the rebalance (its open transaction is aborted and they are rewound).
 #[tokio::test]
 async fn two_cooperative_members_with_a_rebalance_in_the_middle_write_each_input_exactly_once() {
-    two_members(true).await;
+    two_members(Protocol::Cooperative).await;
 }
 
-async fn two_members(cooperative: bool) {
+/// The same as KIP-848 members: the broker assigns, the first member reconciles (its open
+/// transaction is aborted before partitions are given up) and the transactional offset
+/// commits carry the member epoch.
+#[tokio::test]
+async fn two_kip848_members_with_a_rebalance_in_the_middle_write_each_input_exactly_once() {
+    two_members(Protocol::Kip848).await;
+}
+
+#[derive(Clone, Copy)]
+enum Protocol {
+    Eager,
+    Cooperative,
+    Kip848,
+}
+
+async fn two_members(protocol: Protocol) {
     common::init_log();
     const N: usize = 6_000;
     let member = |input: &str, group: &str| {
         let c = group_reader_config(input, group);
-        if cooperative {
-            c.assignors(vec![std::sync::Arc::new(
+        match protocol {
+            Protocol::Eager => c,
+            Protocol::Cooperative => c.assignors(vec![std::sync::Arc::new(
                 kafkapipe::group::CooperativeStickyAssignor,
-            )])
-        } else {
-            c
+            )]),
+            Protocol::Kip848 => c.group_protocol(kafkapipe::group::GroupProtocol::Consumer),
         }
     };
     let input = topic("eos-2m-in", PARTITIONS).await;

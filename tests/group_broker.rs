@@ -1168,6 +1168,660 @@ async fn leader_watch_assigns_partitions_that_appear() {
     reader.close().await;
 }
 
+/// A KIP-848 (consumer protocol) group reader's config.
+fn kip848_config(group: &str, topic: &str) -> ReaderConfig {
+    group_config(group, topic)
+        .group_protocol(kafkapipe::group::GroupProtocol::Consumer)
+        .commit_mode(CommitMode::Interval(Duration::from_millis(100)))
+}
+
+/// KIP-848: one, then three, then two members over 12 partitions while a producer runs.
+/// Every record is processed, no commit regresses, commits end at the log end. The
+/// steady member `a` keeps processing through each reconciliation (measured: records
+/// `a` processed while the others' partitions moved), and the partitions it keeps are
+/// never revoked, so none of their records is read twice. A member that closes leaves
+/// the group (epoch -1): its partitions move well within the broker's session timeout
+/// (10 s in the test broker).
+async fn kip848_one_three_two_members_over_12_partitions() {
+    let topic = new_topic("kip848-flow", 12).await;
+    let group = common::unique_topic("kip848-flow-g");
+    produce(&topic, 12, 0, 500).await;
+    let stop_producer = Arc::new(AtomicBool::new(false));
+    let producer = spawn_producer(topic.clone(), 12, stop_producer.clone());
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    let watcher = watch_commits(group.clone(), topic.clone(), stop_watch.clone());
+    let seen: [Seen; 3] = Default::default();
+    let events: [Events; 3] = Default::default();
+    let count = |i: usize| seen[i].lock().unwrap().len();
+    let held = |i: usize| holding(&events[i]).0.len();
+
+    let (stop_a, rx) = tokio::sync::watch::channel(false);
+    let a = spawn_member_with_events(
+        kip848_config(&group, &topic),
+        seen[0].clone(),
+        events[0].clone(),
+        rx,
+    );
+    wait_until("a's first messages", Duration::from_secs(30), || {
+        count(0) >= 6_000
+    })
+    .await;
+    assert_eq!(held(0), 12);
+
+    // 1 -> 3
+    let (before, started) = (count(0), Instant::now());
+    let (stop_b, rx) = tokio::sync::watch::channel(false);
+    let b = spawn_member_with_events(
+        kip848_config(&group, &topic),
+        seen[1].clone(),
+        events[1].clone(),
+        rx,
+    );
+    let (stop_c, rx) = tokio::sync::watch::channel(false);
+    let c = spawn_member_with_events(
+        kip848_config(&group, &topic),
+        seen[2].clone(),
+        events[2].clone(),
+        rx,
+    );
+    wait_until("a 4/4/4 split", Duration::from_secs(30), || {
+        held(0) == 4 && held(1) == 4 && held(2) == 4
+    })
+    .await;
+    let grow = (count(0) - before, started.elapsed());
+    eprintln!(
+        "KIP-848 1->3 reconciliation: a processed {} records in {:?}",
+        grow.0, grow.1
+    );
+    assert!(
+        grow.0 > 0,
+        "the steady member stopped during the reconciliation"
+    );
+    let kept: Vec<i32> = holding(&events[0]).0;
+    wait_until("b and c processing", Duration::from_secs(20), || {
+        count(1) >= 100 && count(2) >= 100
+    })
+    .await;
+
+    // 3 -> 2: c closes and leaves (epoch -1)
+    let (before, started) = (count(0), Instant::now());
+    stop_c.send(true).unwrap();
+    c.await.unwrap();
+    let closed = started.elapsed();
+    wait_until("c's partitions to move", Duration::from_secs(8), || {
+        held(0) + held(1) == 12
+    })
+    .await;
+    let shrink = (count(0) - before, started.elapsed());
+    eprintln!(
+        "KIP-848 3->2 reconciliation: c closed in {closed:?}, its partitions moved within {:?}; a processed {} records meanwhile",
+        shrink.1, shrink.0
+    );
+    assert!(
+        shrink.0 > 0,
+        "the steady member stopped during the reconciliation"
+    );
+    assert!(
+        shrink.1 < Duration::from_secs(8),
+        "c's partitions waited for the session timeout: it did not leave"
+    );
+
+    stop_producer.store(true, Ordering::SeqCst);
+    let per = 500 + producer.await.unwrap();
+    let all = |seen: &[Seen; 3]| {
+        let mut all: HashMap<(i32, i64), u32> = HashMap::new();
+        for s in seen {
+            for (k, n) in s.lock().unwrap().iter() {
+                *all.entry(*k).or_default() += n;
+            }
+        }
+        all
+    };
+    wait_until("every message", Duration::from_secs(30), || {
+        all(&seen).len() >= 12 * per
+    })
+    .await;
+    stop_a.send(true).unwrap();
+    stop_b.send(true).unwrap();
+    a.await.unwrap();
+    b.await.unwrap();
+    stop_watch.store(true, Ordering::SeqCst);
+    assert!(watcher.await.unwrap() > 0);
+
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(holding(e).2, 0, "member {i} lost partitions");
+    }
+    let (_, revoked_a, _) = holding(&events[0]);
+    for p in &kept {
+        assert!(!revoked_a.contains(p), "kept partition {p} was revoked");
+    }
+    for ((p, o), n) in seen[0].lock().unwrap().iter() {
+        if kept.contains(p) {
+            assert_eq!(*n, 1, "{p}@{o} of a partition a kept was read {n} times");
+        }
+    }
+    let all = all(&seen);
+    for p in 0..12 {
+        for o in 0..per as i64 {
+            assert!(all.contains_key(&(p, o)), "{p}@{o} never processed");
+        }
+    }
+    let expected: BTreeMap<i32, i64> = (0..12).map(|p| (p, per as i64)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+}
+
+/// KIP-848 regular-expression subscription, evaluated by the broker: a topic matching it
+/// that is created after the member joined is assigned and read; one not matching is not.
+async fn kip848_regex_subscription_picks_up_a_topic_created_later() {
+    let prefix = common::unique_topic("kip848-re");
+    let first = format!("{prefix}-a");
+    create_named(&first, 2).await;
+    produce(&first, 2, 0, 10).await;
+    let group = common::unique_topic("kip848-re-g");
+    let config = ReaderConfig::new([common::shared().addr.clone()])
+        .group_id(&group)
+        .group_protocol(kafkapipe::group::GroupProtocol::Consumer)
+        .group_topic_regex(format!("{prefix}-[a-z]"))
+        .max_wait(Duration::from_millis(50));
+    let mut reader = Reader::new(config).await.unwrap();
+    for _ in 0..20 {
+        let m = next(&mut reader, Duration::from_secs(20)).await;
+        assert_eq!(&*m.topic, first.as_str());
+    }
+    let second = format!("{prefix}-b");
+    create_named(&second, 3).await;
+    produce(&second, 3, 0, 10).await;
+    create_named(&format!("{prefix}x-c"), 1).await;
+    produce(&format!("{prefix}x-c"), 1, 0, 10).await;
+    let started = Instant::now();
+    let mut from_second = HashSet::new();
+    while from_second.len() < 30 {
+        let m = next(&mut reader, Duration::from_secs(40)).await;
+        assert!(
+            !m.topic.starts_with(&format!("{prefix}x")),
+            "unmatched topic read"
+        );
+        if &*m.topic == second.as_str() {
+            from_second.insert((m.partition, m.offset));
+        }
+    }
+    eprintln!(
+        "KIP-848 regex: the new topic was read {:?} after its creation",
+        started.elapsed()
+    );
+    reader.close().await;
+}
+
+/// KIP-848: a member that crashes (dropped without close: no leave heartbeat) keeps its
+/// partitions until the broker's session timeout (`group.consumer.session.timeout.ms`,
+/// 10 s here); then they move to the other member, which resumes at the crashed
+/// member's commits.
+async fn kip848_crashed_member_partitions_move_after_the_session_timeout() {
+    let topic = new_topic("kip848-crash", 4).await;
+    let group = common::unique_topic("kip848-crash-g");
+    produce(&topic, 4, 0, 100).await;
+    let mut a = Reader::new(kip848_config(&group, &topic).commit_mode(CommitMode::Sync))
+        .await
+        .unwrap();
+    let mut a_commit = a.committer().unwrap();
+    let mut a_events = a.events().unwrap();
+    next_event(&mut a_events, Duration::from_secs(20)).await;
+    let b_events: Events = Default::default();
+    let b_seen: Seen = Default::default();
+    let (stop_b, rx) = tokio::sync::watch::channel(false);
+    let b = spawn_member_with_events(
+        kip848_config(&group, &topic),
+        b_seen.clone(),
+        b_events.clone(),
+        rx,
+    );
+    wait_until("a 2/2 split", Duration::from_secs(20), || {
+        holding(&b_events).0.len() == 2
+    })
+    .await;
+    let b_first = holding(&b_events).0;
+    // a processes and commits a few messages of its partitions, then crashes
+    for _ in 0..10 {
+        let m = next(&mut a, Duration::from_secs(10)).await;
+        a_commit.feed(&m).await.unwrap();
+    }
+    a_commit.commit().await.unwrap();
+    let at_crash = committed(&group, &topic).await;
+    drop(a_commit);
+    drop(a_events);
+    drop(a);
+    let crashed = Instant::now();
+    wait_until("a's partitions to move", Duration::from_secs(30), || {
+        holding(&b_events).0.len() == 4
+    })
+    .await;
+    let moved = crashed.elapsed();
+    eprintln!("KIP-848: a crashed member's partitions moved {moved:?} after the crash");
+    assert!(
+        moved >= Duration::from_secs(5),
+        "moved before the session timeout: {moved:?}"
+    );
+    wait_until("b to read everything", Duration::from_secs(20), || {
+        let seen = b_seen.lock().unwrap();
+        (0..4).all(|p| seen.contains_key(&(p, 99)))
+    })
+    .await;
+    stop_b.send(true).unwrap();
+    b.await.unwrap();
+    // b resumed each of a's partitions at a's commit
+    for p in (0..4).filter(|p| !b_first.contains(p)) {
+        let first = b_seen
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|(q, _)| *q == p)
+            .map(|(_, o)| *o)
+            .min();
+        assert_eq!(
+            first,
+            Some(at_crash.get(&p).copied().unwrap_or(0).max(0)),
+            "partition {p}"
+        );
+    }
+    let expected: BTreeMap<i32, i64> = (0..4).map(|p| (p, 100)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+}
+
+/// KIP-848 static membership: a static member that closes leaves with epoch -2, so its
+/// partitions wait for it; restarted within the session timeout it gets the same
+/// partitions back and the other member sees no reassignment at all. A second reader
+/// with the instance id of a live member is refused with UNRELEASED_INSTANCE_ID,
+/// yielded by its stream with an explanation.
+async fn kip848_static_member_restart_keeps_its_partitions() {
+    let topic = new_topic("kip848-static", 4).await;
+    let group = common::unique_topic("kip848-static-g");
+    produce(&topic, 4, 0, 10).await;
+    let x_events: Events = Default::default();
+    let (stop_x, rx) = tokio::sync::watch::channel(false);
+    let x = spawn_member_with_events(
+        kip848_config(&group, &topic),
+        Seen::default(),
+        x_events.clone(),
+        rx,
+    );
+    wait_until("x's partitions", Duration::from_secs(20), || {
+        holding(&x_events).0.len() == 4
+    })
+    .await;
+    let config = || kip848_config(&group, &topic).group_instance_id("static-1");
+    let mut s = Reader::new(config()).await.unwrap();
+    let mut s_events = s.events().unwrap();
+    let first = match next_event(&mut s_events, Duration::from_secs(20)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    wait_until("x to hand over", Duration::from_secs(20), || {
+        holding(&x_events).0.len() == 2
+    })
+    .await;
+    assert_eq!(first.len(), 2);
+
+    // a second reader with the same instance id while s is alive
+    let mut dup = Reader::new(config()).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(20), dup.next_message())
+        .await
+        .expect("an error in time")
+        .expect_err("refused");
+    assert_eq!(
+        e.kafka_code(),
+        Some(kafkapipe::protocol::ErrorCode::UnreleasedInstanceId),
+        "{e}"
+    );
+    assert!(e.to_string().contains("static-1"), "{e}");
+    dup.close().await;
+
+    let x_before = x_events.lock().unwrap().len();
+    s.close().await;
+    let mut s = Reader::new(config()).await.unwrap();
+    let mut s_events = s.events().unwrap();
+    let again = match next_event(&mut s_events, Duration::from_secs(20)).await {
+        GroupEvent::Assigned { partitions, .. } => partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        again, first,
+        "the restarted static member got other partitions"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        x_events.lock().unwrap().len(),
+        x_before,
+        "the other member saw a reassignment: {:?}",
+        &x_events.lock().unwrap()[x_before..]
+    );
+    s.close().await;
+    stop_x.send(true).unwrap();
+    x.await.unwrap();
+}
+
+/// KIP-848: an assignor the broker does not offer is refused with UNSUPPORTED_ASSIGNOR,
+/// yielded by the stream with an explanation.
+async fn kip848_unsupported_assignor_surfaces_in_the_stream() {
+    let topic = new_topic("kip848-assignor", 1).await;
+    let group = common::unique_topic("kip848-assignor-g");
+    let mut r =
+        Reader::new(kip848_config(&group, &topic).group_remote_assignor("no-such-assignor"))
+            .await
+            .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(20), r.next_message())
+        .await
+        .expect("an error in time")
+        .expect_err("refused");
+    assert_eq!(
+        e.kafka_code(),
+        Some(kafkapipe::protocol::ErrorCode::UnsupportedAssignor),
+        "{e}"
+    );
+    assert!(e.to_string().contains("no-such-assignor"), "{e}");
+    r.close().await;
+}
+
+/// KIP-848 interop: a kafkapipe member and a librdkafka member (python confluent-kafka,
+/// `group.protocol=consumer`) share a consumer-protocol group: the broker splits the 6
+/// partitions 3/3, the kafkapipe member keeps its 3 flowing, gets the others back when
+/// librdkafka leaves, and every record is processed and committed.
+async fn kip848_shares_a_group_with_a_librdkafka_member() {
+    let topic = new_topic("kip848-interop", 6).await;
+    let group = common::unique_topic("kip848-interop-g");
+    produce(&topic, 6, 0, 200).await;
+    let mut k = Reader::new(kip848_config(&group, &topic)).await.unwrap();
+    let mut events = k.events().unwrap();
+    let mut committer = k.committer().unwrap();
+    let log: Events = Default::default();
+    match next_event(&mut events, Duration::from_secs(20)).await {
+        e @ GroupEvent::Assigned { .. } => log.lock().unwrap().push(e),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(holding(&log).0.len(), 6);
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!(
+        "{}/tests/interop/group_member.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let child = tokio::process::Command::new(python)
+        .args([
+            &script,
+            "--broker",
+            &common::shared().addr,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--duration",
+            "10",
+            "--protocol",
+            "consumer",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run group_member.py");
+    let mut seen: HashMap<(i32, i64), u32> = HashMap::new();
+    let mut mine: Vec<i32> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "events so far: {:?}",
+            log.lock().unwrap()
+        );
+        tokio::select! {
+            m = k.next_message() => {
+                let m = m.unwrap();
+                *seen.entry((m.partition, m.offset)).or_default() += 1;
+                committer.feed(&m).await.unwrap();
+            }
+            e = events.next() => {
+                log.lock().unwrap().push(e.unwrap());
+                let held = holding(&log).0;
+                if held.len() == 3 {
+                    mine = held;
+                } else if held.len() == 6 && !mine.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "librdkafka member failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    let mut theirs: Vec<i32> = lines
+        .iter()
+        .filter_map(|l| l.get("assigned"))
+        .flat_map(|a| {
+            a.as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_i64().unwrap() as i32)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    theirs.sort();
+    theirs.dedup();
+    assert_eq!(
+        theirs.len(),
+        3,
+        "uniform over 2 members: {theirs:?} / {mine:?}"
+    );
+    assert!(
+        theirs.iter().all(|p| !mine.contains(p)),
+        "{theirs:?} / {mine:?}"
+    );
+    let (_, _, lost) = holding(&log);
+    assert_eq!(lost, 0);
+    for l in &lines {
+        if let (Some(p), Some(o)) = (l.get("partition"), l.get("offset")) {
+            *seen
+                .entry((p.as_i64().unwrap() as i32, o.as_i64().unwrap()))
+                .or_default() += 1;
+        }
+    }
+    // the partitions k kept were never revoked: each of their records was read once
+    for ((p, o), n) in &seen {
+        if mine.contains(p) {
+            assert_eq!(*n, 1, "{p}@{o} of a kept partition read {n} times");
+        }
+    }
+    produce(&topic, 6, 200, 10).await;
+    while (0..6).any(|p| (0..210).any(|o| !seen.contains_key(&(p, o)))) {
+        let m = next(&mut k, Duration::from_secs(10)).await;
+        *seen.entry((m.partition, m.offset)).or_default() += 1;
+        committer.feed(&m).await.unwrap();
+    }
+    k.close().await;
+    let expected: BTreeMap<i32, i64> = (0..6).map(|p| (p, 210)).collect();
+    assert_eq!(committed(&group, &topic).await, expected);
+}
+
+/// What [`rebalance_pause`] measured.
+#[derive(Debug, Clone, Copy)]
+struct Pause {
+    /// How long a owned no partition (eager: between giving up everything and the new
+    /// assignment).
+    idle: Duration,
+    /// a's longest gap between two processed records in the 2 s before b started.
+    baseline_gap: Duration,
+    /// a's longest gap from b's start until 1 s after the group settled.
+    gap: Duration,
+    /// From b's start until both held 6 partitions.
+    settled: Duration,
+    /// From b's start until b processed a record.
+    b_first: Duration,
+    /// a's records per second in the 2 s before b started, and until settled.
+    rate_before: f64,
+    rate_during: f64,
+}
+
+/// One member `a` reads 12 partitions under a continuous producer; a second member `b`
+/// joins. Measures a's pauses and throughput before and during the rebalance.
+async fn rebalance_pause(kind: &str, config: impl Fn(&str, &str) -> ReaderConfig) -> Pause {
+    let topic = new_topic(&format!("pause-{kind}"), 12).await;
+    let group = common::unique_topic(&format!("pause-{kind}-g"));
+    produce(&topic, 12, 0, 100).await;
+    let stop_producer = Arc::new(AtomicBool::new(false));
+    let producer = spawn_producer(topic.clone(), 12, stop_producer.clone());
+    let a_times: Arc<Mutex<Vec<Instant>>> = Default::default();
+    let a_events: Events = Default::default();
+    // a's partition count after each of its group events, when it came
+    let a_held: Arc<Mutex<Vec<(Instant, usize)>>> = Default::default();
+    let (stop_a, mut rx) = tokio::sync::watch::channel(false);
+    let a = {
+        let (config, times, events, held_log) = (
+            config(&group, &topic),
+            a_times.clone(),
+            a_events.clone(),
+            a_held.clone(),
+        );
+        tokio::spawn(async move {
+            let mut reader = Reader::new(config).await.unwrap();
+            let mut committer = reader.committer().unwrap();
+            let mut ev = reader.events().unwrap();
+            loop {
+                tokio::select! {
+                    _ = rx.changed() => break,
+                    Some(e) = ev.next() => {
+                        events.lock().unwrap().push(e);
+                        let held = holding(&events).0.len();
+                        held_log.lock().unwrap().push((Instant::now(), held));
+                    }
+                    m = reader.next_message() => {
+                        let m = m.unwrap();
+                        times.lock().unwrap().push(Instant::now());
+                        committer.feed(&m).await.unwrap();
+                    }
+                }
+            }
+            reader.close().await;
+        })
+    };
+    wait_until("a's first records", Duration::from_secs(30), || {
+        a_times.lock().unwrap().len() >= 1_200
+    })
+    .await;
+    // the baseline window
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let b_seen: Seen = Default::default();
+    let b_events: Events = Default::default();
+    let (stop_b, rx) = tokio::sync::watch::channel(false);
+    let started = Instant::now();
+    let b = spawn_member_with_events(config(&group, &topic), b_seen.clone(), b_events.clone(), rx);
+    wait_until("a 6/6 split", Duration::from_secs(30), || {
+        holding(&a_events).0.len() == 6 && holding(&b_events).0.len() == 6
+    })
+    .await;
+    let settled = started.elapsed();
+    wait_until("b's first record", Duration::from_secs(30), || {
+        !b_seen.lock().unwrap().is_empty()
+    })
+    .await;
+    let b_first = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let end = Instant::now();
+    let times = a_times.lock().unwrap().clone();
+    let longest_gap = |from: Instant, to: Instant| {
+        let mut last = times
+            .iter()
+            .rev()
+            .find(|t| **t <= from)
+            .copied()
+            .unwrap_or(from);
+        let mut gap = Duration::ZERO;
+        for t in times.iter().filter(|t| **t > from && **t <= to) {
+            gap = gap.max(t.duration_since(last));
+            last = *t;
+        }
+        gap.max(to.duration_since(last))
+    };
+    let count =
+        |from: Instant, to: Instant| times.iter().filter(|t| **t > from && **t <= to).count();
+    let before = started - Duration::from_secs(2);
+    let settled_at = started + settled;
+    // how long a owned no partition at all during the rebalance
+    let mut idle = Duration::ZERO;
+    let mut idle_since: Option<Instant> = None;
+    for (t, held) in a_held.lock().unwrap().iter().filter(|(t, _)| *t > started) {
+        match (held, idle_since) {
+            (0, None) => idle_since = Some(*t),
+            (n, Some(since)) if *n > 0 => {
+                idle += t.duration_since(since);
+                idle_since = None;
+            }
+            _ => {}
+        }
+    }
+    let pause = Pause {
+        idle,
+        baseline_gap: longest_gap(before, started),
+        gap: longest_gap(started, end),
+        settled,
+        b_first,
+        rate_before: count(before, started) as f64 / 2.0,
+        rate_during: count(started, settled_at) as f64 / settled.as_secs_f64().max(0.001),
+    };
+    stop_producer.store(true, Ordering::SeqCst);
+    producer.await.unwrap();
+    stop_a.send(true).unwrap();
+    stop_b.send(true).unwrap();
+    a.await.unwrap();
+    b.await.unwrap();
+    pause
+}
+
+/// The rebalance pause of the three protocols on one workload (12 partitions, a
+/// producer adding 50 records a partition every ~50 ms, a second member joining a
+/// one-member group): classic eager (range), classic cooperative-sticky (KIP-429) and
+/// KIP-848. Run one after the other; printed for the notes. The protocols' own timings
+/// differ: the classic members heartbeat every 300 ms, KIP-848 members at the broker's
+/// `group.consumer.heartbeat.interval.ms` (1 s here).
+async fn rebalance_pause_comparison() {
+    let mut rows = Vec::new();
+    let eager = rebalance_pause("eager", |g, t| {
+        group_config(g, t).commit_mode(CommitMode::Interval(Duration::from_millis(100)))
+    })
+    .await;
+    rows.push(("classic eager (range)", eager));
+    let coop = rebalance_pause("coop", |g, t| {
+        group_config(g, t)
+            .commit_mode(CommitMode::Interval(Duration::from_millis(100)))
+            .assignors(vec![Arc::new(kafkapipe::group::CooperativeStickyAssignor)])
+    })
+    .await;
+    rows.push(("classic cooperative-sticky", coop));
+    let kip848 = rebalance_pause("kip848", kip848_config).await;
+    rows.push(("KIP-848 consumer (uniform)", kip848));
+    for (name, p) in &rows {
+        eprintln!(
+            "rebalance pause | {name:<28} | a owned nothing for {:>9.3?} | a's longest pause {:>9.3?} (baseline {:>9.3?}) | settled in {:>9.3?} | b's first record {:>9.3?} | a's rate {:>6.0}/s during, {:>6.0}/s before",
+            p.idle,
+            p.gap, p.baseline_gap, p.settled, p.b_first, p.rate_during, p.rate_before
+        );
+    }
+    for (name, p) in &rows {
+        assert!(
+            p.rate_during > 0.0,
+            "{name}: a processed nothing while the group rebalanced"
+        );
+    }
+    // the incremental protocols never take every partition from the member that keeps
+    // some; the eager one does
+    assert_eq!(coop.idle, Duration::ZERO, "{rows:?}");
+    assert_eq!(kip848.idle, Duration::ZERO, "{rows:?}");
+    assert!(eager.idle > Duration::ZERO, "{rows:?}");
+}
+
 /// The scenarios above, all at once: they mostly wait on the broker (session timeouts,
 /// rebalances), and the test harness would run only as many
 /// tests at a time as there are CPUs. Each runs in its own task on its own topic and
@@ -1232,6 +1886,34 @@ async fn group_scenarios() {
         (
             "mixed_cooperative_and_eager_members_fall_back_to_eager",
             Box::pin(mixed_cooperative_and_eager_members_fall_back_to_eager()),
+        ),
+        (
+            "kip848_one_three_two_members_over_12_partitions",
+            Box::pin(kip848_one_three_two_members_over_12_partitions()),
+        ),
+        (
+            "kip848_regex_subscription_picks_up_a_topic_created_later",
+            Box::pin(kip848_regex_subscription_picks_up_a_topic_created_later()),
+        ),
+        (
+            "kip848_crashed_member_partitions_move_after_the_session_timeout",
+            Box::pin(kip848_crashed_member_partitions_move_after_the_session_timeout()),
+        ),
+        (
+            "kip848_static_member_restart_keeps_its_partitions",
+            Box::pin(kip848_static_member_restart_keeps_its_partitions()),
+        ),
+        (
+            "kip848_shares_a_group_with_a_librdkafka_member",
+            Box::pin(kip848_shares_a_group_with_a_librdkafka_member()),
+        ),
+        (
+            "rebalance_pause_comparison",
+            Box::pin(rebalance_pause_comparison()),
+        ),
+        (
+            "kip848_unsupported_assignor_surfaces_in_the_stream",
+            Box::pin(kip848_unsupported_assignor_surfaces_in_the_stream()),
         ),
     ];
     // KAFKAPIPE_SCENARIO=substring: run only the matching scenarios.

@@ -6,13 +6,14 @@ use std::future::Future;
 use tracing::debug;
 
 use super::{
-    code_error, Admin, CommittedOffset, GroupDescription, GroupListing, MemberDescription,
-    OffsetSpec, Results, TopicPartition,
+    code_error, Admin, CommittedOffset, ConsumerGroupDescription, ConsumerGroupMemberDescription,
+    GroupDescription, GroupListing, MemberDescription, OffsetSpec, Results, TopicPartition,
 };
 use crate::conn::Connection;
 use crate::error::{Error, Result};
 use crate::protocol::consumer_protocol::{Assignment, Subscription};
 use crate::protocol::messages::{
+    ConsumerGroupDescribeAssignment, ConsumerGroupDescribeRequest, ConsumerGroupDescribedGroup,
     DeleteGroupsRequest, DescribeGroupsRequest, DescribedGroup, FindCoordinatorRequest,
     ListGroupsRequest, OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
     OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
@@ -55,6 +56,54 @@ fn describe(d: DescribedGroup, coordinator: i32) -> GroupDescription {
                 client_host: m.client_host,
                 metadata: m.member_metadata,
                 assignment: m.member_assignment,
+            })
+            .collect(),
+    }
+}
+
+fn consumer_assignment(a: ConsumerGroupDescribeAssignment) -> Vec<TopicPartition> {
+    let mut v: Vec<TopicPartition> = a
+        .topic_partitions
+        .into_iter()
+        .flat_map(|t| {
+            let topic = t.topic_name;
+            t.partitions
+                .into_iter()
+                .map(move |p| TopicPartition::new(topic.clone(), p))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The description of a group that ConsumerGroupDescribe found without error.
+fn describe_consumer(d: ConsumerGroupDescribedGroup, coordinator: i32) -> ConsumerGroupDescription {
+    ConsumerGroupDescription {
+        group_id: d.group_id,
+        state: d.group_state,
+        group_epoch: d.group_epoch,
+        assignment_epoch: d.assignment_epoch,
+        assignor: d.assignor_name,
+        coordinator,
+        members: d
+            .members
+            .into_iter()
+            .map(|m| ConsumerGroupMemberDescription {
+                member_id: m.member_id,
+                instance_id: m.instance_id,
+                rack_id: m.rack_id,
+                member_epoch: m.member_epoch,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                subscribed_topics: m.subscribed_topic_names,
+                subscribed_regex: m.subscribed_topic_regex,
+                assignment: consumer_assignment(m.assignment),
+                target_assignment: consumer_assignment(m.target_assignment),
+                classic: match m.member_type {
+                    0 => Some(true),
+                    1 => Some(false),
+                    _ => None,
+                },
             })
             .collect(),
     }
@@ -299,6 +348,58 @@ impl Admin {
                                 Some(code) => Err(code_error(code, d.error_message.as_deref())
                                     .with_broker(c.broker())),
                                 None => Ok(describe(d, node)),
+                            };
+                            (id, r)
+                        })
+                        .collect())
+                },
+            )
+            .await)
+    }
+
+    /// Describe groups of the consumer protocol (KIP-848; ConsumerGroupDescribe, Kafka
+    /// 4.0+): state, epochs, the server assignor, and each member's subscription, owned
+    /// and target partitions. One result per group; a group that does not exist, or is a
+    /// classic group, is `GroupIdNotFound` (use [`Admin::describe_groups`] for those).
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let (_, group) = admin.describe_consumer_groups(&["my-group"]).await?.remove(0);
+    /// for m in group?.members {
+    ///     println!("{} epoch {} owns {:?}", m.member_id, m.member_epoch, m.assignment);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `UnsupportedVersion` if the coordinator does not offer ConsumerGroupDescribe.
+    pub async fn describe_consumer_groups(
+        &self,
+        groups: &[&str],
+    ) -> Result<Results<String, ConsumerGroupDescription>> {
+        let items: Vec<(String, ())> = groups.iter().map(|g| ((*g).to_string(), ())).collect();
+        Ok(self
+            .fan_out(
+                "ConsumerGroupDescribe",
+                items,
+                |g: String| async move { self.coordinator(&g).await },
+                |g: &String| self.forget_coordinator(g),
+                |c, node, batch| async move {
+                    let req = ConsumerGroupDescribeRequest {
+                        group_ids: batch.into_iter().map(|(g, ())| g).collect(),
+                        ..Default::default()
+                    };
+                    let resp = c.send(&req).await?;
+                    Ok(resp
+                        .groups
+                        .into_iter()
+                        .map(|d| {
+                            let id = d.group_id.clone();
+                            let r = match ErrorCode::non_zero(d.error_code) {
+                                Some(code) => Err(code_error(code, d.error_message.as_deref())
+                                    .with_broker(c.broker())),
+                                None => Ok(describe_consumer(d, node)),
                             };
                             (id, r)
                         })

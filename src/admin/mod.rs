@@ -33,8 +33,8 @@ mod types;
 
 pub use types::{
     AlterConfigOp, ClusterDescription, CommittedOffset, ConfigEntry, ConfigResource, ConfigSource,
-    GroupDescription, GroupListing, ListedOffset, MemberDescription, OffsetSpec, TopicListing,
-    TopicPartition,
+    ConsumerGroupDescription, ConsumerGroupMemberDescription, GroupDescription, GroupListing,
+    ListedOffset, MemberDescription, OffsetSpec, TopicListing, TopicPartition,
 };
 
 use crate::util::duration_ms;
@@ -231,7 +231,7 @@ impl Admin {
     }
 
     /// Metadata for `topics` (`None`: all) from any broker.
-    async fn metadata(&self, topics: Option<&[&str]>) -> Result<Metadata> {
+    pub(crate) async fn metadata(&self, topics: Option<&[&str]>) -> Result<Metadata> {
         self.retry("Metadata", || async move {
             let (_, c) = self.any_connection().await?;
             Conn::from_connection(c).metadata(topics).await

@@ -349,6 +349,63 @@ pub struct GroupDescription {
     pub coordinator: i32,
 }
 
+/// A group of the consumer protocol (KIP-848), from
+/// [`Admin::describe_consumer_groups`](super::Admin::describe_consumer_groups).
+///
+/// ```no_run
+/// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+/// let (_, group) = admin.describe_consumer_groups(&["my-group"]).await?.remove(0);
+/// let group = group?;
+/// println!("{} epoch {} assignor {}", group.state, group.group_epoch, group.assignor);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupDescription {
+    /// The group id.
+    pub group_id: String,
+    /// The state (`Empty`, `Assigning`, `Reconciling`, `Stable`, `Dead`).
+    pub state: String,
+    /// The group epoch: bumped on every change of members or subscriptions.
+    pub group_epoch: i32,
+    /// The epoch of the target assignment.
+    pub assignment_epoch: i32,
+    /// The server-side assignor in use (`uniform`, `range`).
+    pub assignor: String,
+    /// The members.
+    pub members: Vec<ConsumerGroupMemberDescription>,
+    /// The coordinator's broker id.
+    pub coordinator: i32,
+}
+
+/// A member of a [`ConsumerGroupDescription`] (see there for an example).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupMemberDescription {
+    /// The member id.
+    pub member_id: String,
+    /// The static instance id, if any.
+    pub instance_id: Option<String>,
+    /// The rack id, if any.
+    pub rack_id: Option<String>,
+    /// The member epoch.
+    pub member_epoch: i32,
+    /// The client id.
+    pub client_id: String,
+    /// The client host.
+    pub client_host: String,
+    /// The subscribed topic names.
+    pub subscribed_topics: Vec<String>,
+    /// The subscribed regular expression, if any.
+    pub subscribed_regex: Option<String>,
+    /// The partitions the member owns, sorted.
+    pub assignment: Vec<TopicPartition>,
+    /// The partitions the coordinator wants it to own, sorted (equal to `assignment`
+    /// once reconciled).
+    pub target_assignment: Vec<TopicPartition>,
+    /// Whether the member speaks the classic protocol (a classic member of a group
+    /// converted to the consumer protocol); `None` if the broker does not say.
+    pub classic: Option<bool>,
+}
+
 /// A committed offset of a group, from
 /// [`Admin::fetch_group_offsets`](super::Admin::fetch_group_offsets).
 #[derive(Debug, Clone, PartialEq, Eq)]

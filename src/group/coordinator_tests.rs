@@ -234,3 +234,41 @@ async fn member_keeps_its_generation_through_coordinator_faults_and_yields_no_er
         "{rest:?}"
     );
 }
+
+/// A commit answered STALE_MEMBER_EPOCH (KIP-848: the member epoch moved on while the
+/// commit was on its way) is sent again with the current membership, and succeeds;
+/// the committer never sees the error. (The shared commit path: the mock serves the
+/// classic protocol, so the member here is a classic one.)
+#[tokio::test]
+async fn a_stale_member_epoch_commit_is_sent_again() {
+    use futures::SinkExt;
+    let mock = mock().await;
+    mock.produce("t", 0, &[crate::record::Record::new("k", "v")])
+        .unwrap();
+    let mut reader = Reader::new(
+        ReaderConfig::new(mock.bootstrap())
+            .group_id("g")
+            .topic("t")
+            .commit_mode(crate::group::CommitMode::Sync)
+            .heartbeat_interval(Duration::from_millis(100))
+            .session_timeout(Duration::from_secs(3))
+            .rebalance_timeout(Duration::from_secs(3)),
+    )
+    .await
+    .unwrap();
+    let mut committer = reader.committer().unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(10), reader.next_message())
+        .await
+        .expect("a message in time")
+        .unwrap();
+    mock.fault(
+        ApiKey::OFFSET_COMMIT,
+        Fault::Error(ErrorCode::StaleMemberEpoch),
+        1,
+    );
+    let before = mock.requests(ApiKey::OFFSET_COMMIT);
+    committer.send(&m).await.unwrap();
+    assert_eq!(mock.committed("g", "t", 0), Some(1));
+    assert_eq!(mock.requests(ApiKey::OFFSET_COMMIT), before + 2);
+    reader.close().await;
+}

@@ -1,7 +1,14 @@
-//! Consumer groups: membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), the
-//! [`Assignor`]s the leader runs, and the [`Committer`] sink. A group is used through a
+//! Consumer groups: membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup — or, with
+//! [`GroupProtocol::Consumer`], KIP-848's ConsumerGroupHeartbeat), the [`Assignor`]s the
+//! leader runs, and the [`Committer`] sink. A group is used through a
 //! [`Reader`](crate::reader::Reader) configured with
 //! [`ReaderConfig::group_id`](crate::reader::ReaderConfig::group_id).
+//!
+//! The rest of this page describes the classic protocol; with
+//! [`GroupProtocol::Consumer`] the broker assigns and each member reconciles on its own:
+//! partitions taken away are committed (with the member epoch) and then reported gone,
+//! partitions granted are started, partitions that stay are never paused; the reader,
+//! its stream, commits and [`GroupEvent`]s are the same.
 //!
 //! # Rebalance design
 //!
@@ -70,6 +77,7 @@
 mod ack;
 mod assignor;
 mod commit;
+mod consumer;
 pub(crate) mod coordinator;
 mod offset_store;
 // Coordinator faults, against MockCluster.
@@ -153,6 +161,25 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
         }
     }
     p[i.min(p.len())..].iter().all(|&c| c == '*')
+}
+
+/// The consumer group protocol of a group reader: see
+/// [`ReaderConfig::group_protocol`](crate::reader::ReaderConfig::group_protocol).
+///
+/// ```
+/// use kafkapipe::group::GroupProtocol;
+/// assert_eq!(GroupProtocol::default(), GroupProtocol::Classic);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupProtocol {
+    /// JoinGroup/SyncGroup/Heartbeat with a client-side [`Assignor`] (eager, or
+    /// cooperative with [`CooperativeStickyAssignor`]). Every Kafka version.
+    #[default]
+    Classic,
+    /// The consumer protocol of KIP-848 (ConsumerGroupHeartbeat, Kafka 4.0+): the broker
+    /// assigns, each member reconciles on its own, partitions that stay with a member are
+    /// never paused.
+    Consumer,
 }
 
 /// What a generation was joined with, re-checked by the partition watch.
@@ -283,6 +310,8 @@ pub(crate) fn membership_changing(e: &Error) -> bool {
             ErrorCode::RebalanceInProgress
                 | ErrorCode::IllegalGeneration
                 | ErrorCode::UnknownMemberId
+                | ErrorCode::StaleMemberEpoch
+                | ErrorCode::FencedMemberEpoch
         )
     )
 }
@@ -406,58 +435,72 @@ impl GroupShared {
             )));
         }
         let _serial = self.commit_lock.lock().await;
-        let due = self.commits().due(only);
-        if due.is_empty() {
-            return Ok(());
-        }
-        let (generation, member_id) = lock(&self.member).clone();
-        let offsets: Vec<(crate::admin::TopicPartition, i64)> = due
-            .iter()
-            .map(|(tp, o)| {
-                (
-                    crate::admin::TopicPartition::new(&tp.topic, tp.partition),
-                    *o,
+        let deadline = deadline_after(within);
+        loop {
+            let due = self.commits().due(only);
+            if due.is_empty() {
+                return Ok(());
+            }
+            let (generation, member_id) = lock(&self.member).clone();
+            let offsets: Vec<(crate::admin::TopicPartition, i64)> = due
+                .iter()
+                .map(|(tp, o)| {
+                    (
+                        crate::admin::TopicPartition::new(&tp.topic, tp.partition),
+                        *o,
+                    )
+                })
+                .collect();
+            // Over the coordinator connection, finding the coordinator again on
+            // `NotCoordinator` and the like and retrying within the commit timeout: a
+            // coordinator failover (the broker fenced, the offsets partition's new leader
+            // loading the group) takes a few seconds. The generation stays valid meanwhile.
+            let req = Admin::offset_commit_request(
+                &self.group_id,
+                generation,
+                &member_id,
+                self.instance_id.as_deref(),
+                &offsets,
+            );
+            let (req, offsets) = (&req, &offsets);
+            let results = self
+                .coord
+                .call(
+                    "OffsetCommit",
+                    deadline,
+                    self.request_timeout,
+                    |c| async move { Admin::offset_commit_on(&c, req, offsets).await },
                 )
-            })
-            .collect();
-        // Over the coordinator connection, finding the coordinator again on
-        // `NotCoordinator` and the like and retrying within the commit timeout: a
-        // coordinator failover (the broker fenced, the offsets partition's new leader
-        // loading the group) takes a few seconds. The generation stays valid meanwhile.
-        let req = Admin::offset_commit_request(
-            &self.group_id,
-            generation,
-            &member_id,
-            self.instance_id.as_deref(),
-            &offsets,
-        );
-        let (req, offsets) = (&req, &offsets);
-        let results = self
-            .coord
-            .call(
-                "OffsetCommit",
-                deadline_after(within),
-                self.request_timeout,
-                |c| async move { Admin::offset_commit_on(&c, req, offsets).await },
-            )
-            .await?;
-        let mut first_err = None;
-        let c = self.commits();
-        for ((tp, r), (_, offset)) in results.into_iter().zip(due.iter()) {
-            match r {
-                Ok(()) => {
-                    if let Some(p) = c.get(&tp.topic, tp.partition) {
-                        p.committed(*offset);
+                .await?;
+            let mut first_err = None;
+            let mut stale = false;
+            {
+                let c = self.commits();
+                for ((tp, r), (_, offset)) in results.into_iter().zip(due.iter()) {
+                    match r {
+                        Ok(()) => {
+                            if let Some(p) = c.get(&tp.topic, tp.partition) {
+                                p.committed(*offset);
+                            }
+                        }
+                        Err(e) => {
+                            stale |= e.kafka_code() == Some(ErrorCode::StaleMemberEpoch);
+                            first_err.get_or_insert(e);
+                        }
                     }
                 }
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
             }
+            debug!(group = %self.group_id, generation, partitions = due.len(), "committed offsets");
+            // KIP-848: the member epoch moved on (a heartbeat answered with a new epoch
+            // while this commit was on its way): commit again with the current one.
+            let retry_at = Instant::now() + Duration::from_millis(100);
+            if stale && retry_at < deadline {
+                debug!(group = %self.group_id, member_epoch = generation, "stale member epoch; committing again with the current one");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            return first_err.map_or(Ok(()), Err);
         }
-        drop(c);
-        debug!(group = %self.group_id, generation, partitions = due.len(), "committed offsets");
-        first_err.map_or(Ok(()), Err)
     }
 
     fn push_event(&self, e: GroupEvent) {
@@ -688,8 +731,17 @@ impl GroupTask {
         }
     }
 
-    /// The group task: join, read, rejoin, until the reader closes.
+    /// The group task: join, read, rejoin, until the reader closes — with the membership
+    /// engine of the configured [`GroupProtocol`].
     pub(crate) async fn run(self) {
+        match self.config().group_protocol {
+            GroupProtocol::Classic => self.run_classic().await,
+            GroupProtocol::Consumer => self.run_consumer().await,
+        }
+    }
+
+    /// The classic engine: JoinGroup, SyncGroup, heartbeat, rejoin.
+    async fn run_classic(self) {
         let g = self.group.clone();
         let cooperative = self.cooperative();
         let mut member_id = String::new();

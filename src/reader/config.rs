@@ -280,6 +280,32 @@ pub struct ReaderConfig {
     /// [`CooperativeStickyAssignor`](crate::group::CooperativeStickyAssignor)) the reader
     /// uses the incremental rebalance protocol (KIP-429); otherwise the eager one.
     pub assignors: Vec<std::sync::Arc<dyn crate::group::Assignor>>,
+    /// Which group protocol a group reader speaks: the classic one (JoinGroup/SyncGroup,
+    /// the default) or the consumer protocol of KIP-848 (ConsumerGroupHeartbeat; Kafka
+    /// 4.0+), where the broker assigns and members reconcile incrementally. The reader,
+    /// its stream, [`Committer`](crate::group::Committer) and
+    /// [`GroupEvent`](crate::group::GroupEvent)s are the same either way. With
+    /// [`GroupProtocol::Consumer`](crate::group::GroupProtocol::Consumer) the session
+    /// timeout and heartbeat interval are the broker's (`group.consumer.*`), so
+    /// `session_timeout`, `heartbeat_interval` and `assignors` are not used; see
+    /// [`group_remote_assignor`](ReaderConfig::group_remote_assignor) and
+    /// [`group_topic_regex`](ReaderConfig::group_topic_regex). Java `group.protocol`.
+    pub group_protocol: crate::group::GroupProtocol,
+    /// The assignor the broker runs for a [`GroupProtocol::Consumer`](crate::group::GroupProtocol::Consumer)
+    /// group: `"uniform"` or `"range"` on Apache Kafka; `None` (the default) leaves the
+    /// choice to the broker (`group.consumer.assignors`, uniform first). Java
+    /// `group.remote.assignor`.
+    pub group_remote_assignor: Option<String>,
+    /// A regular expression of topics, evaluated by the broker (RE2/J syntax, whole
+    /// name), that a [`GroupProtocol::Consumer`](crate::group::GroupProtocol::Consumer)
+    /// group reader subscribes to besides the topics given with [`ReaderConfig::topic`];
+    /// the broker re-evaluates it as topics are created or deleted. Default none.
+    pub group_topic_regex: Option<String>,
+    /// The rack of this client (Java `client.rack`), sent by a
+    /// [`GroupProtocol::Consumer`](crate::group::GroupProtocol::Consumer) member so the
+    /// broker's rack-aware assignment can prefer partitions with a replica in the same
+    /// rack. Fetches still go to the leader. Default none.
+    pub client_rack: Option<String>,
     /// Where newly assigned partitions start when the application keeps its offsets
     /// outside Kafka; see [`OffsetStore`](crate::group::OffsetStore). Group readers only.
     /// Default none (the group's committed offsets).
@@ -331,6 +357,10 @@ impl ReaderConfig {
                 std::sync::Arc::new(crate::group::RangeAssignor),
                 std::sync::Arc::new(crate::group::RoundRobinAssignor),
             ],
+            group_protocol: crate::group::GroupProtocol::Classic,
+            group_remote_assignor: None,
+            group_topic_regex: None,
+            client_rack: None,
             offset_store: None,
         }
     }
@@ -617,6 +647,67 @@ impl ReaderConfig {
         self
     }
 
+    /// Set [`ReaderConfig::group_protocol`].
+    ///
+    /// ```
+    /// use kafkapipe::group::GroupProtocol;
+    /// use kafkapipe::reader::ReaderConfig;
+    /// let config = ReaderConfig::new(["localhost:9092"])
+    ///     .group_id("g")
+    ///     .topic("events")
+    ///     .group_protocol(GroupProtocol::Consumer);
+    /// assert_eq!(config.group_protocol, GroupProtocol::Consumer);
+    /// ```
+    pub fn group_protocol(mut self, protocol: crate::group::GroupProtocol) -> Self {
+        self.group_protocol = protocol;
+        self
+    }
+
+    /// Set [`ReaderConfig::group_remote_assignor`].
+    ///
+    /// ```
+    /// use kafkapipe::group::GroupProtocol;
+    /// use kafkapipe::reader::ReaderConfig;
+    /// let config = ReaderConfig::new(["localhost:9092"])
+    ///     .group_id("g")
+    ///     .topic("events")
+    ///     .group_protocol(GroupProtocol::Consumer)
+    ///     .group_remote_assignor("range");
+    /// assert_eq!(config.group_remote_assignor.as_deref(), Some("range"));
+    /// ```
+    pub fn group_remote_assignor(mut self, name: impl Into<String>) -> Self {
+        self.group_remote_assignor = Some(name.into());
+        self
+    }
+
+    /// Set [`ReaderConfig::group_topic_regex`] (broker-side regular expression
+    /// subscription of a [`GroupProtocol::Consumer`](crate::group::GroupProtocol::Consumer) group).
+    ///
+    /// ```
+    /// use kafkapipe::group::GroupProtocol;
+    /// use kafkapipe::reader::ReaderConfig;
+    /// let config = ReaderConfig::new(["localhost:9092"])
+    ///     .group_id("g")
+    ///     .group_protocol(GroupProtocol::Consumer)
+    ///     .group_topic_regex("orders-.*");
+    /// assert_eq!(config.group_topic_regex.as_deref(), Some("orders-.*"));
+    /// ```
+    pub fn group_topic_regex(mut self, regex: impl Into<String>) -> Self {
+        self.group_topic_regex = Some(regex.into());
+        self
+    }
+
+    /// Set [`ReaderConfig::client_rack`].
+    ///
+    /// ```
+    /// let config = kafkapipe::reader::ReaderConfig::new(["localhost:9092"]).client_rack("eu-west-1a");
+    /// assert_eq!(config.client_rack.as_deref(), Some("eu-west-1a"));
+    /// ```
+    pub fn client_rack(mut self, rack: impl Into<String>) -> Self {
+        self.client_rack = Some(rack.into());
+        self
+    }
+
     /// Keep the start offsets of a group reader's partitions outside Kafka: see
     /// [`OffsetStore`](crate::group::OffsetStore).
     ///
@@ -667,8 +758,25 @@ impl ReaderConfig {
         if self.group_id.is_none() && self.offset_store.is_some() {
             return fail("ReaderConfig::offset_store needs a group (ReaderConfig::group_id); a reader without one starts where Reader::assign or start_offset says");
         }
+        let consumer_protocol = self.group_protocol == crate::group::GroupProtocol::Consumer;
+        if !consumer_protocol
+            && (self.group_topic_regex.is_some() || self.group_remote_assignor.is_some())
+        {
+            return fail("ReaderConfig::group_topic_regex and group_remote_assignor need GroupProtocol::Consumer");
+        }
+        if consumer_protocol && self.has_topic_patterns() {
+            return fail("with GroupProtocol::Consumer the broker evaluates the subscription: use ReaderConfig::group_topic_regex instead of topic_pattern/topic_regex");
+        }
+        if self.group_id.is_none() && self.group_topic_regex.is_some() {
+            return fail("ReaderConfig::group_topic_regex needs a group_id");
+        }
+        if self.group_topic_regex.as_deref().is_some_and(str::is_empty) {
+            return fail("ReaderConfig::group_topic_regex must not be empty");
+        }
         if self.group_id.is_some() {
-            if (self.topics.is_empty() && !self.has_topic_patterns())
+            if (self.topics.is_empty()
+                && !self.has_topic_patterns()
+                && self.group_topic_regex.is_none())
                 || self.topics.iter().any(|t| t.partitions.is_some())
             {
                 return fail("a group reader needs topics given with ReaderConfig::topic or topic_pattern (no explicit partitions)");

@@ -340,3 +340,39 @@ fn topic_regexes_match_whole_names_and_are_validated() {
         "regex subscription needs a group"
     );
 }
+
+#[test]
+fn group_protocol_validation() {
+    use crate::group::GroupProtocol;
+    let kip848 = || {
+        ReaderConfig::new(["b:9092"])
+            .group_id("g")
+            .group_protocol(GroupProtocol::Consumer)
+    };
+    assert!(kip848().topic("t").validate().is_ok());
+    assert!(kip848()
+        .topic("t")
+        .group_remote_assignor("uniform")
+        .validate()
+        .is_ok());
+    // a broker-evaluated regex alone is a subscription
+    assert!(kip848().group_topic_regex("orders-.*").validate().is_ok());
+    assert!(kip848().validate().is_err(), "no subscription");
+    assert!(kip848().group_topic_regex("").validate().is_err());
+    // client-side patterns are the classic protocol's
+    let e = kip848()
+        .topic("t")
+        .topic_pattern("orders-*")
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("group_topic_regex"), "{e}");
+    // the KIP-848 options need the consumer protocol (and a group)
+    let classic = ReaderConfig::new(["b:9092"]).group_id("g").topic("t");
+    assert!(classic.clone().group_topic_regex("x").validate().is_err());
+    assert!(classic.group_remote_assignor("range").validate().is_err());
+    assert!(ReaderConfig::new(["b:9092"])
+        .group_protocol(GroupProtocol::Consumer)
+        .group_topic_regex("x")
+        .validate()
+        .is_err());
+}

@@ -133,29 +133,63 @@ pub async fn groups(
             Ok(())
         }
         GroupsCmd::Describe { group } => {
-            let (_, d) = admin
-                .describe_groups(&[&group])
-                .await?
-                .pop()
-                .ok_or_else(|| Fail::Run("no result".into()))?;
-            let d = d?;
-            writeln!(
-                out,
-                "group {} state {} protocol {} {} coordinator {}",
-                d.group_id, d.state, d.protocol_type, d.protocol, d.coordinator
-            )
-            .map_err(io)?;
-            for m in &d.members {
-                writeln!(
-                    out,
-                    "  member {} client {} host {}",
-                    m.member_id, m.client_id, m.client_host
-                )
-                .map_err(io)?;
-                if let Some(a) = &m.decoded_assignment {
-                    for tp in &a.partitions {
-                        writeln!(out, "    assigned {} {:?}", tp.topic, tp.partitions)
-                            .map_err(io)?;
+            // A consumer-protocol (KIP-848) group first; a classic group (or a broker
+            // without ConsumerGroupDescribe) is described with DescribeGroups.
+            let consumer = match admin.describe_consumer_groups(&[&group]).await {
+                Ok(mut v) => v.pop().and_then(|(_, d)| d.ok()),
+                Err(_) => None,
+            };
+            match consumer {
+                Some(d) => {
+                    writeln!(
+                        out,
+                        "group {} state {} protocol consumer {} epoch {} coordinator {}",
+                        d.group_id, d.state, d.assignor, d.group_epoch, d.coordinator
+                    )
+                    .map_err(io)?;
+                    for m in &d.members {
+                        writeln!(
+                            out,
+                            "  member {} epoch {} client {} host {}",
+                            m.member_id, m.member_epoch, m.client_id, m.client_host
+                        )
+                        .map_err(io)?;
+                        let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> =
+                            std::collections::BTreeMap::new();
+                        for tp in &m.assignment {
+                            by_topic.entry(&tp.topic).or_default().push(tp.partition);
+                        }
+                        for (topic, partitions) in by_topic {
+                            writeln!(out, "    assigned {topic} {partitions:?}").map_err(io)?;
+                        }
+                    }
+                }
+                None => {
+                    let (_, d) = admin
+                        .describe_groups(&[&group])
+                        .await?
+                        .pop()
+                        .ok_or_else(|| Fail::Run("no result".into()))?;
+                    let d = d?;
+                    writeln!(
+                        out,
+                        "group {} state {} protocol {} {} coordinator {}",
+                        d.group_id, d.state, d.protocol_type, d.protocol, d.coordinator
+                    )
+                    .map_err(io)?;
+                    for m in &d.members {
+                        writeln!(
+                            out,
+                            "  member {} client {} host {}",
+                            m.member_id, m.client_id, m.client_host
+                        )
+                        .map_err(io)?;
+                        if let Some(a) = &m.decoded_assignment {
+                            for tp in &a.partitions {
+                                writeln!(out, "    assigned {} {:?}", tp.topic, tp.partitions)
+                                    .map_err(io)?;
+                            }
+                        }
                     }
                 }
             }

@@ -56,7 +56,12 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ConsumeArgs) ->
                 ReaderConfig::new(brokers.to_vec())
                     .group_id(group.as_str())
                     .topic(args.topic.as_str())
-                    .start_offset(start),
+                    .start_offset(start)
+                    .group_protocol(if args.group_protocol == "consumer" {
+                        kafkapipe::group::GroupProtocol::Consumer
+                    } else {
+                        kafkapipe::group::GroupProtocol::Classic
+                    }),
             );
             let mut c = Consumer {
                 args,

@@ -190,6 +190,11 @@ pub struct ConsumeArgs {
     /// Consume as a member of consumer group GROUP, committing what was printed.
     #[arg(short = 'g', long)]
     pub group: Option<String>,
+    /// The group protocol with -g: classic (JoinGroup/SyncGroup) or consumer (KIP-848,
+    /// Kafka 4.0+).
+    #[arg(long = "group-protocol", value_name = "PROTOCOL", default_value = "classic",
+          value_parser = ["classic", "consumer"], requires = "group")]
+    pub group_protocol: String,
     /// Print KEY<SEP>VALUE instead of the value.
     #[arg(short = 'k', long = "key-delimiter", value_name = "SEP",
           conflicts_with_all = ["format", "json"])]

@@ -1,0 +1,868 @@
+//! The membership engine of the consumer group protocol (KIP-848), beside the classic
+//! one in `mod.rs`: both drive the same reader through the same internal interface
+//! (`GroupTask::take` starts partitions at their committed offsets, `GroupTask::give_up`
+//! stops them, committing first unless they were lost; commits go through
+//! `GroupShared::commit_pending` with the membership in `GroupShared::member`).
+//!
+//! One request, ConsumerGroupHeartbeat (key 68), joins (member epoch 0), heartbeats and
+//! leaves (epoch -1, or -2 for a static member that will come back). The member id is the
+//! client's own (v1, KIP-1082), kept for the reader's life. The broker answers with the
+//! member epoch, the heartbeat interval and, when it changed, the member's target
+//! assignment as topic ids, mapped to names through Metadata (v10+ carries ids).
+//!
+//! Reconciliation, as the protocol requires: partitions missing from the target are
+//! stopped, their processed offsets committed (OffsetCommit v9+ with the member epoch as
+//! generation; a `STALE_MEMBER_EPOCH` commits again with the current epoch), and only
+//! then left out of the owned partitions the next heartbeat reports — which is sent at
+//! once. Partitions the broker grants are started then; partitions that stay are never
+//! touched, so they keep flowing through every rebalance. `FENCED_MEMBER_EPOCH` and
+//! `UNKNOWN_MEMBER_ID` drop every partition without committing (`GroupEvent::Lost`)
+//! and rejoin at epoch 0; `UNRELEASED_INSTANCE_ID` and `UNSUPPORTED_ASSIGNOR` are
+//! yielded by the reader's stream with an explanation and retried after `join_backoff`.
+//!
+//! Every heartbeat carries the full member state (subscription, rebalance timeout,
+//! owned partitions) rather than only what changed: the broker accepts that, and a
+//! heartbeat lost on the way can never leave the broker with a stale view.
+//!
+//! The state machine (`Member`) is pure — requests out, responses in — and tested
+//! against scripted responses below; the task around it does the I/O.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+use super::coordinator::{coordinator_lost, coordinator_retriable, Lane};
+use super::{lock, AbortOnDrop, CommitMode, GroupTask};
+use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::messages::{
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatRequestTopicPartitions,
+    ConsumerGroupHeartbeatResponse,
+};
+use crate::protocol::ErrorCode;
+use crate::reader::retry::Streak;
+use crate::reader::TopicPartition;
+
+/// A Kafka topic id.
+pub(crate) type TopicId = [u8; 16];
+
+/// Partitions by topic id.
+pub(crate) type Parts = BTreeMap<TopicId, BTreeSet<i32>>;
+
+/// A reconciliation: the partitions to give up, and those to start.
+pub(crate) type Plan = (Vec<(TopicId, i32)>, Vec<(TopicId, i32)>);
+
+/// Member epoch of a join.
+const JOIN_EPOCH: i32 = 0;
+/// Member epoch of a member leaving for good.
+const LEAVE_EPOCH: i32 = -1;
+/// Member epoch of a static member leaving for a restart.
+const STATIC_LEAVE_EPOCH: i32 = -2;
+
+/// A member id as KIP-1082 wants one: a random UUID, in Kafka's URL-safe base64 form
+/// (22 characters, as the Java client's `Uuid.toString`). Randomness from the standard
+/// library's randomly keyed hasher, mixed with the time and the process id: unique, not
+/// secret (a member id is no credential).
+pub(crate) fn new_member_id() -> String {
+    let mut bytes = [0u8; 16];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.write_u32(std::process::id());
+        h.write_usize(i);
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    base64url(&bytes)
+}
+
+/// URL-safe base64 without padding.
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for k in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[((n >> (18 - 6 * k)) & 63) as usize]));
+        }
+    }
+    out
+}
+
+/// What a member subscribes with: constant for the reader's life.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MemberConfig {
+    pub(crate) group_id: String,
+    pub(crate) instance_id: Option<String>,
+    pub(crate) rack_id: Option<String>,
+    pub(crate) rebalance_timeout_ms: i32,
+    pub(crate) topics: Vec<String>,
+    pub(crate) regex: Option<String>,
+    pub(crate) assignor: Option<String>,
+}
+
+/// What the task does after a heartbeat's answer.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Answered: heartbeat again after the interval (reconcile first if
+    /// [`Member::plan`] has work).
+    Beat,
+    /// The coordinator moved, is loading, or did not answer: retry soon, membership kept.
+    Retry(Error),
+    /// Fenced or unknown: every owned partition is lost (returned); rejoin at once at
+    /// epoch 0.
+    Lost(Error, Parts),
+    /// A failure the application must see (yielded by the reader): retry after
+    /// `join_backoff`, membership kept.
+    Fatal(Error),
+}
+
+/// The membership state of one consumer-protocol member.
+#[derive(Debug)]
+pub(crate) struct Member {
+    pub(crate) config: MemberConfig,
+    pub(crate) member_id: String,
+    pub(crate) epoch: i32,
+    /// The heartbeat interval the broker asked for.
+    pub(crate) interval: Duration,
+    /// The partitions this member reads (and reports).
+    pub(crate) owned: Parts,
+    /// The latest assignment from the coordinator, while it differs from `owned`.
+    pub(crate) target: Option<Parts>,
+}
+
+fn flatten(parts: &Parts) -> BTreeSet<(TopicId, i32)> {
+    parts
+        .iter()
+        .flat_map(|(id, ps)| ps.iter().map(move |p| (*id, *p)))
+        .collect()
+}
+
+impl Member {
+    pub(crate) fn new(config: MemberConfig, member_id: String) -> Self {
+        Member {
+            config,
+            member_id,
+            epoch: JOIN_EPOCH,
+            interval: Duration::from_secs(1),
+            owned: Parts::new(),
+            target: None,
+        }
+    }
+
+    /// The next heartbeat, for ConsumerGroupHeartbeat `version`: the full member state.
+    pub(crate) fn request(&self, version: i16) -> Result<ConsumerGroupHeartbeatRequest> {
+        let c = &self.config;
+        if version < 1 && c.regex.is_some() {
+            return Err(Error::new(
+                ErrorKind::UnsupportedVersion,
+                "ReaderConfig::group_topic_regex needs ConsumerGroupHeartbeat v1 (Kafka 4.0+)",
+            ));
+        }
+        let names = if c.topics.is_empty() && c.regex.is_some() {
+            None
+        } else {
+            Some(c.topics.clone())
+        };
+        Ok(ConsumerGroupHeartbeatRequest {
+            group_id: c.group_id.clone(),
+            // v0: the broker hands the member id out on the join
+            member_id: self.member_id.clone(),
+            member_epoch: self.epoch,
+            instance_id: c.instance_id.clone(),
+            rack_id: c.rack_id.clone(),
+            rebalance_timeout_ms: c.rebalance_timeout_ms,
+            subscribed_topic_names: names,
+            subscribed_topic_regex: if version >= 1 { c.regex.clone() } else { None },
+            server_assignor: c.assignor.clone(),
+            topic_partitions: Some(
+                self.owned
+                    .iter()
+                    .map(|(id, ps)| ConsumerGroupHeartbeatRequestTopicPartitions {
+                        topic_id: *id,
+                        partitions: ps.iter().copied().collect(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        })
+    }
+
+    /// The heartbeat that leaves the group: epoch -1, or -2 for a static member (its
+    /// partitions wait for it for the session timeout).
+    pub(crate) fn leave_request(&self) -> ConsumerGroupHeartbeatRequest {
+        ConsumerGroupHeartbeatRequest {
+            group_id: self.config.group_id.clone(),
+            member_id: self.member_id.clone(),
+            member_epoch: if self.config.instance_id.is_some() {
+                STATIC_LEAVE_EPOCH
+            } else {
+                LEAVE_EPOCH
+            },
+            instance_id: self.config.instance_id.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// Whether this member is in the group (joined, not fenced).
+    pub(crate) fn joined(&self) -> bool {
+        self.epoch > 0
+    }
+
+    /// Take in the answer to [`Member::request`].
+    pub(crate) fn on_response(&mut self, r: Result<ConsumerGroupHeartbeatResponse>) -> Step {
+        let resp = match r {
+            Ok(resp) => resp,
+            Err(e) if coordinator_retriable(&e) => return Step::Retry(e),
+            Err(e) => return Step::Fatal(e),
+        };
+        let Some(code) = ErrorCode::non_zero(resp.error_code) else {
+            if let Some(id) = resp.member_id.filter(|id| !id.is_empty()) {
+                self.member_id = id;
+            }
+            self.epoch = resp.member_epoch;
+            if resp.heartbeat_interval_ms > 0 {
+                self.interval = Duration::from_millis(resp.heartbeat_interval_ms as u64);
+            }
+            if let Some(a) = resp.assignment {
+                let mut target = Parts::new();
+                for t in a.topic_partitions {
+                    target.entry(t.topic_id).or_default().extend(t.partitions);
+                }
+                target.retain(|_, ps| !ps.is_empty());
+                self.target = Some(target);
+            }
+            if self.target.as_ref() == Some(&self.owned) {
+                self.target = None;
+            }
+            return Step::Beat;
+        };
+        let broker_says = resp
+            .error_message
+            .map(|m| format!(" (broker: {m})"))
+            .unwrap_or_default();
+        let group = &self.config.group_id;
+        let e = Error::kafka(code);
+        match code {
+            ErrorCode::FencedMemberEpoch | ErrorCode::UnknownMemberId => {
+                let e = e.with_message(format!(
+                    "group {group}: the coordinator fenced this member (epoch {}){broker_says}; its partitions are lost and it rejoins",
+                    self.epoch
+                ));
+                Step::Lost(e, self.lose())
+            }
+            ErrorCode::UnreleasedInstanceId => Step::Fatal(e.with_message(format!(
+                "group {group}: group instance id {:?} is still held by another member — a second reader with the same ReaderConfig::group_instance_id, or a previous instance whose session has not expired yet; retrying{broker_says}",
+                self.config.instance_id.as_deref().unwrap_or("")
+            ))),
+            ErrorCode::UnsupportedAssignor => Step::Fatal(e.with_message(format!(
+                "group {group}: the broker does not offer the server assignor {:?} of ReaderConfig::group_remote_assignor (Apache Kafka offers \"uniform\" and \"range\"){broker_says}",
+                self.config.assignor.as_deref().unwrap_or("")
+            ))),
+            ErrorCode::UnsupportedVersion => Step::Fatal(e.with_message(format!(
+                "group {group}: the broker does not accept the consumer group protocol (KIP-848 needs Kafka 4.0+ with `consumer` in group.coordinator.rebalance.protocols); use GroupProtocol::Classic{broker_says}"
+            ))),
+            c if coordinator_retriable(&Error::kafka(c)) => Step::Retry(e),
+            _ => Step::Fatal(e.with_message(format!(
+                "group {group}: ConsumerGroupHeartbeat failed{broker_says}"
+            ))),
+        }
+    }
+
+    /// The membership is gone: every owned partition (returned) is lost, the next
+    /// heartbeat joins again at epoch 0 with the same member id.
+    pub(crate) fn lose(&mut self) -> Parts {
+        self.epoch = JOIN_EPOCH;
+        self.target = None;
+        std::mem::take(&mut self.owned)
+    }
+
+    /// The reconciliation to do: partitions to give up and partitions to start, or
+    /// `None` when the member owns its target.
+    pub(crate) fn plan(&self) -> Option<Plan> {
+        let target = flatten(self.target.as_ref()?);
+        let owned = flatten(&self.owned);
+        let revoked = owned.difference(&target).copied().collect();
+        let added = target.difference(&owned).copied().collect();
+        Some((revoked, added))
+    }
+
+    /// A reconciliation finished: `revoked` were given up, `added` started (those of the
+    /// plan that could not be, e.g. of a topic whose name is not known yet, stay in the
+    /// target for the next one).
+    pub(crate) fn reconciled(&mut self, revoked: &[(TopicId, i32)], added: &[(TopicId, i32)]) {
+        for (id, p) in revoked {
+            if let Some(ps) = self.owned.get_mut(id) {
+                ps.remove(p);
+            }
+        }
+        for (id, p) in added {
+            self.owned.entry(*id).or_default().insert(*p);
+        }
+        self.owned.retain(|_, ps| !ps.is_empty());
+        if self.target.as_ref() == Some(&self.owned) {
+            self.target = None;
+        }
+    }
+}
+
+impl GroupTask {
+    /// The consumer-protocol engine: heartbeat, reconcile, until the reader closes.
+    pub(crate) async fn run_consumer(self) {
+        let g = self.group.clone();
+        let config = self.config();
+        let mut m = Member::new(
+            MemberConfig {
+                group_id: g.group_id.clone(),
+                instance_id: g.instance_id.clone(),
+                rack_id: config.client_rack.clone(),
+                rebalance_timeout_ms: crate::util::duration_ms(config.rebalance_timeout),
+                topics: self.topics(),
+                regex: config.group_topic_regex.clone(),
+                assignor: config.group_remote_assignor.clone(),
+            },
+            new_member_id(),
+        );
+        let mut names: HashMap<TopicId, String> = HashMap::new();
+        let mut streak = Streak::default();
+        let mut retry = Duration::from_millis(100);
+        let mut next_beat = Instant::now();
+        // The last answered heartbeat: with none for the session and rebalance timeouts
+        // together the broker has surely fenced this member (its own session timeout is
+        // unknown here), so its partitions are dropped as lost — as the classic engine
+        // does — rather than read on beside their next owner.
+        let mut last_ok = Instant::now();
+        let give_up_after = config
+            .session_timeout
+            .saturating_add(config.rebalance_timeout);
+        let commit_every = match g.mode {
+            CommitMode::Interval(d) if !d.is_zero() => Some(d),
+            _ => None,
+        };
+        let mut commit = tokio::time::interval(commit_every.unwrap_or(Duration::from_secs(3600)));
+        commit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut inflight: Option<AbortOnDrop> = None;
+        let mut drain_until: Option<Instant> = None;
+        loop {
+            if g.closing() {
+                // As the classic engine: keep the membership until what the stream
+                // yielded is processed (at most the rebalance timeout).
+                let held = g.commits().held();
+                let until = *drain_until.get_or_insert_with(|| {
+                    if held > 0 {
+                        info!(group = %g.group_id, held, "closing: waiting for the yielded messages to be processed");
+                    }
+                    Instant::now() + config.rebalance_timeout
+                });
+                if !m.joined() || (held == 0 && !g.txn.busy()) {
+                    break;
+                }
+                if Instant::now() >= until {
+                    warn!(group = %g.group_id, held, "closing: messages yielded were not processed within the rebalance timeout; committing what was");
+                    break;
+                }
+            }
+            let draining = drain_until.is_some();
+            tokio::select! {
+                _ = tokio::time::sleep_until(next_beat.into()) => {}
+                _ = tokio::time::sleep(Duration::from_millis(10)), if draining => continue,
+                _ = g.wake.notified() => continue,
+                Some(r) = futures::future::OptionFuture::from(inflight.as_mut().map(|h| &mut h.0)), if inflight.is_some() => {
+                    inflight = None;
+                    match r {
+                        Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "interval commit failed"),
+                        Err(e) => warn!(group = %g.group_id, error = %e, "interval commit task failed"),
+                        Ok(Ok(())) => {}
+                    }
+                    continue;
+                }
+                _ = commit.tick(), if commit_every.is_some() && inflight.is_none() && m.joined() && !g.txn.transactional() => {
+                    let g = g.clone();
+                    inflight = Some(AbortOnDrop(tokio::spawn(async move { g.commit_pending(None).await })));
+                    continue;
+                }
+            }
+            let r = self.consumer_heartbeat(&m).await;
+            match m.on_response(r) {
+                Step::Beat => {
+                    last_ok = Instant::now();
+                    *lock(&g.member) = (m.epoch, m.member_id.clone());
+                    retry = Duration::from_millis(100);
+                    next_beat = Instant::now() + m.interval;
+                    if m.plan().is_some() {
+                        let before = m.owned.clone();
+                        self.reconcile(&mut m, &mut names, &mut streak).await;
+                        if m.owned != before {
+                            // acknowledge at once: the coordinator hands revoked
+                            // partitions on only when this member stops reporting them
+                            next_beat = Instant::now();
+                        } else if m.target.is_some() {
+                            // not reconcilable yet (a topic name unknown): try again soon
+                            next_beat = Instant::now() + m.interval.min(Duration::from_millis(500));
+                        }
+                    } else if m.joined() {
+                        streak.reset();
+                    }
+                }
+                Step::Retry(e) => {
+                    self.reader.counters.retries.fetch_add(1, Ordering::Relaxed);
+                    let wait = self.failed(&mut streak, "heartbeating the group", e);
+                    next_beat = Instant::now() + retry.min(wait.max(retry));
+                    retry = (retry * 2).min(Duration::from_secs(1));
+                    if m.joined() && last_ok.elapsed() >= give_up_after {
+                        warn!(group = %g.group_id, epoch = m.epoch, "no heartbeat answered within the session and rebalance timeouts; dropping the partitions and rejoining");
+                        let lost = m.lose();
+                        *lock(&g.member) = (-1, m.member_id.clone());
+                        let tps = to_partitions(&names, flatten(&lost).into_iter());
+                        if !tps.is_empty() {
+                            self.give_up(&tps, true).await;
+                        }
+                        last_ok = Instant::now();
+                    }
+                }
+                Step::Lost(e, lost) => {
+                    warn!(group = %g.group_id, error = %e, partitions = flatten(&lost).len(), "membership lost; rejoining");
+                    *lock(&g.member) = (-1, m.member_id.clone());
+                    let tps = to_partitions(
+                        &names,
+                        lost.iter()
+                            .flat_map(|(id, ps)| ps.iter().map(move |p| (*id, *p))),
+                    );
+                    if !tps.is_empty() {
+                        self.give_up(&tps, true).await;
+                    }
+                    next_beat = Instant::now();
+                }
+                Step::Fatal(e) => {
+                    // yielded at once, whatever the error's kind: it needs the
+                    // application's (or an operator's) attention
+                    warn!(group = %g.group_id, error = %e, "heartbeat failed; yielding the error and retrying after join_backoff");
+                    self.reader.counters.last_error.set(&e);
+                    streak.fail_fatally();
+                    self.report(e);
+                    next_beat = Instant::now() + config.join_backoff;
+                }
+            }
+        }
+        // closing: commit what was processed with the current epoch, then leave
+        if !g.txn.transactional() && m.joined() {
+            if let Err(e) = g.commit_pending_within(None, g.commit_timeout).await {
+                warn!(group = %g.group_id, error = %e, "committing on close failed");
+            }
+        }
+        if m.joined() {
+            self.consumer_leave(&m).await;
+        }
+        g.coord.close().await;
+        g.close_events();
+    }
+
+    /// Give up what the target no longer holds (committing first), then start what it
+    /// grants; `m` records what was done.
+    async fn reconcile(
+        &self,
+        m: &mut Member,
+        names: &mut HashMap<TopicId, String>,
+        streak: &mut Streak,
+    ) {
+        let g = &self.group;
+        let Some((revoked, added)) = m.plan() else {
+            return;
+        };
+        if added.iter().any(|(id, _)| !names.contains_key(id)) {
+            // Assignments name topics by id: learn the names (all topics: a regex
+            // subscription may bring topics this reader never heard of).
+            match tokio::time::timeout(self.config().request_timeout, g.admin.metadata(None)).await
+            {
+                Ok(Ok(md)) => {
+                    for t in md.topics {
+                        if t.id != [0; 16] && t.error.is_none() {
+                            names.insert(t.id, t.name);
+                        }
+                    }
+                }
+                Ok(Err(e)) => {
+                    debug!(group = %g.group_id, error = %e, "metadata for the assigned topic ids failed")
+                }
+                Err(_) => {
+                    debug!(group = %g.group_id, "metadata for the assigned topic ids timed out")
+                }
+            }
+        }
+        if !revoked.is_empty() {
+            let tps = to_partitions(names, revoked.iter().copied());
+            self.give_up(&tps, false).await;
+        }
+        let mut started: Vec<(TopicId, i32)> = added
+            .into_iter()
+            .filter(|(id, _)| names.contains_key(id))
+            .collect();
+        let tps = to_partitions(names, started.iter().copied());
+        if !tps.is_empty() {
+            if let Err(e) = self.take(m.epoch, &m.member_id, &tps).await {
+                self.failed(streak, "fetching the committed offsets", e);
+                started.clear();
+            }
+        }
+        m.reconciled(&revoked, &started);
+        if m.target.is_none() {
+            streak.reset();
+        }
+        debug!(group = %g.group_id, epoch = m.epoch, revoked = revoked.len(), started = started.len(), owned = flatten(&m.owned).len(), "reconciled");
+    }
+
+    /// One ConsumerGroupHeartbeat over the coordinator connection (found first if
+    /// unknown), time-boxed; a lost coordinator is marked unknown.
+    async fn consumer_heartbeat(&self, m: &Member) -> Result<ConsumerGroupHeartbeatResponse> {
+        let coord = &self.group.coord;
+        let c = coord.connection(Lane::Membership).await?;
+        let version = c
+            .version_for::<ConsumerGroupHeartbeatRequest>()
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::UnsupportedVersion,
+                    format!(
+                        "group {}: broker {} does not offer ConsumerGroupHeartbeat (the KIP-848 consumer group protocol needs Kafka 4.0+); use GroupProtocol::Classic ({e})",
+                        self.group.group_id,
+                        c.broker()
+                    ),
+                )
+            })?;
+        let req = m.request(version)?;
+        let send_timeout = self.config().request_timeout.min(Duration::from_secs(15));
+        let r = match tokio::time::timeout(send_timeout, c.send_version(&req, version)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "ConsumerGroupHeartbeat not answered within {} ms",
+                    send_timeout.as_millis()
+                ),
+            )
+            .with_broker(c.broker())),
+        };
+        let lost = match &r {
+            Err(e) => coordinator_lost(e),
+            Ok(resp) => ErrorCode::non_zero(resp.error_code)
+                .is_some_and(|code| coordinator_lost(&Error::kafka(code))),
+        };
+        if lost {
+            let e = match &r {
+                Err(e) => e.clone(),
+                Ok(resp) => Error::kafka(ErrorCode::from(resp.error_code)),
+            };
+            coord.mark_unknown(&c, &e);
+        }
+        r
+    }
+
+    /// Leave the group (epoch -1; -2 for a static member), best effort.
+    async fn consumer_leave(&self, m: &Member) {
+        let g = &self.group;
+        let req = m.leave_request();
+        let r = async {
+            let c = g.coord.connection(Lane::Membership).await?;
+            let v = c.version_for::<ConsumerGroupHeartbeatRequest>()?;
+            let resp = c.send_version(&req, v).await?;
+            match ErrorCode::non_zero(resp.error_code) {
+                None => Ok(()),
+                Some(code) => Err(Error::kafka(code)),
+            }
+        };
+        match tokio::time::timeout(self.config().request_timeout, r).await {
+            Ok(Ok(())) => {
+                info!(group = %g.group_id, member_id = %m.member_id, epoch = req.member_epoch, "left group")
+            }
+            Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "leaving the group failed"),
+            Err(_) => warn!(group = %g.group_id, "leaving the group timed out"),
+        }
+    }
+}
+
+/// The named partitions of `parts` (those whose topic name is known), sorted.
+fn to_partitions(
+    names: &HashMap<TopicId, String>,
+    parts: impl Iterator<Item = (TopicId, i32)>,
+) -> Vec<TopicPartition> {
+    let mut v: Vec<TopicPartition> = parts
+        .filter_map(|(id, p)| names.get(&id).map(|n| TopicPartition::new(n.clone(), p)))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The state machine against scripted coordinator responses: the seam between the
+/// protocol logic and the I/O (the mock cluster does not serve KIP-848 groups).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::messages::{
+        ConsumerGroupHeartbeatAssignment, ConsumerGroupHeartbeatResponseTopicPartitions,
+    };
+
+    const A: TopicId = [1; 16];
+    const B: TopicId = [2; 16];
+
+    fn member(instance: Option<&str>) -> Member {
+        Member::new(
+            MemberConfig {
+                group_id: "g".into(),
+                instance_id: instance.map(str::to_string),
+                rack_id: Some("rack-1".into()),
+                rebalance_timeout_ms: 30_000,
+                topics: vec!["a".into(), "b".into()],
+                regex: None,
+                assignor: Some("range".into()),
+            },
+            new_member_id(),
+        )
+    }
+
+    fn ok(
+        epoch: i32,
+        assignment: Option<&[(TopicId, &[i32])]>,
+    ) -> Result<ConsumerGroupHeartbeatResponse> {
+        Ok(ConsumerGroupHeartbeatResponse {
+            member_epoch: epoch,
+            heartbeat_interval_ms: 700,
+            assignment: assignment.map(|a| ConsumerGroupHeartbeatAssignment {
+                topic_partitions: a
+                    .iter()
+                    .map(|(id, ps)| ConsumerGroupHeartbeatResponseTopicPartitions {
+                        topic_id: *id,
+                        partitions: ps.to_vec(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn err(code: ErrorCode) -> Result<ConsumerGroupHeartbeatResponse> {
+        Ok(ConsumerGroupHeartbeatResponse {
+            error_code: code.code(),
+            error_message: Some("scripted".into()),
+            member_epoch: -1,
+            ..Default::default()
+        })
+    }
+
+    fn owned(req: &ConsumerGroupHeartbeatRequest) -> Vec<(TopicId, Vec<i32>)> {
+        req.topic_partitions
+            .iter()
+            .flatten()
+            .map(|t| (t.topic_id, t.partitions.clone()))
+            .collect()
+    }
+
+    /// Joined with partitions a-0, a-1, b-0 at epoch 5.
+    fn joined() -> Member {
+        let mut m = member(None);
+        assert!(matches!(
+            m.on_response(ok(5, Some(&[(A, &[0, 1]), (B, &[0])]))),
+            Step::Beat
+        ));
+        let (revoked, added) = m.plan().unwrap_or_default();
+        assert!(revoked.is_empty());
+        m.reconciled(&revoked, &added);
+        m
+    }
+
+    #[test]
+    fn member_id_is_a_kafka_uuid_string() {
+        let (a, b) = (new_member_id(), new_member_id());
+        assert_eq!(a.len(), 22);
+        assert!(a
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        assert_ne!(a, b);
+        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
+        assert_eq!(base64url(b"Man"), "TWFu");
+    }
+
+    #[test]
+    fn join_request_then_reconcile_then_acknowledge() {
+        let mut m = member(Some("i-1"));
+        let id = m.member_id.clone();
+        let join = m.request(1).unwrap_or_default();
+        assert_eq!(join.member_epoch, 0);
+        assert_eq!(join.member_id, id, "client-generated member id (KIP-1082)");
+        assert_eq!(join.rebalance_timeout_ms, 30_000);
+        assert_eq!(
+            join.subscribed_topic_names,
+            Some(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(join.server_assignor.as_deref(), Some("range"));
+        assert_eq!(join.instance_id.as_deref(), Some("i-1"));
+        assert_eq!(join.rack_id.as_deref(), Some("rack-1"));
+        assert_eq!(
+            join.topic_partitions,
+            Some(vec![]),
+            "a join reports no partitions"
+        );
+
+        assert!(matches!(
+            m.on_response(ok(3, Some(&[(A, &[0, 1])]))),
+            Step::Beat
+        ));
+        assert_eq!(m.epoch, 3);
+        assert_eq!(m.interval, Duration::from_millis(700));
+        // not granted until reconciled: the next heartbeat still reports nothing
+        assert!(owned(&m.request(1).unwrap_or_default()).is_empty());
+        let (revoked, added) = m.plan().unwrap_or_default();
+        assert_eq!((revoked, added.clone()), (vec![], vec![(A, 0), (A, 1)]));
+        m.reconciled(&[], &added);
+        assert!(m.plan().is_none());
+        let beat = m.request(1).unwrap_or_default();
+        assert_eq!(beat.member_epoch, 3);
+        assert_eq!(owned(&beat), vec![(A, vec![0, 1])]);
+        // an answer without assignment changes nothing
+        assert!(matches!(m.on_response(ok(3, None)), Step::Beat));
+        assert!(m.plan().is_none());
+    }
+
+    #[test]
+    fn revocation_keeps_the_steady_partitions_and_reports_the_rest_only_after() {
+        let mut m = joined();
+        // the coordinator takes a-1 away and gives b-1
+        assert!(matches!(
+            m.on_response(ok(6, Some(&[(A, &[0]), (B, &[0, 1])]))),
+            Step::Beat
+        ));
+        let (revoked, added) = m.plan().unwrap_or_default();
+        assert_eq!(revoked, vec![(A, 1)]);
+        assert_eq!(added, vec![(B, 1)]);
+        // until reconciled, a-1 is still reported (its offsets are not committed yet)
+        assert_eq!(
+            owned(&m.request(1).unwrap_or_default()),
+            vec![(A, vec![0, 1]), (B, vec![0])]
+        );
+        m.reconciled(&revoked, &added);
+        assert_eq!(
+            owned(&m.request(1).unwrap_or_default()),
+            vec![(A, vec![0]), (B, vec![0, 1])]
+        );
+    }
+
+    #[test]
+    fn an_unknown_topic_id_stays_in_the_target() {
+        let mut m = joined();
+        assert!(matches!(
+            m.on_response(ok(7, Some(&[(A, &[0, 1]), (B, &[0]), ([9; 16], &[0])]))),
+            Step::Beat
+        ));
+        m.reconciled(&[], &[]); // the name of topic 9 is not known yet
+        assert_eq!(m.plan().map(|p| p.1), Some(vec![([9; 16], 0)]));
+    }
+
+    #[test]
+    fn fenced_member_epoch_and_unknown_member_id_drop_everything_and_rejoin() {
+        for code in [ErrorCode::FencedMemberEpoch, ErrorCode::UnknownMemberId] {
+            let mut m = joined();
+            let id = m.member_id.clone();
+            let Step::Lost(e, lost) = m.on_response(err(code)) else {
+                panic!("{code:?}: not lost");
+            };
+            assert_eq!(e.kafka_code(), Some(code));
+            assert_eq!(
+                flatten(&lost).len(),
+                3,
+                "{code:?}: every owned partition is lost"
+            );
+            let rejoin = m.request(1).unwrap_or_default();
+            assert_eq!(rejoin.member_epoch, 0, "{code:?}");
+            assert_eq!(rejoin.member_id, id, "{code:?}: the member id is kept");
+            assert_eq!(rejoin.topic_partitions, Some(vec![]), "{code:?}");
+            assert!(m.plan().is_none());
+        }
+    }
+
+    #[test]
+    fn unreleased_instance_id_is_a_clear_error_and_the_join_is_retried() {
+        let mut m = member(Some("worker-7"));
+        let Step::Fatal(e) = m.on_response(err(ErrorCode::UnreleasedInstanceId)) else {
+            panic!("not fatal");
+        };
+        assert_eq!(e.kafka_code(), Some(ErrorCode::UnreleasedInstanceId));
+        let text = e.to_string();
+        assert!(
+            text.contains("worker-7") && text.contains("still held"),
+            "{text}"
+        );
+        assert_eq!(m.request(1).unwrap_or_default().member_epoch, 0);
+    }
+
+    #[test]
+    fn unsupported_assignor_is_a_clear_error() {
+        let mut m = member(None);
+        let Step::Fatal(e) = m.on_response(err(ErrorCode::UnsupportedAssignor)) else {
+            panic!("not fatal");
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("\"range\"")
+                && text.contains("group_remote_assignor")
+                && text.contains("scripted"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn coordinator_errors_are_retried_keeping_the_membership() {
+        for code in [
+            ErrorCode::NotCoordinator,
+            ErrorCode::CoordinatorNotAvailable,
+            ErrorCode::CoordinatorLoadInProgress,
+        ] {
+            let mut m = joined();
+            assert!(
+                matches!(m.on_response(err(code)), Step::Retry(_)),
+                "{code:?}"
+            );
+            assert_eq!(m.epoch, 5);
+            assert_eq!(flatten(&m.owned).len(), 3);
+        }
+        let mut m = joined();
+        let io = Error::new(ErrorKind::Io, "connection reset");
+        assert!(matches!(m.on_response(Err(io)), Step::Retry(_)));
+    }
+
+    #[test]
+    fn leaving() {
+        let m = joined();
+        let leave = m.leave_request();
+        assert_eq!(
+            (leave.member_epoch, leave.member_id.as_str()),
+            (-1, m.member_id.as_str())
+        );
+        let mut s = member(Some("i-1"));
+        assert!(matches!(s.on_response(ok(2, None)), Step::Beat));
+        let leave = s.leave_request();
+        assert_eq!(leave.member_epoch, -2, "a static member leaves temporarily");
+        assert_eq!(leave.instance_id.as_deref(), Some("i-1"));
+    }
+
+    #[test]
+    fn regex_subscription() {
+        let mut m = member(None);
+        m.config.topics.clear();
+        m.config.regex = Some("orders-.*".into());
+        let join = m.request(1).unwrap_or_default();
+        assert_eq!(join.subscribed_topic_names, None);
+        assert_eq!(join.subscribed_topic_regex.as_deref(), Some("orders-.*"));
+        assert!(m.request(0).is_err(), "v0 has no regex");
+    }
+}
