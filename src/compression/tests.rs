@@ -117,3 +117,43 @@ proptest! {
         let _ = Compression::Snappy.decompress(&x, max);
     }
 }
+
+/// With a pool, each codec decompresses into a pooled buffer that comes back once the last
+/// slice of the output is dropped, and the next payload reuses it; output over the limit
+/// gives its buffer back too.
+#[test]
+fn pooled_decompression_reuses_its_buffers() {
+    use crate::bufpool::BufPool;
+    let input: Vec<u8> = (0..200_000u32).map(|i| (i % 13) as u8).collect();
+    for c in [Compression::Gzip, Compression::Lz4, Compression::Zstd] {
+        let pool = BufPool::new(4, 1 << 20, 4 << 20);
+        let mut packed = BytesMut::new();
+        c.compress(&input, &mut packed).unwrap();
+        let out = c
+            .decompress_pooled(&packed, 1 << 20, Some(&pool))
+            .unwrap()
+            .unwrap();
+        assert_eq!(&out[..], &input[..], "{c}");
+        let ptr = out.as_ptr();
+        let slice = out.slice(100..200);
+        drop(out);
+        assert_eq!(pool.kept().0, 0, "{c}: a slice still holds the buffer");
+        drop(slice);
+        assert_eq!(pool.kept().0, 1, "{c}");
+        let again = c
+            .decompress_pooled(&packed, 1 << 20, Some(&pool))
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.as_ptr(), ptr, "{c}: the buffer is reused");
+        drop(again);
+        assert!(c
+            .decompress_pooled(&packed, 1000, Some(&pool))
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            pool.kept().0,
+            1,
+            "{c}: over the limit, the buffer came back"
+        );
+    }
+}

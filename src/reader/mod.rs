@@ -232,6 +232,7 @@ impl Reader {
             config,
             cluster,
             counters: Counters::default(),
+            pool: crate::bufpool::BufPool::for_fetches(),
         });
         let group = shared.config.group_id.clone().map(|id| {
             let admin = crate::admin::Admin::new(shared.cluster.clone());

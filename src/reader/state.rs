@@ -18,9 +18,11 @@ use tokio::sync::Notify;
 
 use super::retry::{LastError, Streak, WarnLimit};
 use super::{Message, ReaderConfig, StartOffset, TopicPartition};
+use crate::bufpool::BufPool;
 use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::group::{AckToken, Track};
+use crate::record::Record;
 
 /// Where the next fetch of a partition starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,17 +269,53 @@ impl State {
         }
     }
 
-    /// Append fetched messages to partition `id`'s buffer and queue it for the consumer.
+    /// Append messages to partition `id`'s buffer and queue it for the consumer.
+    #[cfg(test)]
     pub(crate) fn push(&mut self, id: u64, msgs: Vec<Message>) -> u64 {
         let Some(p) = self.parts.get_mut(&id) else {
             return 0;
         };
-        let mut bytes = 0;
         let n = msgs.len();
+        let mut bytes = 0;
         for m in msgs {
             bytes += m.size();
             p.buf.push_back(m);
         }
+        self.added(id, n, bytes);
+        bytes as u64
+    }
+
+    /// Append fetched records to partition `id`'s buffer as messages (moved straight into
+    /// it, no intermediate `Vec`) and queue it for the consumer. Returns how many messages
+    /// and bytes were added.
+    pub(crate) fn push_records(
+        &mut self,
+        id: u64,
+        records: impl Iterator<Item = Record>,
+        high_watermark: i64,
+    ) -> (u64, u64) {
+        let Some(p) = self.parts.get_mut(&id) else {
+            return (0, 0);
+        };
+        let mut bytes = 0;
+        let before = p.buf.len();
+        p.buf.reserve(records.size_hint().0);
+        for r in records {
+            let m = Message::from_record(&p.topic, p.partition, high_watermark, r);
+            bytes += m.size();
+            p.buf.push_back(m);
+        }
+        let n = p.buf.len() - before;
+        self.added(id, n, bytes);
+        (n as u64, bytes as u64)
+    }
+
+    /// Account for `n` messages of `bytes` just appended to partition `id`'s buffer, and
+    /// queue it for the consumer.
+    fn added(&mut self, id: u64, n: usize, bytes: usize) {
+        let Some(p) = self.parts.get_mut(&id) else {
+            return;
+        };
         p.buf_bytes += bytes;
         self.buffered += n;
         self.buffered_bytes += bytes;
@@ -285,7 +323,6 @@ impl State {
             p.in_ready = true;
             self.ready.push_back(id);
         }
-        bytes as u64
     }
 
     /// The next message, round robin over partitions, and whether the buffer went from
@@ -385,6 +422,8 @@ pub(crate) struct Shared {
     pub(crate) config: ReaderConfig,
     pub(crate) cluster: Cluster,
     pub(crate) counters: Counters,
+    /// Reused buffers for decompressed batch payloads.
+    pub(crate) pool: Arc<BufPool>,
 }
 
 impl Shared {

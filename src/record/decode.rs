@@ -1,9 +1,12 @@
 //! Decoding the `records` bytes of a fetch response: a sequence of RecordBatch v2
 //! batches and/or legacy messages, the last of which may be cut short by the broker.
 
+use std::sync::Arc;
+
 use bytes::{Buf, Bytes};
 
 use super::{legacy, Header, Record, RecordBatch, TimestampType, BATCH_HEADER_LEN, MAGIC_V2};
+use crate::bufpool::BufPool;
 use crate::compression::Compression;
 use crate::error::{Error, Result};
 use crate::protocol::primitives::{
@@ -109,9 +112,20 @@ pub fn decode_batches(data: Bytes, max_decompressed: usize) -> Result<DecodedBat
 /// # Ok::<(), kafkapipe::Error>(())
 /// ```
 pub fn decode_batches_within(
+    data: Bytes,
+    soft_limit: usize,
+    hard_limit: usize,
+) -> Result<DecodedBatches> {
+    decode_batches_pooled(data, soft_limit, hard_limit, None)
+}
+
+/// [`decode_batches_within`], decompressing RecordBatch v2 payloads into buffers of `pool`
+/// (when given), which get them back once the last record slice is dropped.
+pub(crate) fn decode_batches_pooled(
     mut data: Bytes,
     soft_limit: usize,
     hard_limit: usize,
+    pool: Option<&Arc<BufPool>>,
 ) -> Result<DecodedBatches> {
     let mut out = DecodedBatches::default();
     let mut budget = soft_limit;
@@ -149,7 +163,7 @@ pub fn decode_batches_within(
         let batch = data.slice(..size);
         let magic = batch.get(16).map(|m| *m as i8);
         let step = match magic {
-            Some(MAGIC_V2) => decode_v2(batch, limit),
+            Some(MAGIC_V2) => decode_v2(batch, limit, pool),
             Some(0 | 1) => legacy::decode_message(batch, limit),
             Some(m) => Err(Error::protocol(format!("unknown record batch magic {m}"))),
             None => Err(Error::protocol(format!(
@@ -197,7 +211,7 @@ pub(super) enum Step {
 
 /// Decode one complete RecordBatch v2 (`batch` is exactly its bytes), decompressing its
 /// payload to at most `limit` bytes.
-fn decode_v2(batch: Bytes, limit: usize) -> Result<Step> {
+fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>) -> Result<Step> {
     if batch.len() < BATCH_HEADER_LEN {
         return Err(Error::protocol(format!(
             "record batch of {} bytes is shorter than its {BATCH_HEADER_LEN}-byte header",
@@ -240,7 +254,7 @@ fn decode_v2(batch: Bytes, limit: usize) -> Result<Step> {
     let (mut payload, decompressed) = if compression == Compression::None {
         (b, 0)
     } else {
-        match compression.decompress_within(&b, limit).map_err(at)? {
+        match compression.decompress_pooled(&b, limit, pool).map_err(at)? {
             Some(p) => {
                 let n = p.len();
                 (p, n)
