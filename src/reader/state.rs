@@ -101,9 +101,37 @@ impl Part {
     }
 }
 
+/// The hasher of the maps keyed by partition id, looked up for every message yielded:
+/// ids are this reader's own sequential counter, never input from the network or the
+/// application, so they need no SipHash (whose cost showed in `Reader::poll_next`); a
+/// multiplicative hash (Fibonacci hashing) spreads them over the table.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used for `u64` keys; anything else still hashes correctly.
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// [`BuildHasher`](std::hash::BuildHasher) of [`IdHasher`].
+pub(crate) type Ids = std::hash::BuildHasherDefault<IdHasher>;
+
 #[derive(Default)]
 pub(crate) struct State {
-    pub(crate) parts: HashMap<u64, Part>,
+    /// By partition id: a sequential counter of this reader (see [`IdHasher`]).
+    pub(crate) parts: HashMap<u64, Part, Ids>,
     pub(crate) index: HashMap<TopicPartition, u64>,
     next_id: u64,
     /// Partitions with buffered messages, served round robin one message at a time.
@@ -112,7 +140,7 @@ pub(crate) struct State {
     /// ([`ReaderConfig::max_unacked`]): tried again at the next poll.
     pub(crate) blocked: Vec<u64>,
     /// Paused partitions: their buffers do not count against the queue capacity.
-    paused: HashSet<u64>,
+    paused: HashSet<u64, Ids>,
     /// Errors to yield before the next message.
     pub(crate) errors: VecDeque<Error>,
     pub(crate) buffered: usize,
