@@ -375,11 +375,67 @@ fn zstd_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(feature = "zstd")]
+thread_local! {
+    /// A zstd decompression context per thread, reused from payload to payload.
+    static ZSTD_DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Decompress a zstd payload whose (first) frame declares its content size in one shot
+/// into a buffer of exactly that size, with this thread's reused context: no streaming
+/// window and no growing output buffer allocated per payload (Kafka's producers,
+/// librdkafka's and kafkapipe's declare the size). `None` when that does not apply or
+/// fails (no declared size, several frames, corrupt input): the caller streams instead,
+/// which handles every case and reports errors.
+#[cfg(feature = "zstd")]
+fn zstd_decompress_sized(
+    input: &[u8],
+    max_len: usize,
+    pool: Option<&Arc<BufPool>>,
+) -> Option<Result<Option<Bytes>>> {
+    let size = zstd::zstd_safe::get_frame_content_size(input).ok()??;
+    let Ok(size) = usize::try_from(size) else {
+        return Some(Ok(None));
+    };
+    if size > max_len {
+        // A valid frame holds exactly its declared size: over the limit.
+        return Some(Ok(None));
+    }
+    let mut out = match pool {
+        Some(p) => p.take(size),
+        None => Vec::with_capacity(size),
+    };
+    let done = ZSTD_DCTX.with(|cell| {
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            *slot = zstd::bulk::Decompressor::new().ok();
+        }
+        let dctx = slot.as_mut()?;
+        // Never writes past `out`'s capacity: a longer output is an error.
+        dctx.decompress_to_buffer(input, &mut out).ok()
+    });
+    let freeze = |out: Vec<u8>| match pool {
+        Some(p) => p.freeze(out),
+        None => Bytes::from(out),
+    };
+    match done {
+        Some(_) if out.len() <= max_len => Some(Ok(Some(freeze(out)))),
+        _ => {
+            drop(freeze(out));
+            None
+        }
+    }
+}
+
+#[cfg(feature = "zstd")]
 fn zstd_decompress(
     input: &[u8],
     max_len: usize,
     pool: Option<&Arc<BufPool>>,
 ) -> Result<Option<Bytes>> {
+    if let Some(done) = zstd_decompress_sized(input, max_len, pool) {
+        return done;
+    }
     let dec = zstd::stream::read::Decoder::with_buffer(input)
         .map_err(|e| codec_error(Compression::Zstd, "decompression", e))?;
     read_bounded(

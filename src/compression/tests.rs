@@ -157,3 +157,52 @@ fn pooled_decompression_reuses_its_buffers() {
         );
     }
 }
+
+/// zstd payloads that declare their size take the one-shot path, those that do not (or hold
+/// several frames) the streaming one; both give the same bytes and respect the limit.
+#[test]
+fn zstd_sized_and_streamed_payloads_decode_within_the_limit() {
+    use std::io::Write;
+    let input: Vec<u8> = (0..300_000u32).map(|i| (i % 29) as u8).collect();
+    let mut sized = BytesMut::new();
+    Compression::Zstd.compress(&input, &mut sized).unwrap();
+    assert_eq!(
+        zstd::zstd_safe::get_frame_content_size(&sized).unwrap(),
+        Some(input.len() as u64)
+    );
+    // Streamed without a pledged size: no content size in the frame header.
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    enc.write_all(&input).unwrap();
+    let unsized_ = enc.finish().unwrap();
+    assert_eq!(
+        zstd::zstd_safe::get_frame_content_size(&unsized_).unwrap(),
+        None
+    );
+    // Two frames back to back, the first declaring only its own size.
+    let mut two = sized.to_vec();
+    two.extend_from_slice(&sized);
+    let twice: Vec<u8> = [&input[..], &input[..]].concat();
+    let pool = crate::bufpool::BufPool::new(4, 4 << 20, 8 << 20);
+    for p in [None, Some(&pool)] {
+        for (payload, expected) in [
+            (&sized[..], &input),
+            (&unsized_[..], &input),
+            (&two[..], &twice),
+        ] {
+            let out = Compression::Zstd
+                .decompress_pooled(payload, 1 << 20, p)
+                .unwrap()
+                .unwrap();
+            assert_eq!(&out[..], &expected[..]);
+            let limit = expected.len() - 1;
+            assert!(Compression::Zstd
+                .decompress_pooled(payload, limit, p)
+                .unwrap()
+                .is_none());
+        }
+        // Cut short: the one-shot path fails, and so does the streaming one, as an error.
+        assert!(Compression::Zstd
+            .decompress_pooled(&sized[..sized.len() / 2], 1 << 20, p)
+            .is_err());
+    }
+}
