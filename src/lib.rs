@@ -42,6 +42,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod admin;
+mod bufpool;
 pub mod cluster;
 pub mod compression;
 pub mod conn;

@@ -4,7 +4,7 @@
 # Apache Kafka broker (scripts/lib/kafka.sh), alternating clients within every repetition.
 # Every client run is its own process, measured with getrusage of the child (rusage.py, wait4):
 # CPU = user + sys of the client process (startup, connect, metadata and flush/close
-# included), wall = the process's wall time, peak RSS = its maximum resident set. Prints one
+# included), wall = the process's wall time, peak RSS = its maximum resident set, minor faults = its ru_minflt. Prints one
 # Markdown table of medians.
 #
 #   benches/compare/run.sh                      # quick: a few 200k-message rows, 3 reps
@@ -192,12 +192,12 @@ timed_run() {
     mapfile -t cmd < <(client_cmd "$op" "$client" "$topic" "$count" "$size" "$codec" "$acks" "$parts" "g-${label}-${client}-${rep}-$$")
     tm="$log.time"
     if "$here/rusage.py" "$tm" 300 "${cmd[@]}" >"$log.out" 2>"$log.err"; then
-        read -r wall user sys rss_kb <"$tm"
-        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        read -r wall user sys rss_kb minflt <"$tm"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
             "$op" "$count" "$size" "$codec" "$acks" "$parts" "$client" "$rep" \
-            "$wall" "$user" "$sys" "$rss_kb" ok >>"$results"
-        printf '  %-8s %-10s rep %s: wall %7.3fs cpu %7.3fs rss %7d KB\n' "$op" "$client" "$rep" \
-            "$wall" "$(awk "BEGIN{print $user + $sys}")" "$rss_kb" >&2
+            "$wall" "$user" "$sys" "$rss_kb" ok "${minflt:-}" >>"$results"
+        printf '  %-8s %-10s rep %s: wall %7.3fs cpu %7.3fs rss %7d KB minflt %s\n' "$op" "$client" "$rep" \
+            "$wall" "$(awk "BEGIN{print $user + $sys}")" "$rss_kb" "${minflt:-?}" >&2
     else
         printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\tFAILED\n' \
             "$op" "$count" "$size" "$codec" "$acks" "$parts" "$client" "$rep" >>"$results"

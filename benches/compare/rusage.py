@@ -3,7 +3,7 @@
 
     rusage.py OUT_FILE TIMEOUT_SECS COMMAND [ARGS...]
 
-OUT_FILE gets one line `wall_secs user_secs sys_secs max_rss_kb`. CPU comes from wait4's
+OUT_FILE gets one line `wall_secs user_secs sys_secs max_rss_kb minor_faults`. CPU comes from wait4's
 rusage (microseconds, unlike /usr/bin/time's 10 ms). The peak RSS comes from /usr/bin/time
 (`%M`), which runs the command for us: a child's ru_maxrss includes the memory of the
 process it was forked from until it execs, so measured from here it could never be below
@@ -46,7 +46,7 @@ def main():
     except (OSError, ValueError, IndexError):
         rss = ru.ru_maxrss
     with open(out, "w") as f:
-        f.write(f"{wall:.4f} {ru.ru_utime:.6f} {ru.ru_stime:.6f} {rss}\n")
+        f.write(f"{wall:.4f} {ru.ru_utime:.6f} {ru.ru_stime:.6f} {rss} {ru.ru_minflt}\n")
     if timed_out:
         sys.exit(124)
     sys.exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))

@@ -27,9 +27,11 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::bufpool::BufPool;
 use crate::error::{Error, Result};
 
 #[cfg(feature = "snappy")]
@@ -145,14 +147,26 @@ impl Compression {
     /// be longer (decompression stops as soon as that is known, so at most about
     /// `max_len` bytes are ever produced), an error when `input` is corrupt.
     pub(crate) fn decompress_within(&self, input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
+        self.decompress_pooled(input, max_len, None)
+    }
+
+    /// [`decompress_within`](Self::decompress_within), with the output in a buffer of
+    /// `pool` (when given) that returns there once the last slice of it is dropped (gzip,
+    /// lz4 and zstd; snappy allocates its own).
+    pub(crate) fn decompress_pooled(
+        &self,
+        input: &[u8],
+        max_len: usize,
+        pool: Option<&Arc<BufPool>>,
+    ) -> Result<Option<Bytes>> {
         match self {
             Compression::None => {
                 Ok((input.len() <= max_len).then(|| Bytes::copy_from_slice(input)))
             }
-            Compression::Gzip => gzip_decompress(input, max_len),
+            Compression::Gzip => gzip_decompress(input, max_len, pool),
             Compression::Snappy => snappy_decompress(input, max_len),
-            Compression::Lz4 => lz4_decompress(input, max_len),
-            Compression::Zstd => zstd_decompress(input, max_len),
+            Compression::Lz4 => lz4_decompress(input, max_len, pool),
+            Compression::Zstd => zstd_decompress(input, max_len, pool),
         }
     }
 }
@@ -200,18 +214,29 @@ fn read_bounded(
     codec: Compression,
     max_len: usize,
     hint: usize,
+    pool: Option<&Arc<BufPool>>,
 ) -> Result<Option<Bytes>> {
     use std::io::Read;
-    let mut out = Vec::with_capacity(hint.min(max_len));
+    let first = hint.min(max_len);
+    let mut out = match pool {
+        Some(p) => p.take(first),
+        None => Vec::with_capacity(first),
+    };
     let limit = u64::try_from(max_len).unwrap_or(u64::MAX).saturating_add(1);
-    reader
-        .take(limit)
-        .read_to_end(&mut out)
-        .map_err(|e| codec_error(codec, "decompression", e))?;
+    let read = reader.take(limit).read_to_end(&mut out);
+    let freeze = |out: Vec<u8>| match pool {
+        Some(p) => p.freeze(out),
+        None => Bytes::from(out),
+    };
+    if let Err(e) = read {
+        drop(freeze(out));
+        return Err(codec_error(codec, "decompression", e));
+    }
     if out.len() > max_len {
+        drop(freeze(out));
         return Ok(None);
     }
-    Ok(Some(Bytes::from(out)))
+    Ok(Some(freeze(out)))
 }
 
 // ---- gzip ------------------------------------------------------------------------------
@@ -228,13 +253,18 @@ fn gzip_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(feature = "gzip")]
-fn gzip_decompress(input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
+fn gzip_decompress(
+    input: &[u8],
+    max_len: usize,
+    pool: Option<&Arc<BufPool>>,
+) -> Result<Option<Bytes>> {
     let dec = flate2::read::MultiGzDecoder::new(input);
     read_bounded(
         dec,
         Compression::Gzip,
         max_len,
         input.len().saturating_mul(4),
+        pool,
     )
 }
 
@@ -244,7 +274,11 @@ fn gzip_compress(_input: &[u8], _out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(not(feature = "gzip"))]
-fn gzip_decompress(_input: &[u8], _max_len: usize) -> Result<Option<Bytes>> {
+fn gzip_decompress(
+    _input: &[u8],
+    _max_len: usize,
+    _pool: Option<&Arc<BufPool>>,
+) -> Result<Option<Bytes>> {
     Err(not_compiled(Compression::Gzip))
 }
 
@@ -290,13 +324,18 @@ fn lz4_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(feature = "lz4")]
-fn lz4_decompress(input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
+fn lz4_decompress(
+    input: &[u8],
+    max_len: usize,
+    pool: Option<&Arc<BufPool>>,
+) -> Result<Option<Bytes>> {
     let dec = lz4_flex::frame::FrameDecoder::new(input);
     read_bounded(
         dec,
         Compression::Lz4,
         max_len,
         input.len().saturating_mul(4),
+        pool,
     )
 }
 
@@ -306,7 +345,11 @@ fn lz4_compress(_input: &[u8], _out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(not(feature = "lz4"))]
-fn lz4_decompress(_input: &[u8], _max_len: usize) -> Result<Option<Bytes>> {
+fn lz4_decompress(
+    _input: &[u8],
+    _max_len: usize,
+    _pool: Option<&Arc<BufPool>>,
+) -> Result<Option<Bytes>> {
     Err(not_compiled(Compression::Lz4))
 }
 
@@ -332,7 +375,67 @@ fn zstd_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(feature = "zstd")]
-fn zstd_decompress(input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
+thread_local! {
+    /// A zstd decompression context per thread, reused from payload to payload.
+    static ZSTD_DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Decompress a zstd payload whose (first) frame declares its content size in one shot
+/// into a buffer of exactly that size, with this thread's reused context: no streaming
+/// window and no growing output buffer allocated per payload (Kafka's producers,
+/// librdkafka's and kafkapipe's declare the size). `None` when that does not apply or
+/// fails (no declared size, several frames, corrupt input): the caller streams instead,
+/// which handles every case and reports errors.
+#[cfg(feature = "zstd")]
+fn zstd_decompress_sized(
+    input: &[u8],
+    max_len: usize,
+    pool: Option<&Arc<BufPool>>,
+) -> Option<Result<Option<Bytes>>> {
+    let size = zstd::zstd_safe::get_frame_content_size(input).ok()??;
+    let Ok(size) = usize::try_from(size) else {
+        return Some(Ok(None));
+    };
+    if size > max_len {
+        // A valid frame holds exactly its declared size: over the limit.
+        return Some(Ok(None));
+    }
+    let mut out = match pool {
+        Some(p) => p.take(size),
+        None => Vec::with_capacity(size),
+    };
+    let done = ZSTD_DCTX.with(|cell| {
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            *slot = zstd::bulk::Decompressor::new().ok();
+        }
+        let dctx = slot.as_mut()?;
+        // Never writes past `out`'s capacity: a longer output is an error.
+        dctx.decompress_to_buffer(input, &mut out).ok()
+    });
+    let freeze = |out: Vec<u8>| match pool {
+        Some(p) => p.freeze(out),
+        None => Bytes::from(out),
+    };
+    match done {
+        Some(_) if out.len() <= max_len => Some(Ok(Some(freeze(out)))),
+        _ => {
+            drop(freeze(out));
+            None
+        }
+    }
+}
+
+#[cfg(feature = "zstd")]
+fn zstd_decompress(
+    input: &[u8],
+    max_len: usize,
+    pool: Option<&Arc<BufPool>>,
+) -> Result<Option<Bytes>> {
+    if let Some(done) = zstd_decompress_sized(input, max_len, pool) {
+        return done;
+    }
     let dec = zstd::stream::read::Decoder::with_buffer(input)
         .map_err(|e| codec_error(Compression::Zstd, "decompression", e))?;
     read_bounded(
@@ -340,6 +443,7 @@ fn zstd_decompress(input: &[u8], max_len: usize) -> Result<Option<Bytes>> {
         Compression::Zstd,
         max_len,
         input.len().saturating_mul(4),
+        pool,
     )
 }
 
@@ -349,7 +453,11 @@ fn zstd_compress(_input: &[u8], _out: &mut BytesMut) -> Result<()> {
 }
 
 #[cfg(not(feature = "zstd"))]
-fn zstd_decompress(_input: &[u8], _max_len: usize) -> Result<Option<Bytes>> {
+fn zstd_decompress(
+    _input: &[u8],
+    _max_len: usize,
+    _pool: Option<&Arc<BufPool>>,
+) -> Result<Option<Bytes>> {
     Err(not_compiled(Compression::Zstd))
 }
 

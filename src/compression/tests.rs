@@ -117,3 +117,92 @@ proptest! {
         let _ = Compression::Snappy.decompress(&x, max);
     }
 }
+
+/// With a pool, each codec decompresses into a pooled buffer that comes back once the last
+/// slice of the output is dropped, and the next payload reuses it; output over the limit
+/// gives its buffer back too.
+#[test]
+fn pooled_decompression_reuses_its_buffers() {
+    use crate::bufpool::BufPool;
+    let input: Vec<u8> = (0..200_000u32).map(|i| (i % 13) as u8).collect();
+    for c in [Compression::Gzip, Compression::Lz4, Compression::Zstd] {
+        let pool = BufPool::new(4, 1 << 20, 4 << 20);
+        let mut packed = BytesMut::new();
+        c.compress(&input, &mut packed).unwrap();
+        let out = c
+            .decompress_pooled(&packed, 1 << 20, Some(&pool))
+            .unwrap()
+            .unwrap();
+        assert_eq!(&out[..], &input[..], "{c}");
+        let ptr = out.as_ptr();
+        let slice = out.slice(100..200);
+        drop(out);
+        assert_eq!(pool.kept().0, 0, "{c}: a slice still holds the buffer");
+        drop(slice);
+        assert_eq!(pool.kept().0, 1, "{c}");
+        let again = c
+            .decompress_pooled(&packed, 1 << 20, Some(&pool))
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.as_ptr(), ptr, "{c}: the buffer is reused");
+        drop(again);
+        assert!(c
+            .decompress_pooled(&packed, 1000, Some(&pool))
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            pool.kept().0,
+            1,
+            "{c}: over the limit, the buffer came back"
+        );
+    }
+}
+
+/// zstd payloads that declare their size take the one-shot path, those that do not (or hold
+/// several frames) the streaming one; both give the same bytes and respect the limit.
+#[test]
+fn zstd_sized_and_streamed_payloads_decode_within_the_limit() {
+    use std::io::Write;
+    let input: Vec<u8> = (0..300_000u32).map(|i| (i % 29) as u8).collect();
+    let mut sized = BytesMut::new();
+    Compression::Zstd.compress(&input, &mut sized).unwrap();
+    assert_eq!(
+        zstd::zstd_safe::get_frame_content_size(&sized).unwrap(),
+        Some(input.len() as u64)
+    );
+    // Streamed without a pledged size: no content size in the frame header.
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    enc.write_all(&input).unwrap();
+    let unsized_ = enc.finish().unwrap();
+    assert_eq!(
+        zstd::zstd_safe::get_frame_content_size(&unsized_).unwrap(),
+        None
+    );
+    // Two frames back to back, the first declaring only its own size.
+    let mut two = sized.to_vec();
+    two.extend_from_slice(&sized);
+    let twice: Vec<u8> = [&input[..], &input[..]].concat();
+    let pool = crate::bufpool::BufPool::new(4, 4 << 20, 8 << 20);
+    for p in [None, Some(&pool)] {
+        for (payload, expected) in [
+            (&sized[..], &input),
+            (&unsized_[..], &input),
+            (&two[..], &twice),
+        ] {
+            let out = Compression::Zstd
+                .decompress_pooled(payload, 1 << 20, p)
+                .unwrap()
+                .unwrap();
+            assert_eq!(&out[..], &expected[..]);
+            let limit = expected.len() - 1;
+            assert!(Compression::Zstd
+                .decompress_pooled(payload, limit, p)
+                .unwrap()
+                .is_none());
+        }
+        // Cut short: the one-shot path fails, and so does the streaming one, as an error.
+        assert!(Compression::Zstd
+            .decompress_pooled(&sized[..sized.len() / 2], 1 << 20, p)
+            .is_err());
+    }
+}

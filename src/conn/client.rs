@@ -8,12 +8,13 @@
 
 use crate::util::{duration_ms, now_ms};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use super::{Connection, ConnectionConfig};
+use crate::bufpool::BufPool;
 use crate::compression::Compression;
 use crate::error::{Error, Result};
 use crate::protocol::messages::{
@@ -24,7 +25,7 @@ use crate::protocol::messages::{
 };
 use crate::protocol::{ErrorCode, Request};
 use crate::record::{
-    decode_batches_within, ControlRecord, Record, RecordBatch, RecordBatchBuilder,
+    decode_batches_pooled, ControlRecord, Record, RecordBatch, RecordBatchBuilder,
     MAX_BATCH_DECOMPRESSED,
 };
 
@@ -899,7 +900,8 @@ impl Conn {
 /// Decode one partition of a fetch response that asked for records from `offset`: the
 /// partition's error code becomes an error (without topic/partition context, which the
 /// caller adds), the record bytes are decoded (an incomplete last batch is ignored) and
-/// filtered with [`visible_records`]. Shared by [`Conn::fetch`] and the `Reader`.
+/// filtered with [`visible_batches`]. Shared by [`Conn::fetch`] and (through
+/// [`decode_fetch_batches`]) the `Reader`.
 ///
 /// Compressed batches decode within [`decompress_limit`] together: when a response holds
 /// more, the batches that fit are returned and `next_offset` points at the first one that
@@ -912,19 +914,60 @@ pub(crate) fn decode_fetch_partition(
     isolation_level: IsolationLevel,
     max_bytes: i32,
 ) -> Result<Fetched> {
+    let f = decode_fetch_batches(p, offset, isolation_level, max_bytes, None)?;
+    Ok(Fetched {
+        records: visible_in(f.batches, offset).collect(),
+        next_offset: f.next_offset,
+        high_watermark: f.high_watermark,
+        last_stable_offset: f.last_stable_offset,
+        log_start_offset: f.log_start_offset,
+    })
+}
+
+/// A partition's fetch result as [`decode_fetch_batches`] returns it: the visible data
+/// batches, whose records before the requested offset are still to be skipped
+/// ([`visible_in`]).
+pub(crate) struct FetchedBatches {
+    /// The data batches left after dropping control batches and aborted transactions.
+    pub(crate) batches: Vec<RecordBatch>,
+    /// As [`Fetched::next_offset`].
+    pub(crate) next_offset: i64,
+    /// As [`Fetched::high_watermark`].
+    pub(crate) high_watermark: i64,
+    /// As [`Fetched::last_stable_offset`].
+    pub(crate) last_stable_offset: i64,
+    /// As [`Fetched::log_start_offset`].
+    pub(crate) log_start_offset: i64,
+}
+
+/// [`decode_fetch_partition`] without flattening the batches into one `Vec` of records
+/// (the reader moves the records of each batch straight into its buffer), decompressing
+/// into buffers of `pool` when given.
+pub(crate) fn decode_fetch_batches(
+    p: FetchPartitionData,
+    offset: i64,
+    isolation_level: IsolationLevel,
+    max_bytes: i32,
+    pool: Option<&Arc<BufPool>>,
+) -> Result<FetchedBatches> {
     if let Some(code) = ErrorCode::non_zero(p.error_code) {
         return Err(Error::kafka(code));
     }
     let data = p.records.unwrap_or_default();
-    let decoded = decode_batches_within(data, decompress_limit(max_bytes), MAX_BATCH_DECOMPRESSED)?;
+    let decoded = decode_batches_pooled(
+        data,
+        decompress_limit(max_bytes),
+        MAX_BATCH_DECOMPRESSED,
+        pool,
+    )?;
     let aborted = if isolation_level == IsolationLevel::ReadCommitted {
         p.aborted_transactions.unwrap_or_default()
     } else {
         Vec::new()
     };
-    let (records, next_offset) = visible_records(decoded.batches, offset, &aborted);
-    Ok(Fetched {
-        records,
+    let (batches, next_offset) = visible_batches(decoded.batches, offset, &aborted);
+    Ok(FetchedBatches {
+        batches,
         next_offset,
         high_watermark: p.high_watermark,
         last_stable_offset: p.last_stable_offset,
@@ -932,9 +975,29 @@ pub(crate) fn decode_fetch_partition(
     })
 }
 
-/// Records visible to the application from decoded `batches`, starting at `from`, with
-/// control records dropped and records of `aborted` transactions removed, plus the offset
-/// to fetch next.
+/// The records of `batches` (from [`visible_batches`]) at or after `from`, in order.
+pub(crate) fn visible_in(batches: Vec<RecordBatch>, from: i64) -> impl Iterator<Item = Record> {
+    batches
+        .into_iter()
+        .flat_map(|b| b.records)
+        .filter(move |r| r.offset >= from)
+}
+
+/// Records visible to the application from decoded `batches`, starting at `from` (see
+/// [`visible_batches`]), plus the offset to fetch next.
+#[cfg(test)]
+pub(crate) fn visible_records(
+    batches: Vec<RecordBatch>,
+    from: i64,
+    aborted: &[AbortedTransaction],
+) -> (Vec<Record>, i64) {
+    let (batches, next) = visible_batches(batches, from, aborted);
+    (visible_in(batches, from).collect(), next)
+}
+
+/// The data batches of decoded `batches` visible to the application, with control batches
+/// dropped and batches of `aborted` transactions removed (records before `from` are
+/// skipped later, by [`visible_in`]), plus the offset to fetch next.
 ///
 /// The aborted-transaction rule is the Java consumer's (`CompletedFetch`): the aborted
 /// transactions are taken in order of first offset; for each batch with a producer id, every
@@ -943,11 +1006,11 @@ pub(crate) fn decode_fetch_partition(
 /// P's ABORT control marker deactivates it. Non-transactional batches (idempotent
 /// producers) and other producers' batches are never skipped. With `aborted` empty (read
 /// uncommitted) only control records are dropped.
-pub(crate) fn visible_records(
+pub(crate) fn visible_batches(
     batches: Vec<RecordBatch>,
     from: i64,
     aborted: &[AbortedTransaction],
-) -> (Vec<Record>, i64) {
+) -> (Vec<RecordBatch>, i64) {
     let mut pending: Vec<&AbortedTransaction> = aborted.iter().collect();
     // Popped from the end: smallest first offset first.
     pending.sort_by_key(|a| std::cmp::Reverse(a.first_offset));
@@ -977,13 +1040,13 @@ pub(crate) fn visible_records(
         if batch.is_control {
             continue;
         }
-        out.extend(batch.records.into_iter().filter(|r| r.offset >= from));
+        out.push(batch);
     }
     (out, next)
 }
 
 /// How much the compressed batches of one partition's fetch response may decompress to,
-/// together (the soft limit of [`decode_batches_within`]): generous relative to the fetch
+/// together (the soft limit of [`decode_batches_within`](crate::record::decode_batches_within)): generous relative to the fetch
 /// size (real compression ratios rarely exceed 10–20×; constant 100-byte values reach ~75×
 /// with zstd), bounded so that many small bombs cannot exhaust memory. A response holding
 /// more is decoded in part, not refused.

@@ -37,6 +37,7 @@ use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{debug, trace, warn, Instrument};
 
+use crate::bufpool::BufPool;
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use crate::sasl::Mechanism;
@@ -1019,6 +1020,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
     max_frame_size: usize,
 ) -> Result<(), Failure> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
+    // Large frames (fetch responses) are read into buffers reused from frame to frame:
+    // a fresh multi-megabyte buffer per response costs a page fault per 4 KiB page.
+    let pool = BufPool::for_fetches();
     loop {
         while buf.len() < 4 {
             read_more(&mut reader, &mut buf).await?;
@@ -1034,6 +1038,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
         };
         let total = 4 + size;
+        if size >= POOLED_FRAME_MIN {
+            buf.advance(4);
+            let frame = read_pooled_frame(&mut reader, &mut buf, size, &pool).await?;
+            state.dispatch(frame)?;
+            continue;
+        }
         if buf.len() < total {
             buf.reserve(total - buf.len());
         }
@@ -1044,6 +1054,37 @@ async fn read_loop<R: AsyncRead + Unpin>(
         let frame = buf.split_to(size).freeze();
         state.dispatch(frame)?;
     }
+}
+
+/// Frames from this size on are read into a pooled buffer (see [`read_pooled_frame`]).
+const POOLED_FRAME_MIN: usize = 64 * 1024;
+
+/// Read the rest of a `size`-byte frame whose first bytes (if any) are in `buf` into a
+/// buffer of `pool`, which gets it back once the last slice of the frame is dropped.
+async fn read_pooled_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+    size: usize,
+    pool: &Arc<BufPool>,
+) -> Result<Bytes, Failure> {
+    let mut frame = pool.take(size);
+    let have = buf.len().min(size);
+    frame.extend_from_slice(&buf[..have]);
+    buf.advance(have);
+    while frame.len() < size {
+        let want = size - frame.len();
+        let n = reader
+            .read_buf(&mut (&mut frame).limit(want))
+            .await
+            .map_err(|e| Failure::new(io_kind(&e), format!("read failed: {e}")))?;
+        if n == 0 {
+            return Err(Failure::new(
+                ErrorKind::Closed,
+                "connection closed by peer in the middle of a response",
+            ));
+        }
+    }
+    Ok(pool.freeze(frame))
 }
 
 async fn read_more<R: AsyncRead + Unpin>(
@@ -1224,6 +1265,51 @@ mod tests {
             serve
         );
         (conn.unwrap(), peer)
+    }
+
+    /// A large frame arrives in pieces, part of it already buffered: it is read whole into
+    /// a pooled buffer, which the next large frame reuses once the first is dropped; a
+    /// peer closing mid-frame is a `Closed` error.
+    #[tokio::test]
+    async fn large_frames_are_read_into_reused_buffers() {
+        let size = POOLED_FRAME_MIN * 3;
+        let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let pool = BufPool::for_fetches();
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        let writer = {
+            let body = body.clone();
+            tokio::spawn(async move {
+                for _ in 0..2 {
+                    for chunk in body[1000..].chunks(10_000) {
+                        server.write_all(chunk).await.unwrap();
+                    }
+                }
+                server.write_all(&body[1000..2000]).await.unwrap();
+                // dropped: closed in the middle of the third frame
+            })
+        };
+        let mut first_ptr = None;
+        for _ in 0..2 {
+            let mut buf = BytesMut::from(&body[..1000]);
+            let frame = read_pooled_frame(&mut client, &mut buf, size, &pool)
+                .await
+                .unwrap();
+            assert_eq!(&frame[..], &body[..]);
+            assert!(buf.is_empty());
+            let ptr = frame.as_ptr();
+            assert_eq!(*first_ptr.get_or_insert(ptr), ptr, "the buffer is reused");
+            let slice = frame.slice(5..10);
+            drop(frame);
+            assert_eq!(pool.kept().0, 0, "a slice still holds the buffer");
+            drop(slice);
+            assert_eq!(pool.kept().0, 1);
+        }
+        let mut buf = BytesMut::from(&body[..1000]);
+        let err = read_pooled_frame(&mut client, &mut buf, size, &pool)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Closed);
+        writer.await.unwrap();
     }
 
     #[tokio::test]

@@ -23,6 +23,12 @@
 //!   with highly compressible data the overshoot can reach the compression ratio times
 //!   `max_bytes` (each partition's decompression is capped at 32 × its
 //!   `max_partition_bytes`, at least 64 MiB). Lower `max_bytes` to tighten this.
+//! - **Buffers reused, not reallocated.** Messages are zero-copy slices of the response
+//!   frame (or of a batch's decompressed payload). Those buffers go back to a small pool
+//!   once the last message pointing into them is dropped, and the next fetch reuses them
+//!   instead of faulting in fresh multi-megabyte allocations: one pool per broker
+//!   connection for frames of 64 KiB and more, one per reader for decompressed payloads,
+//!   each keeping at most 8 buffers and 32 MiB, and never a buffer over 16 MiB.
 //! - **Epochs instead of kafka-go's versions.** Each partition has an epoch bumped by
 //!   [`Reader::seek`], [`Reader::seek_to_time`] and re-assignment; a result that was in
 //!   flight across the change is dropped, and the partition's buffer is cleared under the
@@ -232,6 +238,7 @@ impl Reader {
             config,
             cluster,
             counters: Counters::default(),
+            pool: crate::bufpool::BufPool::for_fetches(),
         });
         let group = shared.config.group_id.clone().map(|id| {
             let admin = crate::admin::Admin::new(shared.cluster.clone());

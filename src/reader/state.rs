@@ -18,9 +18,11 @@ use tokio::sync::Notify;
 
 use super::retry::{LastError, Streak, WarnLimit};
 use super::{Message, ReaderConfig, StartOffset, TopicPartition};
+use crate::bufpool::BufPool;
 use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::group::{AckToken, Track};
+use crate::record::Record;
 
 /// Where the next fetch of a partition starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,9 +101,37 @@ impl Part {
     }
 }
 
+/// The hasher of the maps keyed by partition id, looked up for every message yielded:
+/// ids are this reader's own sequential counter, never input from the network or the
+/// application, so they need no SipHash (whose cost showed in `Reader::poll_next`); a
+/// multiplicative hash (Fibonacci hashing) spreads them over the table.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used for `u64` keys; anything else still hashes correctly.
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// [`BuildHasher`](std::hash::BuildHasher) of [`IdHasher`].
+pub(crate) type Ids = std::hash::BuildHasherDefault<IdHasher>;
+
 #[derive(Default)]
 pub(crate) struct State {
-    pub(crate) parts: HashMap<u64, Part>,
+    /// By partition id: a sequential counter of this reader (see [`IdHasher`]).
+    pub(crate) parts: HashMap<u64, Part, Ids>,
     pub(crate) index: HashMap<TopicPartition, u64>,
     next_id: u64,
     /// Partitions with buffered messages, served round robin one message at a time.
@@ -110,7 +140,7 @@ pub(crate) struct State {
     /// ([`ReaderConfig::max_unacked`]): tried again at the next poll.
     pub(crate) blocked: Vec<u64>,
     /// Paused partitions: their buffers do not count against the queue capacity.
-    paused: HashSet<u64>,
+    paused: HashSet<u64, Ids>,
     /// Errors to yield before the next message.
     pub(crate) errors: VecDeque<Error>,
     pub(crate) buffered: usize,
@@ -267,17 +297,53 @@ impl State {
         }
     }
 
-    /// Append fetched messages to partition `id`'s buffer and queue it for the consumer.
+    /// Append messages to partition `id`'s buffer and queue it for the consumer.
+    #[cfg(test)]
     pub(crate) fn push(&mut self, id: u64, msgs: Vec<Message>) -> u64 {
         let Some(p) = self.parts.get_mut(&id) else {
             return 0;
         };
-        let mut bytes = 0;
         let n = msgs.len();
+        let mut bytes = 0;
         for m in msgs {
             bytes += m.size();
             p.buf.push_back(m);
         }
+        self.added(id, n, bytes);
+        bytes as u64
+    }
+
+    /// Append fetched records to partition `id`'s buffer as messages (moved straight into
+    /// it, no intermediate `Vec`) and queue it for the consumer. Returns how many messages
+    /// and bytes were added.
+    pub(crate) fn push_records(
+        &mut self,
+        id: u64,
+        records: impl Iterator<Item = Record>,
+        high_watermark: i64,
+    ) -> (u64, u64) {
+        let Some(p) = self.parts.get_mut(&id) else {
+            return (0, 0);
+        };
+        let mut bytes = 0;
+        let before = p.buf.len();
+        p.buf.reserve(records.size_hint().0);
+        for r in records {
+            let m = Message::from_record(&p.topic, p.partition, high_watermark, r);
+            bytes += m.size();
+            p.buf.push_back(m);
+        }
+        let n = p.buf.len() - before;
+        self.added(id, n, bytes);
+        (n as u64, bytes as u64)
+    }
+
+    /// Account for `n` messages of `bytes` just appended to partition `id`'s buffer, and
+    /// queue it for the consumer.
+    fn added(&mut self, id: u64, n: usize, bytes: usize) {
+        let Some(p) = self.parts.get_mut(&id) else {
+            return;
+        };
         p.buf_bytes += bytes;
         self.buffered += n;
         self.buffered_bytes += bytes;
@@ -285,7 +351,6 @@ impl State {
             p.in_ready = true;
             self.ready.push_back(id);
         }
-        bytes as u64
     }
 
     /// The next message, round robin over partitions, and whether the buffer went from
@@ -385,6 +450,8 @@ pub(crate) struct Shared {
     pub(crate) config: ReaderConfig,
     pub(crate) cluster: Cluster,
     pub(crate) counters: Counters,
+    /// Reused buffers for decompressed batch payloads.
+    pub(crate) pool: Arc<BufPool>,
 }
 
 impl Shared {

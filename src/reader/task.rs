@@ -21,8 +21,8 @@ use tracing::{debug, warn};
 
 use super::retry;
 use super::state::{Position, Shared};
-use super::{Message, OffsetReset, StartOffset};
-use crate::conn::{decode_fetch_partition, Conn};
+use super::{OffsetReset, StartOffset};
+use crate::conn::{decode_fetch_batches, visible_in, Conn};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
     FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic,
@@ -404,11 +404,12 @@ fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Fetch
         let pd = data.remove(&(j.topic.to_string(), j.partition));
         // Decode outside the lock; a stale result is simply dropped below.
         let decoded = pd.map(|pd| {
-            decode_fetch_partition(
+            decode_fetch_batches(
                 pd,
                 j.offset,
                 config.isolation_level,
                 config.max_partition_bytes,
+                Some(&shared.pool),
             )
         });
         let mut st = shared.lock();
@@ -437,20 +438,13 @@ fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Fetch
                     p.position = j.offset;
                 }
                 let hw = p.high_watermark;
-                let topic = p.topic.clone();
-                let n = f.records.len() as u64;
-                let msgs: Vec<Message> = f
-                    .records
-                    .into_iter()
-                    .map(|r| Message::from_record(&topic, j.partition, hw, r))
-                    .collect();
+                let (n, bytes) = st.push_records(j.id, visible_in(f.batches, j.offset), hw);
                 // Nothing yieldable (control records, an aborted transaction): with
                 // nothing buffered, the position moves past it.
                 if n == 0 {
                     st.fetched_to(j.id, j.offset, f.next_offset);
                 }
                 if n > 0 {
-                    let bytes = st.push(j.id, msgs);
                     shared.counters.messages.fetch_add(n, Ordering::Relaxed);
                     shared.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
                     if let Some(w) = st.consumer.take() {

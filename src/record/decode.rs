@@ -1,14 +1,15 @@
 //! Decoding the `records` bytes of a fetch response: a sequence of RecordBatch v2
 //! batches and/or legacy messages, the last of which may be cut short by the broker.
 
+use std::sync::Arc;
+
 use bytes::{Buf, Bytes};
 
 use super::{legacy, Header, Record, RecordBatch, TimestampType, BATCH_HEADER_LEN, MAGIC_V2};
+use crate::bufpool::BufPool;
 use crate::compression::Compression;
 use crate::error::{Error, Result};
-use crate::protocol::primitives::{
-    capacity_for, get_i16, get_i32, get_i64, get_i8, get_u32, get_varint, get_varlong,
-};
+use crate::protocol::primitives::{capacity_for, get_i16, get_i32, get_i64, get_i8, get_u32};
 
 /// Offset (i64) and length (i32): the prefix shared by every batch and legacy message.
 const LOG_OVERHEAD: usize = 12;
@@ -109,9 +110,20 @@ pub fn decode_batches(data: Bytes, max_decompressed: usize) -> Result<DecodedBat
 /// # Ok::<(), kafkapipe::Error>(())
 /// ```
 pub fn decode_batches_within(
+    data: Bytes,
+    soft_limit: usize,
+    hard_limit: usize,
+) -> Result<DecodedBatches> {
+    decode_batches_pooled(data, soft_limit, hard_limit, None)
+}
+
+/// [`decode_batches_within`], decompressing RecordBatch v2 payloads into buffers of `pool`
+/// (when given), which get them back once the last record slice is dropped.
+pub(crate) fn decode_batches_pooled(
     mut data: Bytes,
     soft_limit: usize,
     hard_limit: usize,
+    pool: Option<&Arc<BufPool>>,
 ) -> Result<DecodedBatches> {
     let mut out = DecodedBatches::default();
     let mut budget = soft_limit;
@@ -149,7 +161,7 @@ pub fn decode_batches_within(
         let batch = data.slice(..size);
         let magic = batch.get(16).map(|m| *m as i8);
         let step = match magic {
-            Some(MAGIC_V2) => decode_v2(batch, limit),
+            Some(MAGIC_V2) => decode_v2(batch, limit, pool),
             Some(0 | 1) => legacy::decode_message(batch, limit),
             Some(m) => Err(Error::protocol(format!("unknown record batch magic {m}"))),
             None => Err(Error::protocol(format!(
@@ -197,7 +209,7 @@ pub(super) enum Step {
 
 /// Decode one complete RecordBatch v2 (`batch` is exactly its bytes), decompressing its
 /// payload to at most `limit` bytes.
-fn decode_v2(batch: Bytes, limit: usize) -> Result<Step> {
+fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>) -> Result<Step> {
     if batch.len() < BATCH_HEADER_LEN {
         return Err(Error::protocol(format!(
             "record batch of {} bytes is shorter than its {BATCH_HEADER_LEN}-byte header",
@@ -237,10 +249,10 @@ fn decode_v2(batch: Bytes, limit: usize) -> Result<Step> {
         let msg = format!("record batch at offset {base_offset}: {e}");
         e.with_message(msg)
     };
-    let (mut payload, decompressed) = if compression == Compression::None {
+    let (payload, decompressed) = if compression == Compression::None {
         (b, 0)
     } else {
-        match compression.decompress_within(&b, limit).map_err(at)? {
+        match compression.decompress_pooled(&b, limit, pool).map_err(at)? {
             Some(p) => {
                 let n = p.len();
                 (p, n)
@@ -266,14 +278,21 @@ fn decode_v2(batch: Bytes, limit: usize) -> Result<Step> {
         base_timestamp,
         log_append_time: (timestamp_type == TimestampType::LogAppendTime).then_some(max_timestamp),
     };
+    // One pass over the payload: a cursor over the bytes (bounds checked per field, one-byte
+    // varints on a fast path), each key and value one zero-copy slice of `payload`.
     let mut records = Vec::with_capacity(capacity_for::<Record>(count));
+    let mut cur = Cursor {
+        buf: &payload,
+        pos: 0,
+        end: payload.len(),
+    };
     for _ in 0..count {
-        records.push(decode_record(&mut payload, &ctx).map_err(at)?);
+        records.push(decode_record(&payload, &mut cur, &ctx).map_err(at)?);
     }
-    if !payload.is_empty() {
+    if cur.pos != payload.len() {
         return Err(at(Error::protocol(format!(
             "{} trailing bytes after {count} records",
-            payload.len()
+            payload.len() - cur.pos
         ))));
     }
     let batch = RecordBatch {
@@ -302,24 +321,131 @@ struct RecordCtx {
     log_append_time: Option<i64>,
 }
 
-fn decode_record(buf: &mut Bytes, ctx: &RecordCtx) -> Result<Record> {
-    let len = get_varint(buf)?;
+/// A bounds-checked read position in a record payload: `pos..end` is what is left.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    end: usize,
+}
+
+impl Cursor<'_> {
+    fn remaining(&self) -> usize {
+        self.end - self.pos
+    }
+
+    fn u8(&mut self, what: &str) -> Result<u8> {
+        if self.pos < self.end {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            Ok(b)
+        } else {
+            Err(Error::protocol(format!(
+                "truncated {what}: need 1 bytes, 0 left"
+            )))
+        }
+    }
+
+    /// An `UNSIGNED_VARINT` (at most 5 bytes), as [`get_uvarint`](crate::protocol::primitives::get_uvarint).
+    fn uvarint(&mut self) -> Result<u32> {
+        // Most lengths and deltas fit one byte.
+        if self.pos < self.end && self.buf[self.pos] < 0x80 {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            return Ok(u32::from(b));
+        }
+        let mut value: u32 = 0;
+        for i in 0..5 {
+            let b = self.u8("unsigned varint")?;
+            if i == 4 && b > 0x0f {
+                return Err(Error::protocol("unsigned varint overflows 32 bits"));
+            }
+            value |= u32::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(Error::protocol("unsigned varint longer than 5 bytes"))
+    }
+
+    /// An unsigned varint of at most 10 bytes, as
+    /// [`get_uvarlong`](crate::protocol::primitives::get_uvarlong).
+    fn uvarlong(&mut self) -> Result<u64> {
+        if self.pos < self.end && self.buf[self.pos] < 0x80 {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
+        let mut value: u64 = 0;
+        for i in 0..10 {
+            let b = self.u8("unsigned varlong")?;
+            if i == 9 && b > 0x01 {
+                return Err(Error::protocol("varlong overflows 64 bits"));
+            }
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(Error::protocol("varlong longer than 10 bytes"))
+    }
+
+    /// A zigzag `VARINT`.
+    fn varint(&mut self) -> Result<i32> {
+        let v = self.uvarint()?;
+        Ok(((v >> 1) as i32) ^ -((v & 1) as i32))
+    }
+
+    /// A zigzag `VARLONG`.
+    fn varlong(&mut self) -> Result<i64> {
+        let v = self.uvarlong()?;
+        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+    }
+
+    /// A varint-length-prefixed nullable byte field, as a zero-copy slice of `payload`
+    /// (the bytes this cursor reads).
+    fn varbytes(&mut self, payload: &Bytes, what: &str) -> Result<Option<Bytes>> {
+        let len = self.varint()?;
+        if len == -1 {
+            return Ok(None);
+        }
+        match usize::try_from(len) {
+            Ok(n) if n <= self.remaining() => {
+                let start = self.pos;
+                self.pos += n;
+                Ok(Some(payload.slice(start..self.pos)))
+            }
+            _ => Err(Error::protocol(format!(
+                "record {what} length {len} invalid with {} bytes left",
+                self.remaining()
+            ))),
+        }
+    }
+}
+
+/// Decode one record at `cur` (a cursor over `payload`), leaving `cur` after it.
+fn decode_record(payload: &Bytes, cur: &mut Cursor<'_>, ctx: &RecordCtx) -> Result<Record> {
+    let len = cur.varint()?;
     let len = usize::try_from(len)
         .ok()
-        .filter(|l| *l <= buf.remaining())
+        .filter(|l| *l <= cur.remaining())
         .ok_or_else(|| {
             Error::protocol(format!(
                 "record length {len} invalid with {} bytes left",
-                buf.remaining()
+                cur.remaining()
             ))
         })?;
-    let mut r = buf.split_to(len);
-    let _attributes = get_i8(&mut r)?;
-    let ts_delta = get_varlong(&mut r)?;
-    let offset_delta = get_varint(&mut r)?;
-    let key = get_varbytes(&mut r, "key")?;
-    let value = get_varbytes(&mut r, "value")?;
-    let n_headers = get_varint(&mut r)?;
+    let end = cur.pos + len;
+    let mut r = Cursor {
+        buf: cur.buf,
+        pos: cur.pos,
+        end,
+    };
+    let _attributes = r.u8("int8")?;
+    let ts_delta = r.varlong()?;
+    let offset_delta = r.varint()?;
+    let key = r.varbytes(payload, "key")?;
+    let value = r.varbytes(payload, "value")?;
+    let n_headers = r.varint()?;
     let n_headers = usize::try_from(n_headers)
         .ok()
         .filter(|n| n.saturating_mul(2) <= r.remaining())
@@ -331,19 +457,21 @@ fn decode_record(buf: &mut Bytes, ctx: &RecordCtx) -> Result<Record> {
         })?;
     let mut headers = Vec::with_capacity(capacity_for::<Header>(n_headers));
     for _ in 0..n_headers {
-        let key = get_varbytes(&mut r, "header key")?
+        let key = r
+            .varbytes(payload, "header key")?
             .ok_or_else(|| Error::protocol("null header key"))?;
         let key = String::from_utf8(key.to_vec())
             .map_err(|_| Error::protocol("header key is not valid UTF-8"))?;
-        let value = get_varbytes(&mut r, "header value")?;
+        let value = r.varbytes(payload, "header value")?;
         headers.push(Header { key, value });
     }
-    if !r.is_empty() {
+    if r.pos != end {
         return Err(Error::protocol(format!(
             "record declared {len} bytes but {} were left unread",
-            r.len()
+            end - r.pos
         )));
     }
+    cur.pos = end;
     Ok(Record {
         offset: ctx.base_offset.wrapping_add(i64::from(offset_delta)),
         timestamp: ctx
@@ -353,19 +481,4 @@ fn decode_record(buf: &mut Bytes, ctx: &RecordCtx) -> Result<Record> {
         value,
         headers,
     })
-}
-
-/// A varint-length-prefixed nullable byte field, zero-copy.
-fn get_varbytes(buf: &mut Bytes, what: &str) -> Result<Option<Bytes>> {
-    let len = get_varint(buf)?;
-    if len == -1 {
-        return Ok(None);
-    }
-    match usize::try_from(len) {
-        Ok(n) if n <= buf.remaining() => Ok(Some(buf.split_to(n))),
-        _ => Err(Error::protocol(format!(
-            "record {what} length {len} invalid with {} bytes left",
-            buf.remaining()
-        ))),
-    }
 }

@@ -26,6 +26,7 @@ mod decode;
 mod encode;
 mod legacy;
 
+pub(crate) use decode::decode_batches_pooled;
 pub use decode::{decode_batches, decode_batches_within, DecodedBatches, MAX_BATCH_DECOMPRESSED};
 pub use encode::RecordBatchBuilder;
 

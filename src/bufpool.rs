@@ -1,0 +1,183 @@
+//! A small bounded pool of byte buffers, so the multi-megabyte buffers of the consume path
+//! (fetch response frames, decompressed batch payloads) are reused from fetch to fetch
+//! instead of being allocated, faulted in page by page, and unmapped every time.
+//!
+//! A buffer leaves the pool with [`BufPool::take`], is filled, and is frozen into
+//! [`Bytes`] with [`BufPool::freeze`]; records are zero-copy slices of those bytes, so the
+//! buffer comes back (in the owner's `Drop`) only once the last message that points into it
+//! is dropped. The pool keeps at most `max_buffers` buffers and `max_bytes` of capacity,
+//! and never keeps a buffer larger than `max_buffer`: a one-off huge response is freed as
+//! before, not pinned. A pool that is gone (its connection or reader closed) just frees
+//! the buffers that come back later.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+
+/// A bounded pool of reusable `Vec<u8>` buffers; see the module documentation.
+#[derive(Debug)]
+pub(crate) struct BufPool {
+    free: Mutex<Vec<Vec<u8>>>,
+    max_buffers: usize,
+    max_buffer: usize,
+    max_bytes: usize,
+}
+
+impl BufPool {
+    /// A pool keeping at most `max_buffers` buffers, none larger than `max_buffer` bytes,
+    /// at most `max_bytes` together.
+    pub(crate) fn new(max_buffers: usize, max_buffer: usize, max_bytes: usize) -> Arc<Self> {
+        Arc::new(BufPool {
+            free: Mutex::new(Vec::new()),
+            max_buffers,
+            max_buffer,
+            max_bytes,
+        })
+    }
+
+    /// The pool for the consume path: 8 buffers of at most 16 MiB, 32 MiB in total.
+    pub(crate) fn for_fetches() -> Arc<Self> {
+        Self::new(8, 16 << 20, 32 << 20)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// An empty buffer with room for at least `min` bytes: the smallest pooled buffer
+    /// that is large enough, else a new one.
+    pub(crate) fn take(&self, min: usize) -> Vec<u8> {
+        let found = {
+            let mut free = self.lock();
+            let best = free
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.capacity() >= min)
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, _)| i);
+            best.map(|i| free.swap_remove(i))
+        };
+        match found {
+            Some(mut b) => {
+                b.clear();
+                b
+            }
+            None => Vec::with_capacity(min),
+        }
+    }
+
+    /// `buf` as [`Bytes`]; the buffer returns to this pool when the last slice of it is
+    /// dropped.
+    pub(crate) fn freeze(self: &Arc<Self>, buf: Vec<u8>) -> Bytes {
+        Bytes::from_owner(Pooled {
+            buf,
+            pool: Arc::downgrade(self),
+        })
+    }
+
+    /// Keep `buf` for reuse if it fits the bounds; when the pool is full, the smallest
+    /// buffer (pooled or this one) is the one freed.
+    fn give_back(&self, buf: Vec<u8>) {
+        let cap = buf.capacity();
+        if cap == 0 || cap > self.max_buffer {
+            return;
+        }
+        let mut free = self.lock();
+        free.push(buf);
+        loop {
+            let total: usize = free.iter().map(Vec::capacity).sum();
+            if free.len() <= self.max_buffers && total <= self.max_bytes {
+                break;
+            }
+            let smallest = free
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, _)| i);
+            match smallest {
+                Some(i) => drop(free.swap_remove(i)),
+                None => break,
+            }
+        }
+    }
+
+    /// The number of buffers kept and their total capacity.
+    #[cfg(test)]
+    pub(crate) fn kept(&self) -> (usize, usize) {
+        let free = self.lock();
+        (free.len(), free.iter().map(Vec::capacity).sum())
+    }
+}
+
+/// The owner behind a pooled [`Bytes`]: gives its buffer back when dropped.
+struct Pooled {
+    buf: Vec<u8>,
+    pool: Weak<BufPool>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.give_back(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_comes_back_when_its_last_slice_is_dropped_and_is_reused() {
+        let pool = BufPool::new(4, 1 << 20, 4 << 20);
+        let mut b = pool.take(1000);
+        b.extend_from_slice(&[7u8; 1000]);
+        let ptr = b.as_ptr();
+        let bytes = pool.freeze(b);
+        let slice = bytes.slice(10..20);
+        drop(bytes);
+        assert_eq!(pool.kept().0, 0, "a slice is still alive");
+        assert_eq!(&slice[..], &[7u8; 10]);
+        drop(slice);
+        assert_eq!(pool.kept().0, 1);
+        let again = pool.take(500);
+        assert_eq!(again.as_ptr(), ptr, "the pooled buffer is reused");
+        assert!(again.is_empty());
+        assert_eq!(pool.kept().0, 0);
+    }
+
+    #[test]
+    fn the_pool_stays_within_its_bounds() {
+        let pool = BufPool::new(2, 1 << 20, 1536 << 10);
+        // Larger than max_buffer: freed, not kept.
+        drop(pool.freeze(Vec::with_capacity(2 << 20)));
+        assert_eq!(pool.kept(), (0, 0));
+        // Three buffers, room for two by count and 1.5 MiB by bytes: the smallest go.
+        for cap in [100 << 10, 1 << 20, 512 << 10] {
+            drop(pool.freeze(Vec::with_capacity(cap)));
+        }
+        let (n, bytes) = pool.kept();
+        assert_eq!(n, 2);
+        assert!(bytes <= 1536 << 10, "{bytes}");
+        // Nothing pooled is large enough: a new buffer.
+        assert!(pool.take(4 << 20).capacity() >= 4 << 20);
+        assert_eq!(pool.kept().0, 2);
+    }
+
+    #[test]
+    fn buffers_outliving_their_pool_are_freed() {
+        let pool = BufPool::new(2, 1 << 20, 1 << 20);
+        let bytes = pool.freeze(vec![1, 2, 3]);
+        drop(pool);
+        assert_eq!(&bytes[..], &[1, 2, 3]);
+        drop(bytes);
+    }
+}
