@@ -393,13 +393,20 @@ fn zstd_decompress_sized(
     max_len: usize,
     pool: Option<&Arc<BufPool>>,
 ) -> Option<Result<Option<Bytes>>> {
-    let size = zstd::zstd_safe::get_frame_content_size(input).ok()??;
-    let Ok(size) = usize::try_from(size) else {
-        return Some(Ok(None));
+    let declared = zstd::zstd_safe::get_frame_content_size(input).ok()??;
+    let size = match usize::try_from(declared) {
+        Ok(size) if size > max_len => {
+            // A valid frame holds exactly its declared size: over the limit.
+            return Some(Ok(None));
+        }
+        Ok(size) => size,
+        Err(_) => return Some(Ok(None)),
     };
-    if size > max_len {
-        // A valid frame holds exactly its declared size: over the limit.
-        return Some(Ok(None));
+    // The header is not trusted for an allocation the payload cannot plausibly fill: a
+    // 20-byte frame may declare hundreds of MiB. Such frames take the streaming path,
+    // whose output grows only as data is really decompressed.
+    if size > zstd_one_shot_limit(input.len()) {
+        return None;
     }
     let mut out = match pool {
         Some(p) => p.take(size),
@@ -425,6 +432,14 @@ fn zstd_decompress_sized(
             None
         }
     }
+}
+
+/// The largest declared size [`zstd_decompress_sized`] allocates up front for a payload of
+/// `compressed_len` bytes: 1 MiB, or 256 times the payload (Kafka batches compress far
+/// less than that; anything beyond streams).
+#[cfg(feature = "zstd")]
+fn zstd_one_shot_limit(compressed_len: usize) -> usize {
+    compressed_len.saturating_mul(256).max(1 << 20)
 }
 
 #[cfg(feature = "zstd")]

@@ -206,3 +206,32 @@ fn zstd_sized_and_streamed_payloads_decode_within_the_limit() {
             .is_err());
     }
 }
+
+/// A 20-byte zstd frame may declare hundreds of MiB: the one-shot path must not allocate
+/// what the header says before anything decompressed (an allocation that size aborts the
+/// process where memory is not overcommitted); the frame streams instead and fails as an
+/// error.
+#[cfg(feature = "zstd")]
+#[test]
+fn a_zstd_header_declaring_a_huge_size_is_not_trusted_for_allocation() {
+    let declared: u64 = 200 << 20;
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0xE0]; // magic; single segment, 8-byte size
+    frame.extend_from_slice(&declared.to_le_bytes());
+    frame.extend_from_slice(&[0x01, 0x00, 0x00]); // a raw block header, then no data
+    assert_eq!(
+        zstd::zstd_safe::get_frame_content_size(&frame).unwrap(),
+        Some(declared)
+    );
+    assert!(super::zstd_one_shot_limit(frame.len()) < declared as usize);
+    assert!(super::zstd_decompress_sized(&frame, 1 << 30, None).is_none());
+    assert!(Compression::Zstd
+        .decompress_pooled(&frame, 1 << 30, None)
+        .is_err());
+    // A plausible declared size (a real payload) still takes the one-shot path.
+    let input = vec![7u8; 100_000];
+    let mut sized = BytesMut::new();
+    Compression::Zstd.compress(&input, &mut sized).unwrap();
+    assert!(super::zstd_one_shot_limit(sized.len()) >= input.len());
+    let out = super::zstd_decompress_sized(&sized, 1 << 20, None);
+    assert!(matches!(out, Some(Ok(Some(ref b))) if b[..] == input[..]));
+}
