@@ -15,13 +15,14 @@ use super::txn::{self, TxnShared};
 use super::{Delivery, Group, Message, Shared, WriterConfig};
 use crate::cluster::{Cluster, TopicMetadata};
 use crate::compression::Compression;
+use crate::conn::Connection;
 use crate::conn::RequiredAcks;
 use crate::error::{Error, Result};
 use crate::group::coordinator::Coordinator;
 use crate::group::HeldAck;
 use crate::protocol::messages::{
     ApiVersionsRequest, InitProducerIdRequest, ProducePartitionData, ProduceRequest,
-    ProduceTopicData,
+    ProduceResponse, ProduceTopicData,
 };
 use crate::protocol::ErrorCode;
 use crate::record::{decode_batches, RecordBatchBuilder};
@@ -165,6 +166,9 @@ struct PartState {
     sealed: VecDeque<Sealed>,
     /// How many of `sealed` are in requests right now.
     in_flight: usize,
+    /// The connection those requests were queued on, if known: a new batch joins them
+    /// only on the same connection, so the broker gets the partition's batches in order.
+    conn: Option<Connection>,
     /// Retry backoff: nothing of the partition is sent before then.
     retry_at: Option<Instant>,
     /// Id of the next batch sealed.
@@ -231,6 +235,9 @@ pub(crate) struct Task {
     events_rx: mpsc::UnboundedReceiver<Event>,
     topics: HashMap<Arc<str>, TopicState>,
     in_flight: HashMap<i32, usize>,
+    /// Brokers a produce request is connecting to: nothing else is sent to them until it
+    /// is answered (requests queued on one open connection keep their order).
+    connecting: std::collections::HashSet<i32>,
     requests: usize,
     closing: bool,
     close_waiters: Vec<oneshot::Sender<()>>,
@@ -274,6 +281,7 @@ impl Task {
             events_rx,
             topics: HashMap::new(),
             in_flight: HashMap::new(),
+            connecting: std::collections::HashSet::new(),
             requests: 0,
             closing: false,
             close_waiters: Vec::new(),
@@ -862,7 +870,8 @@ impl Task {
     /// Most batches of one partition in flight: transactional writers keep one (a failed
     /// batch aborts the transaction, and the batches after it must not be written).
     fn max_in_flight_per_partition(&self) -> usize {
-        if self.txn.is_some() {
+        // acks=0: a batch is "delivered" once written; keep those in order simply.
+        if self.txn.is_some() || self.cfg.required_acks == RequiredAcks::None {
             1
         } else {
             self.cfg.max_in_flight_per_partition.max(1)
@@ -876,7 +885,7 @@ impl Task {
     ///   waits to be sent again before it, no epoch bump is pending, no sequence is
     ///   unresolved, and (idempotent writers) the partition's numbering is under the
     ///   writer's producer or can restart under it (nothing numbered is left).
-    fn sendable(&self, ps: &PartState, now: Instant) -> Option<usize> {
+    fn sendable(&self, ps: &PartState, now: Instant, conn: Option<&Connection>) -> Option<usize> {
         if ps.retry_at.is_some_and(|at| at > now) || ps.bump {
             return None;
         }
@@ -886,6 +895,9 @@ impl Task {
             return (i == 0 && ps.in_flight == 0).then_some(i);
         }
         if ps.in_flight >= self.max_in_flight_per_partition() || ps.unresolved.is_some() {
+            return None;
+        }
+        if ps.in_flight > 0 && !ps.conn.as_ref().zip(conn).is_some_and(|(a, b)| a.same(b)) {
             return None;
         }
         if self.producer.is_some() && ps.producer != self.producer && i > 0 {
@@ -901,16 +913,32 @@ impl Task {
         self.maybe_resolve();
         self.maybe_bump();
         let mut by_broker: HashMap<i32, Vec<(Arc<str>, i32)>> = HashMap::new();
+        // Each leader's open connection, if any.
+        let mut open: HashMap<i32, Option<Connection>> = HashMap::new();
         let mut need_meta = Vec::new();
         for (name, t) in &self.topics {
             let mut leaderless = false;
             for (p, ps) in &t.parts {
-                if self.sendable(ps, now).is_none() {
+                if ps.sealed.is_empty() {
                     continue;
                 }
-                match self.cluster.cached_leader(name, *p) {
-                    Some(l) => by_broker.entry(l).or_default().push((name.clone(), *p)),
-                    None => leaderless = true,
+                let Some(leader) = self.cluster.cached_leader(name, *p) else {
+                    if self.sendable(ps, now, None).is_some() {
+                        leaderless = true;
+                    }
+                    continue;
+                };
+                if self.connecting.contains(&leader) {
+                    continue;
+                }
+                let conn = open
+                    .entry(leader)
+                    .or_insert_with(|| self.cluster.open_connection(leader));
+                if self.sendable(ps, now, conn.as_ref()).is_some() {
+                    by_broker
+                        .entry(leader)
+                        .or_default()
+                        .push((name.clone(), *p));
                 }
             }
             if leaderless && !t.meta_pending && t.meta_retry_at.map_or(true, |at| at <= now) {
@@ -961,16 +989,22 @@ impl Task {
         let max = self.cfg.max_in_flight_per_broker;
         let limit = self.cfg.max_request_bytes;
         for (broker, mut parts) in by_broker {
+            let conn = open.get(&broker).cloned().flatten();
             // As many requests as the broker's in-flight limit allows, each of at most
-            // `max_request_bytes` (but at least one batch).
+            // `max_request_bytes` (but at least one batch); one while connecting.
             while !parts.is_empty() {
                 if self.in_flight.get(&broker).is_some_and(|n| *n >= max) {
                     break;
                 }
-                let Some((batches, sent)) = self.build_request(&mut parts, limit, now) else {
+                let Some((batches, sent)) =
+                    self.build_request(&mut parts, limit, now, conn.as_ref())
+                else {
                     break;
                 };
-                self.send_request(broker, batches, sent);
+                self.send_request(broker, batches, sent, conn.clone());
+                if conn.is_none() {
+                    break;
+                }
             }
         }
     }
@@ -986,6 +1020,7 @@ impl Task {
         parts: &mut Vec<(Arc<str>, i32)>,
         limit: usize,
         now: Instant,
+        conn: Option<&Connection>,
     ) -> Option<(Vec<(Arc<str>, i32, Bytes)>, Vec<(Arc<str>, i32, u64)>)> {
         let mut batches = Vec::new();
         // The batches actually carried, in the order of `batches`.
@@ -1004,7 +1039,7 @@ impl Task {
                 .topics
                 .get(&name)
                 .and_then(|t| t.parts.get(&p))
-                .and_then(|ps| self.sendable(ps, now))
+                .and_then(|ps| self.sendable(ps, now, conn))
             else {
                 continue;
             };
@@ -1049,6 +1084,7 @@ impl Task {
             b.sent = true;
             b.attempts += 1;
             ps.in_flight += 1;
+            ps.conn = conn.cloned();
             ps.retry_at = None;
             size = size.saturating_add(len);
             batches.push((name.clone(), p, b.data.clone()));
@@ -1159,6 +1195,7 @@ impl Task {
         broker: i32,
         batches: Vec<(Arc<str>, i32, Bytes)>,
         parts: Vec<(Arc<str>, i32, u64)>,
+        conn: Option<Connection>,
     ) {
         *self.in_flight.entry(broker).or_default() += 1;
         self.requests += 1;
@@ -1174,15 +1211,43 @@ impl Task {
         let timeout = self.cfg.write_timeout;
         let shared = self.shared.clone();
         let txn_id = self.txn.as_ref().map(|t| t.shared.id.clone());
+        // On an open connection the request is queued now, so requests to one broker go
+        // out in the order they were built (a partition's batches in sequence order);
+        // otherwise the spawned task connects first (and nothing else goes to the broker
+        // meanwhile, see `dispatch`).
+        if conn.is_none() {
+            self.connecting.insert(broker);
+        }
+        // acks=0 has no response to await: written through `produce`.
+        let queued = conn.filter(|_| acks != RequiredAcks::None).map(|conn| {
+            let req = produce_version(&conn, txn_id.is_some()).and_then(|version| {
+                let req = produce_request(&batches, acks, timeout, txn_id.as_deref());
+                conn.queue_request(&req, version)
+            });
+            (conn, req)
+        });
         tokio::spawn(async move {
             let started = Instant::now();
-            let result = produce(&cluster, broker, &batches, acks, timeout, txn_id)
-                .instrument(tracing::debug_span!(
-                    "produce",
-                    broker_id = broker,
-                    partitions = batches.len()
-                ))
-                .await;
+            let span =
+                tracing::debug_span!("produce", broker_id = broker, partitions = batches.len());
+            let result = match queued {
+                Some((conn, Ok(response))) => {
+                    match tokio::time::timeout(timeout, response)
+                        .instrument(span)
+                        .await
+                    {
+                        Ok(Ok(resp)) => Ok(produce_outcomes(&resp, &batches, conn.broker())),
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(produce_timeout(broker, timeout)),
+                    }
+                }
+                Some((_, Err(e))) => Err(e),
+                None => {
+                    produce(&cluster, broker, &batches, acks, timeout, txn_id)
+                        .instrument(span)
+                        .await
+                }
+            };
             if result.is_ok() {
                 let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
                 let c = &shared.stats;
@@ -1316,6 +1381,7 @@ impl Task {
                 result,
             } => {
                 self.requests = self.requests.saturating_sub(1);
+                self.connecting.remove(&broker);
                 if let Some(n) = self.in_flight.get_mut(&broker) {
                     *n = n.saturating_sub(1);
                 }
@@ -1484,6 +1550,9 @@ impl Task {
             return;
         };
         ps.in_flight = ps.in_flight.saturating_sub(1);
+        if ps.in_flight == 0 {
+            ps.conn = None;
+        }
         let Some(b) = ps.sealed.get_mut(i) else {
             return;
         };
@@ -2003,8 +2072,98 @@ fn seal(
     }
 }
 
-/// Send one produce request carrying `batches` to broker `broker`; one outcome per batch,
-/// in order, or one error for the whole request.
+/// The Produce version to use on `conn`.
+fn produce_version(conn: &Connection, transactional: bool) -> Result<i16> {
+    let max = if transactional {
+        txn::MAX_TXN_PRODUCE_VERSION
+    } else {
+        MAX_PRODUCE_VERSION
+    };
+    Ok(conn.version_for::<ProduceRequest>()?.min(max))
+}
+
+/// The Produce request carrying `batches` (at most one per partition).
+fn produce_request(
+    batches: &[(Arc<str>, i32, Bytes)],
+    acks: RequiredAcks,
+    timeout: Duration,
+    transactional_id: Option<&str>,
+) -> ProduceRequest {
+    let mut topic_data: Vec<ProduceTopicData> = Vec::new();
+    for (name, p, data) in batches {
+        let part = ProducePartitionData {
+            index: *p,
+            records: Some(data.clone()),
+            ..Default::default()
+        };
+        match topic_data.iter_mut().find(|t| *t.name == **name) {
+            Some(t) => t.partition_data.push(part),
+            None => topic_data.push(ProduceTopicData {
+                name: name.to_string(),
+                partition_data: vec![part],
+                ..Default::default()
+            }),
+        }
+    }
+    ProduceRequest {
+        transactional_id: transactional_id.map(str::to_string),
+        acks: acks.code(),
+        timeout_ms: duration_ms(timeout),
+        topic_data,
+        ..Default::default()
+    }
+}
+
+/// One outcome per batch of `batches`, in order, from `resp` (answered by `broker`).
+fn produce_outcomes(
+    resp: &ProduceResponse,
+    batches: &[(Arc<str>, i32, Bytes)],
+    broker: &str,
+) -> Vec<Outcome> {
+    batches
+        .iter()
+        .map(|(name, p, _)| {
+            let found = resp
+                .responses
+                .iter()
+                .filter(|t| *t.name == **name)
+                .flat_map(|t| t.partition_responses.iter())
+                .find(|r| r.index == *p);
+            match found {
+                None => (
+                    Err(
+                        Error::protocol("produce response does not mention the partition")
+                            .with_topic(&**name)
+                            .with_partition(*p)
+                            .with_broker(broker.to_string()),
+                    ),
+                    -1,
+                ),
+                Some(r) if r.error_code == 0 => (Ok(r.base_offset), r.log_start_offset),
+                Some(r) => {
+                    let mut e = Error::kafka(ErrorCode::from(r.error_code))
+                        .with_topic(&**name)
+                        .with_partition(*p)
+                        .with_broker(broker.to_string());
+                    if let Some(m) = &r.error_message {
+                        e = e.with_message(m.clone());
+                    }
+                    (Err(e), r.log_start_offset)
+                }
+            }
+        })
+        .collect()
+}
+
+fn produce_timeout(broker: i32, timeout: Duration) -> Error {
+    Error::timeout(format!(
+        "produce request to broker {broker} timed out after {} ms",
+        timeout.as_millis()
+    ))
+}
+
+/// Send one produce request carrying `batches` to broker `broker`, connecting first if
+/// needed; one outcome per batch, in order, or one error for the whole request.
 async fn produce(
     cluster: &Cluster,
     broker: i32,
@@ -2015,80 +2174,18 @@ async fn produce(
 ) -> Result<Vec<Outcome>> {
     let work = async {
         let conn = cluster.connection(broker).await?;
-        let max = if transactional_id.is_some() {
-            txn::MAX_TXN_PRODUCE_VERSION
-        } else {
-            MAX_PRODUCE_VERSION
-        };
-        let version = conn.version_for::<ProduceRequest>()?.min(max);
-        let mut topic_data: Vec<ProduceTopicData> = Vec::new();
-        for (name, p, data) in batches {
-            let part = ProducePartitionData {
-                index: *p,
-                records: Some(data.clone()),
-                ..Default::default()
-            };
-            match topic_data.iter_mut().find(|t| *t.name == **name) {
-                Some(t) => t.partition_data.push(part),
-                None => topic_data.push(ProduceTopicData {
-                    name: name.to_string(),
-                    partition_data: vec![part],
-                    ..Default::default()
-                }),
-            }
-        }
-        let req = ProduceRequest {
-            transactional_id: transactional_id.as_deref().map(str::to_string),
-            acks: acks.code(),
-            timeout_ms: duration_ms(timeout),
-            topic_data,
-            ..Default::default()
-        };
+        let version = produce_version(&conn, transactional_id.is_some())?;
+        let req = produce_request(batches, acks, timeout, transactional_id.as_deref());
         if acks == RequiredAcks::None {
             conn.send_no_response(&req, version).await?;
             return Ok(batches.iter().map(|_| (Ok(-1), -1)).collect());
         }
         let resp = conn.send_version(&req, version).await?;
-        Ok(batches
-            .iter()
-            .map(|(name, p, _)| {
-                let found = resp
-                    .responses
-                    .iter()
-                    .filter(|t| *t.name == **name)
-                    .flat_map(|t| t.partition_responses.iter())
-                    .find(|r| r.index == *p);
-                match found {
-                    None => (
-                        Err(
-                            Error::protocol("produce response does not mention the partition")
-                                .with_topic(&**name)
-                                .with_partition(*p)
-                                .with_broker(conn.broker()),
-                        ),
-                        -1,
-                    ),
-                    Some(r) if r.error_code == 0 => (Ok(r.base_offset), r.log_start_offset),
-                    Some(r) => {
-                        let mut e = Error::kafka(ErrorCode::from(r.error_code))
-                            .with_topic(&**name)
-                            .with_partition(*p)
-                            .with_broker(conn.broker());
-                        if let Some(m) = &r.error_message {
-                            e = e.with_message(m.clone());
-                        }
-                        (Err(e), r.log_start_offset)
-                    }
-                }
-            })
-            .collect())
+        Ok(produce_outcomes(&resp, batches, conn.broker()))
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
-        Err(_) => Err(Error::timeout(format!(
-            "produce request to broker {broker} timed out after {} ms",
-            timeout.as_millis()
-        ))),
+        Err(_) => Err(produce_timeout(broker, timeout)),
     }
 }
 
