@@ -169,16 +169,21 @@ async fn leader_sigkill_mid_produce_leaves_no_duplicate_and_no_gap() {
         WriterConfig::new(bootstrap.clone())
             .topic(&topic)
             .batch_size(200)
+            // A small buffer paces the feed by the acknowledgements, so requests are in
+            // flight when the leader dies.
+            .max_buffered_bytes(64 * 1024)
             .backoff(Duration::from_millis(20), Duration::from_millis(500)),
     )
     .unwrap();
     let started = Instant::now();
+    let mut killed = false;
     for i in 0..N {
-        if i == N / 3 {
-            // Requests are in flight: the leader dies under them.
+        if !killed && writer.stats().messages >= N / 3 {
             tokio::task::block_in_place(|| cluster.node(leader).kill());
+            killed = true;
             eprintln!(
-                "killed leader {leader} at {i} after {:?}",
+                "killed leader {leader} at {i} accepted, {} acknowledged, after {:?}",
+                writer.stats().messages,
                 started.elapsed()
             );
         }
@@ -189,6 +194,10 @@ async fn leader_sigkill_mid_produce_leaves_no_duplicate_and_no_gap() {
     eprintln!("{N} records in {:?}: {stats:?}", started.elapsed());
     assert_eq!(stats.errors, 0, "{stats:?}");
     assert_eq!(stats.messages, N);
+    assert!(
+        killed && stats.retries > 0,
+        "the kill hit requests: {stats:?}"
+    );
 
     let live = cluster.live_addr();
     let conn = Conn::dial_leader(&live, &topic, 0, Default::default())
