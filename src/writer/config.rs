@@ -58,7 +58,8 @@ pub struct WriterConfig {
     /// Default 32 MiB (Java `buffer.memory`).
     pub max_buffered_bytes: usize,
     /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java `acks=all`;
-    /// kafka-go's default is none). With [`RequiredAcks::None`] a message counts as
+    /// kafka-go's default is none). Setting `Leader` or `None` turns the default
+    /// idempotence off (see [`idempotent`](Self::idempotent)). With [`RequiredAcks::None`] a message counts as
     /// delivered once its request is written to the socket, so a flush does not prove the
     /// broker stored it; closing the writer still waits for one answered request per
     /// broker, which the broker handles after every earlier produce on that connection.
@@ -95,9 +96,9 @@ pub struct WriterConfig {
     /// Client id sent to brokers. Default `"kafkapipe"` (Java `client.id`).
     pub client_id: String,
     /// Most produce requests in flight per broker. Each request carries at most one batch
-    /// per partition and a partition has at most one batch in flight, which keeps
-    /// per-partition order through retries. Default 5 (Java
-    /// `max.in.flight.requests.per.connection`).
+    /// per partition; a partition has at most
+    /// [`max_in_flight_per_partition`](Self::max_in_flight_per_partition) batches in
+    /// flight. Default 5 (Java `max.in.flight.requests.per.connection`).
     pub max_in_flight_per_broker: usize,
     /// Most record-batch bytes (as encoded, after compression) in one produce request. A
     /// request carries the ready batches of every partition the broker leads; past this
