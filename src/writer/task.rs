@@ -886,7 +886,10 @@ impl Task {
     ///   unresolved, and (idempotent writers) the partition's numbering is under the
     ///   writer's producer or can restart under it (nothing numbered is left).
     fn sendable(&self, ps: &PartState, now: Instant, conn: Option<&Connection>) -> Option<usize> {
-        if ps.retry_at.is_some_and(|at| at > now) || ps.bump {
+        // While the epoch is exhausted and a new producer id is on its way, a partition
+        // wanting the bump still counts as ready, so dispatch asks for the id (nothing
+        // is sent before it comes, and then the bump is done).
+        if ps.retry_at.is_some_and(|at| at > now) || (ps.bump && !self.renew_for_bump) {
             return None;
         }
         let i = ps.sealed.iter().position(|b| !b.in_flight)?;
@@ -2390,6 +2393,64 @@ mod idempotence_tests {
         assert!(decoded.batches[0].is_transactional);
         assert_eq!(decoded.batches[0].records.len(), 2, "the CRC still matches");
         assert!(stamp(&Bytes::from_static(b"short"), 1, 1, 1, false).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_exhausted_epoch_takes_a_new_producer_id_and_renumbers_the_partition() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]);
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        let mut task = Task::new(Arc::new(cfg), cluster, shared, rx);
+        let mut builder = RecordBatchBuilder::new(Compression::None);
+        builder.append(1, None, Some(b"v"), &[]).unwrap();
+        let data = stamp(&builder.build().unwrap(), 7, i16::MAX, 40, false).unwrap();
+        let mut ps = PartState {
+            producer: Some((7, i16::MAX)),
+            next_seq: 41,
+            bump: true,
+            ..PartState::default()
+        };
+        ps.sealed.push_back(Sealed {
+            id: 0,
+            data,
+            runs: Vec::new(),
+            kept: Vec::new(),
+            acks: Vec::new(),
+            stamp: Some((7, i16::MAX, 40)),
+            count: 1,
+            bytes: 1,
+            attempts: 1,
+            expires: Instant::now() + Duration::from_secs(60),
+            last_error: None,
+            in_flight: false,
+            sent: true,
+        });
+        let mut topic = TopicState::default();
+        topic.parts.insert(0, ps);
+        task.topics.insert(Arc::from("t"), topic);
+        task.producer = Some((7, i16::MAX));
+        task.maybe_bump();
+        assert_eq!(task.producer, None, "no epoch left: a new producer id");
+        assert!(task.renew_for_bump);
+        let ps = &task.topics[&Arc::from("t")].parts[&0];
+        assert!(
+            task.sendable(ps, Instant::now(), None).is_some(),
+            "still ready, so dispatch asks for the id"
+        );
+        task.on_producer(Ok((8, 0)));
+        let ps = &task.topics[&Arc::from("t")].parts[&0];
+        assert!(!ps.bump && !task.renew_for_bump);
+        assert_eq!(ps.producer, Some((8, 0)));
+        assert_eq!(ps.next_seq, 1);
+        let b = &ps.sealed[0];
+        assert_eq!(b.stamp, Some((8, 0, 0)));
+        let decoded = decode_batches(b.data.clone(), 1 << 20).unwrap();
+        let batch = &decoded.batches[0];
+        assert_eq!(
+            (batch.producer_id, batch.producer_epoch, batch.base_sequence),
+            (8, 0, 0)
+        );
     }
 
     #[test]
