@@ -131,7 +131,10 @@ async fn not_leader_is_retried_in_order_after_a_metadata_refresh() {
 
     let stats = writer.stats();
     assert_eq!(stats.messages, 600, "{stats:?}");
-    assert_eq!(stats.retries, 2, "{stats:?}");
+    // Two NOT_LEADER answers; with up to 5 batches of a partition in flight, the batches
+    // sent behind a refused one come back OUT_OF_ORDER_SEQUENCE_NUMBER (idempotence is
+    // on by default) and are retried after it, so they count as retries too.
+    assert!(stats.retries >= 2, "{stats:?}");
     assert!(
         fake.metadata_requests() >= 2,
         "metadata refreshed after NotLeader"
@@ -437,11 +440,21 @@ async fn idempotent_unanswered_partition_does_not_lose_the_next_batch() {
     let got = fake.accepted(0);
     assert_eq!(got.len(), 200, "the second batch was not written");
     assert_eq!(got[199], Bytes::from("b099"));
+    // The unknown fate leaves the sequence unresolved; with nothing after it in flight
+    // the epoch is bumped locally (Java's maybeResolveSequences), no new producer id.
     assert_eq!(
         fake.producer_ids(),
-        2,
-        "a new producer id after the ambiguity"
+        1,
+        "no new producer id after the ambiguity"
     );
+    let epochs: Vec<i16> = fake
+        .cluster
+        .batches(TOPIC, 0)
+        .into_iter()
+        .flat_map(|b| decode_batches(b, 1 << 24).unwrap().batches)
+        .map(|b| b.producer_epoch)
+        .collect();
+    assert_eq!(epochs, [0, 1], "the second batch carries the bumped epoch");
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 //! ```text
 //! compare_peer produce  --brokers B --topic T --count N --size S [--compression none|lz4|zstd|…]
 //!                       [--acks 0|1|all] [--linger-ms 5] [--batch-bytes 1048576]
-//!                       [--batch-msgs 10000]
+//!                       [--batch-msgs 10000] [--idempotent false]
 //! compare_peer consume  --brokers B --topic T --count N
 //! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
 //! compare_peer create-topic --brokers B --topic T --partitions P
@@ -41,7 +41,7 @@ use kafkapipe::{Error, Result};
 
 const USAGE: &str = "usage: compare_peer produce|consume|latency|create-topic|delete-topic \
 --brokers B --topic T [--count N] [--size S] [--partitions P] [--compression C] [--acks 0|1|all] \
-[--linger-ms MS] [--batch-bytes N] [--batch-msgs N] [--rate MSGS_PER_SEC]";
+[--linger-ms MS] [--batch-bytes N] [--batch-msgs N] [--idempotent true|false] [--rate MSGS_PER_SEC]";
 
 struct Opts {
     mode: String,
@@ -110,7 +110,20 @@ impl Opts {
             .batch_bytes(self.num("batch-bytes", Some(1024 * 1024))?)
             .batch_timeout(Duration::from_millis(self.num("linger-ms", Some(5))?))
             .compression(compression)
-            .required_acks(acks))
+            .required_acks(acks)
+            .idempotent(self.idempotent()))
+    }
+}
+
+impl Opts {
+    /// `--idempotent true|false`, else `KAFKAPIPE_COMPARE_IDEMPOTENT=1`; off by default,
+    /// like every peer in the harness (`enable.idempotence=false`), although the writer's
+    /// own default is on with acks=all.
+    fn idempotent(&self) -> bool {
+        match self.flags.get("idempotent") {
+            Some(v) => v == "true",
+            None => std::env::var("KAFKAPIPE_COMPARE_IDEMPOTENT").is_ok_and(|v| v == "1"),
+        }
     }
 }
 

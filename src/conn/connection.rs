@@ -499,6 +499,53 @@ impl Connection {
         R::Response::decode(&mut body, version).map_err(|e| self.err(e))
     }
 
+    /// Queue `req` at `version` on the connection now, before returning: requests queued
+    /// this way are written in the order of the calls (the writer relies on it to keep a
+    /// partition's batches in sequence order on the wire). No in-flight slot is taken —
+    /// the caller bounds its own requests. The returned future awaits the response, within
+    /// [`ConnectionConfig::request_timeout`] from the first poll.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Connection::send_version`]; an error before anything was queued is
+    /// returned at once.
+    pub(crate) fn queue_request<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+    ) -> Result<impl std::future::Future<Output = Result<R::Response>> + Send + 'static>
+    where
+        R::Response: Send + 'static,
+    {
+        check_version::<R>(version).map_err(|e| self.err(e))?;
+        if self.is_closed() {
+            return Err(self.err(self.shared.state.error()));
+        }
+        let mut frame = self.encode_frame(req, version)?;
+        let correlation_id = self.next_correlation_id();
+        if let Some(slot) = frame.get_mut(8..12) {
+            slot.copy_from_slice(&correlation_id.to_be_bytes());
+        }
+        let (tx, rx) = oneshot::channel();
+        self.submit(Command {
+            correlation_id,
+            frame: frame.freeze(),
+            permit: None,
+            reply: Reply::Response {
+                api_key: R::API_KEY,
+                header_version: R::response_header_version(version),
+                tx,
+            },
+        })
+        .map_err(|e| self.err(e))?;
+        let conn = self.clone();
+        Ok(async move {
+            let work = async { rx.await.unwrap_or_else(|_| Err(conn.shared.state.error())) };
+            let mut body = conn.timed(R::API_KEY, version, work).await?;
+            R::Response::decode(&mut body, version).map_err(|e| conn.err(e))
+        })
+    }
+
     /// Send `req` at `version` without expecting a response (Produce with `acks=0`). Returns
     /// once the frame is written and flushed. Takes an in-flight slot while waiting to be
     /// written, so it respects [`ConnectionConfig::max_in_flight`].

@@ -90,6 +90,10 @@ pub(super) struct PartitionLog {
     pub log_start: i64,
     pub batches: Vec<StoredBatch>,
     producers: HashMap<i64, ProducerState>,
+    /// Producers whose state was expired ([`PartitionLog::expire_producers`]): like a
+    /// broker before Kafka 2.5, the log answers `UNKNOWN_PRODUCER_ID` to their next batch
+    /// unless it starts a new sequence (0).
+    expired: std::collections::HashSet<i64>,
 }
 
 /// A produced batch, split out and checked.
@@ -107,7 +111,18 @@ impl PartitionLog {
             log_start: 0,
             batches: Vec::new(),
             producers: HashMap::new(),
+            expired: std::collections::HashSet::new(),
         }
+    }
+
+    /// Forget every idempotent producer's state (as the broker does after
+    /// `transactional.id.expiration.ms` / `producer.id.expiration.ms`, or when retention
+    /// deletes their batches). Returns how many producers were forgotten.
+    pub fn expire_producers(&mut self) -> usize {
+        let n = self.producers.len();
+        self.expired
+            .extend(self.producers.drain().map(|(id, _)| id));
+        n
     }
 
     pub fn set_leader(&mut self, leader: i32) {
@@ -162,6 +177,13 @@ impl PartitionLog {
                 }
                 _ => {}
             }
+            if known.is_none()
+                && !next_seq.contains_key(&b.producer_id)
+                && self.expired.contains(&b.producer_id)
+                && b.base_sequence != 0
+            {
+                return Err(ErrorCode::UnknownProducerId);
+            }
             let ok = match expected {
                 Some((epoch, seq)) if epoch == b.producer_epoch => b.base_sequence == seq,
                 // a new producer or a new epoch starts at sequence 0
@@ -187,6 +209,7 @@ impl PartitionLog {
             bytes[12..16].copy_from_slice(&self.leader_epoch.to_be_bytes());
             let b = inc.batch;
             if b.producer_id >= 0 {
+                self.expired.remove(&b.producer_id);
                 let s = self.producers.entry(b.producer_id).or_default();
                 if s.epoch != b.producer_epoch {
                     s.recent.clear();

@@ -859,6 +859,7 @@ impl MockCluster {
     ///
     /// ```
     /// use futures::SinkExt;
+    /// use futures::SinkExt;
     /// use kafkapipe::mock::MockCluster;
     /// use kafkapipe::writer::{Message, Writer, WriterConfig};
     ///
@@ -1433,6 +1434,41 @@ impl MockCluster {
             .delete_before(offset);
         self.shared.changed();
         Some(start)
+    }
+
+    /// Expire the idempotent producers' state of a partition, as a broker does when a
+    /// producer stays idle past `producer.id.expiration.ms` or retention deletes all its
+    /// batches. The next batch of such a producer is answered `UNKNOWN_PRODUCER_ID` unless
+    /// its sequence is 0 (the behaviour of brokers before Kafka 2.5, which the Java
+    /// client's KIP-360 recovery handles by bumping the epoch). Returns how many producers
+    /// were forgotten, or `None` for an unknown partition.
+    ///
+    /// ```
+    /// use futures::SinkExt;
+    /// use kafkapipe::mock::MockCluster;
+    /// use kafkapipe::writer::{Message, Writer, WriterConfig};
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().topic("t", 1).start().await?;
+    /// let mut writer = Writer::new(WriterConfig::new(cluster.bootstrap()).topic("t"))?;
+    /// writer.write_messages([Message::new("a")]).await?;
+    /// assert_eq!(cluster.expire_producers("t", 0), Some(1));
+    /// // The writer bumps its epoch and goes on.
+    /// writer.write_messages([Message::new("b")]).await?;
+    /// assert_eq!(cluster.high_watermark("t", 0), Some(2));
+    /// writer.close().await?;
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    pub fn expire_producers(&self, topic: &str, partition: i32) -> Option<usize> {
+        let n = self
+            .shared
+            .lock()
+            .partition_mut(topic, partition)?
+            .expire_producers();
+        self.shared.changed();
+        Some(n)
     }
 
     /// Leave a partition without a leader (as while every replica is down): Metadata

@@ -10,6 +10,10 @@ use crate::compression::Compression;
 use crate::conn::{ConnectionConfig, RequiredAcks};
 use crate::error::{Error, Result};
 
+/// Most batches per partition in flight with idempotence: the broker remembers the last 5
+/// batches of each producer for deduplication.
+pub(crate) const MAX_IDEMPOTENT_IN_FLIGHT: usize = 5;
+
 /// Configuration of a [`Writer`](super::Writer), built with chained setters.
 ///
 /// ```
@@ -54,7 +58,8 @@ pub struct WriterConfig {
     /// Default 32 MiB (Java `buffer.memory`).
     pub max_buffered_bytes: usize,
     /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java `acks=all`;
-    /// kafka-go's default is none). With [`RequiredAcks::None`] a message counts as
+    /// kafka-go's default is none). Setting `Leader` or `None` turns the default
+    /// idempotence off (see [`idempotent`](Self::idempotent)). With [`RequiredAcks::None`] a message counts as
     /// delivered once its request is written to the socket, so a flush does not prove the
     /// broker stored it; closing the writer still waits for one answered request per
     /// broker, which the broker handles after every earlier produce on that connection.
@@ -91,9 +96,9 @@ pub struct WriterConfig {
     /// Client id sent to brokers. Default `"kafkapipe"` (Java `client.id`).
     pub client_id: String,
     /// Most produce requests in flight per broker. Each request carries at most one batch
-    /// per partition and a partition has at most one batch in flight, which keeps
-    /// per-partition order through retries. Default 5 (Java
-    /// `max.in.flight.requests.per.connection`).
+    /// per partition; a partition has at most
+    /// [`max_in_flight_per_partition`](Self::max_in_flight_per_partition) batches in
+    /// flight. Default 5 (Java `max.in.flight.requests.per.connection`).
     pub max_in_flight_per_broker: usize,
     /// Most record-batch bytes (as encoded, after compression) in one produce request. A
     /// request carries the ready batches of every partition the broker leads; past this
@@ -124,11 +129,35 @@ pub struct WriterConfig {
     /// the writer first looks it up; the broker's `auto.create.topics.enable` decides.
     /// Default false (kafka-go `AllowAutoTopicCreation`).
     pub allow_auto_topic_creation: bool,
-    /// Idempotent delivery: the writer gets a producer id (InitProducerId) and numbers
-    /// each partition's batches, so a batch resent after a lost response is written once
-    /// (Java `enable.idempotence`). Requires [`RequiredAcks::All`]. Default false (the
-    /// Java client defaults to true; kafka-go has no idempotence).
-    pub idempotent: bool,
+    /// Idempotent delivery (Java `enable.idempotence`): the writer gets a producer id
+    /// (InitProducerId) and numbers each partition's batches, so a batch resent after a
+    /// lost response is written once, and up to
+    /// [`max_in_flight_per_partition`](Self::max_in_flight_per_partition) batches per
+    /// partition stay in order through retries.
+    ///
+    /// `None` (default): **on** when [`required_acks`](Self::required_acks) is
+    /// [`RequiredAcks::All`] (the default) and `max_in_flight_per_partition` is at most 5,
+    /// else off — as the Java client since 3.0, which turns idempotence off when `acks` is
+    /// set to 0 or 1 without `enable.idempotence` being set. `Some(true)` asks for it
+    /// explicitly: then `acks` other than `All`, or more than 5 in flight per partition,
+    /// is a configuration error (as in Java). `Some(false)` turns it off. See
+    /// [`is_idempotent`](Self::is_idempotent) for the effective setting.
+    ///
+    /// When a broker loses the producer's state (`UNKNOWN_PRODUCER_ID`), reports a gap
+    /// (`OUT_OF_ORDER_SEQUENCE_NUMBER` for the next expected batch), rejects a batch for
+    /// good, or a batch's fate stays unknown when it is given up, the writer bumps its
+    /// producer epoch locally and restarts that partition's sequences at 0, as the Java
+    /// client does (KIP-360); a new producer id is asked for only when the epoch is
+    /// exhausted. kafka-go has no idempotence.
+    pub idempotent: Option<bool>,
+    /// Most batches of one partition in produce requests at once (Java
+    /// `max.in.flight.requests.per.connection`, which bounds the same thing since a
+    /// request carries one batch per partition). Default 5; at most 5 with idempotence,
+    /// the broker's deduplication window. With idempotence, order is kept through
+    /// retries: a batch that is retried keeps its sequence number and the later ones are
+    /// sent again after it. Without idempotence, a retried batch may land after a later
+    /// one (as in Java): set 1 if order matters more than throughput.
+    pub max_in_flight_per_partition: usize,
     /// Transactional id: makes the writer transactional (Java `transactional.id`). Such a
     /// configuration is for [`TransactionalWriter`](super::TransactionalWriter) only
     /// ([`Writer::new`](super::Writer::new) refuses it); it implies
@@ -173,6 +202,10 @@ impl fmt::Debug for WriterConfig {
             .field("unknown_topic_timeout", &self.unknown_topic_timeout)
             .field("allow_auto_topic_creation", &self.allow_auto_topic_creation)
             .field("idempotent", &self.idempotent)
+            .field(
+                "max_in_flight_per_partition",
+                &self.max_in_flight_per_partition,
+            )
             .field("transactional_id", &self.transactional_id)
             .field("transaction_timeout", &self.transaction_timeout)
             .field("sasl", &self.sasl)
@@ -209,7 +242,8 @@ impl WriterConfig {
             metadata_max_age: Duration::from_secs(30),
             unknown_topic_timeout: None,
             allow_auto_topic_creation: false,
-            idempotent: false,
+            idempotent: None,
+            max_in_flight_per_partition: 5,
             transactional_id: None,
             transaction_timeout: Duration::from_secs(60),
             #[cfg(feature = "tls")]
@@ -384,9 +418,50 @@ impl WriterConfig {
         self
     }
 
-    /// Set [`WriterConfig::idempotent`].
+    /// Set [`WriterConfig::idempotent`] explicitly (`Some(on)`).
+    ///
+    /// ```
+    /// use kafkapipe::conn::RequiredAcks;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let config = WriterConfig::new(["b:9092"]);
+    /// assert!(config.is_idempotent(), "on by default, with acks=all");
+    /// let fast = config.clone().required_acks(RequiredAcks::Leader);
+    /// assert!(!fast.is_idempotent(), "acks=1 turns the default off");
+    /// let off = config.idempotent(false);
+    /// assert!(!off.is_idempotent());
+    /// ```
     pub fn idempotent(mut self, on: bool) -> Self {
-        self.idempotent = on;
+        self.idempotent = Some(on);
+        self
+    }
+
+    /// Whether the writer is idempotent: [`WriterConfig::idempotent`] if set, else
+    /// whether [`WriterConfig::required_acks`] is `All` and
+    /// [`WriterConfig::max_in_flight_per_partition`] at most 5.
+    ///
+    /// ```
+    /// use kafkapipe::conn::RequiredAcks;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let c = WriterConfig::new(["b:9092"]).required_acks(RequiredAcks::None);
+    /// assert!(!c.is_idempotent());
+    /// ```
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotent.unwrap_or(
+            self.required_acks == RequiredAcks::All
+                && self.max_in_flight_per_partition <= MAX_IDEMPOTENT_IN_FLIGHT,
+        )
+    }
+
+    /// Set [`WriterConfig::max_in_flight_per_partition`].
+    ///
+    /// ```
+    /// use kafkapipe::writer::WriterConfig;
+    /// // Strict order without idempotence: one batch per partition at a time.
+    /// let c = WriterConfig::new(["b:9092"]).idempotent(false).max_in_flight_per_partition(1);
+    /// assert_eq!(c.max_in_flight_per_partition, 1);
+    /// ```
+    pub fn max_in_flight_per_partition(mut self, n: usize) -> Self {
+        self.max_in_flight_per_partition = n;
         self
     }
 
@@ -402,7 +477,7 @@ impl WriterConfig {
     /// ```
     pub fn transactional_id(mut self, id: impl Into<String>) -> Self {
         self.transactional_id = Some(id.into());
-        self.idempotent = true;
+        self.idempotent = Some(true);
         self
     }
 
@@ -449,14 +524,24 @@ impl WriterConfig {
         if self.max_request_bytes == 0 {
             return fail("WriterConfig::max_request_bytes must be at least 1");
         }
-        if self.idempotent && self.required_acks != RequiredAcks::All {
-            return fail("WriterConfig::idempotent requires required_acks = All");
+        if self.max_in_flight_per_partition == 0 {
+            return fail("WriterConfig::max_in_flight_per_partition must be at least 1");
+        }
+        if self.idempotent == Some(true) {
+            if self.required_acks != RequiredAcks::All {
+                return fail("WriterConfig::idempotent requires required_acks = All");
+            }
+            if self.max_in_flight_per_partition > MAX_IDEMPOTENT_IN_FLIGHT {
+                return fail(
+                    "WriterConfig::idempotent allows at most 5 max_in_flight_per_partition",
+                );
+            }
         }
         if let Some(id) = &self.transactional_id {
             if id.is_empty() {
                 return fail("WriterConfig::transactional_id must not be empty");
             }
-            if !self.idempotent {
+            if self.idempotent != Some(true) {
                 return fail("WriterConfig::transactional_id requires idempotent = true");
             }
             if self.transaction_timeout.is_zero()
@@ -523,6 +608,8 @@ mod tests {
             ok.clone().delivery_timeout(Duration::ZERO),
             ok.clone().metadata_max_age(Duration::ZERO),
             ok.clone().max_in_flight_per_broker(0),
+            ok.clone().max_in_flight_per_partition(0),
+            ok.clone().idempotent(true).max_in_flight_per_partition(6),
             ok.clone().max_request_bytes(0),
             ok.clone()
                 .backoff(Duration::from_secs(2), Duration::from_secs(1)),
@@ -541,6 +628,23 @@ mod tests {
             let e = bad.validate().unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::Config, "{e}");
         }
+    }
+
+    #[test]
+    fn idempotence_is_on_by_default_only_with_acks_all() {
+        let c = WriterConfig::new(["b:1"]);
+        assert!(c.is_idempotent() && c.validate().is_ok());
+        for acks in [RequiredAcks::Leader, RequiredAcks::None] {
+            let c = WriterConfig::new(["b:1"]).required_acks(acks);
+            assert!(!c.is_idempotent(), "{acks:?} turns the default off");
+            assert!(c.validate().is_ok());
+        }
+        let many = WriterConfig::new(["b:1"]).max_in_flight_per_partition(8);
+        assert!(!many.is_idempotent() && many.validate().is_ok());
+        assert!(!WriterConfig::new(["b:1"]).idempotent(false).is_idempotent());
+        assert!(WriterConfig::new(["b:1"])
+            .transactional_id("t")
+            .is_idempotent());
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //!   request (as the Java client and franz-go do; kafka-go sends one per partition) of at
 //!   most [`WriterConfig::max_request_bytes`] (the rest go in the next request), with
 //!   at most [`WriterConfig::max_in_flight_per_broker`] requests in flight per broker and
-//!   at most one batch in flight per partition, so per-partition order survives retries.
+//!   at most [`WriterConfig::max_in_flight_per_partition`] batches (5) in flight per
+//!   partition, queued on one connection in order; with idempotence (the default),
+//!   per-partition order survives retries.
 //! * [`poll_ready`](futures::Sink::poll_ready) is pending while the bytes accepted but not
 //!   yet acknowledged exceed [`WriterConfig::max_buffered_bytes`]; acknowledgements wake it.
 //! * [`poll_ready`](futures::Sink::poll_ready) also returns, once, the first delivery
@@ -44,15 +46,27 @@
 //! * [`Writer::deliveries`] optionally reports each message's offset or error as a
 //!   `Stream`; [`Writer::stats`] gives counters like kafka-go's `WriterStats`.
 //!
-//! Without idempotence a retry after a lost response can write a batch twice, as with
-//! kafka-go and the Java client with `enable.idempotence=false`. With
-//! [`WriterConfig::idempotent`] the writer obtains a producer id and stamps each batch
-//! with its partition's next sequence number when it is first sent (a retry resends the
-//! same bytes), so the broker drops the duplicates. A sent batch that fails for good with
-//! anything but the broker's own error code for its partition (a broken or unreadable
-//! response, a timeout, no leader any more: it may have been written) makes the writer
-//! take a new producer id, which restarts every partition's sequence; a batch the broker
-//! rejected outright gives its sequence numbers back.
+//! Idempotence is on by default with `acks=all`, as in the Java client since 3.0 (see
+//! [`WriterConfig::idempotent`]; asking for `acks` 0 or 1 turns it off unless it was
+//! asked for explicitly, which is then a configuration error). The writer obtains a
+//! producer id and stamps each batch with its partition's next sequence number when it is
+//! first sent (a retry resends the same bytes), so the broker drops the duplicates; a
+//! retried batch goes out again before any later batch of its partition. Without
+//! idempotence a retry after a lost response can write a batch twice, and with more than
+//! one batch in flight a retried batch can land after a later one, as with kafka-go and
+//! the Java client with `enable.idempotence=false`.
+//!
+//! Recovery follows the Java client (KIP-360): when a broker has lost the producer's
+//! state (`UNKNOWN_PRODUCER_ID`), reports a real gap (`OUT_OF_ORDER_SEQUENCE_NUMBER` for
+//! the next expected batch), or rejects a batch for good, the writer bumps its producer
+//! epoch locally (a new producer id only once the epoch is exhausted) and renumbers that
+//! partition's unfinished batches from 0; out-of-order answers for batches behind a
+//! missing one are just retried after it. A batch given up while its fate is unknown (a
+//! broken response, a timeout) leaves its partition's sequence unresolved: the partition
+//! takes no new batch until the batches before it are done, and then bumps the epoch
+//! unless a later batch proved it written. Transactional writers keep one batch per
+//! partition in flight; a failure there makes the transaction abortable, and the epoch
+//! is bumped by InitProducerId after the abort.
 //!
 //! ```no_run
 //! use futures::{stream, SinkExt, StreamExt};

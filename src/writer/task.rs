@@ -15,13 +15,14 @@ use super::txn::{self, TxnShared};
 use super::{Delivery, Group, Message, Shared, WriterConfig};
 use crate::cluster::{Cluster, TopicMetadata};
 use crate::compression::Compression;
+use crate::conn::Connection;
 use crate::conn::RequiredAcks;
 use crate::error::{Error, Result};
 use crate::group::coordinator::Coordinator;
 use crate::group::HeldAck;
 use crate::protocol::messages::{
     ApiVersionsRequest, InitProducerIdRequest, ProducePartitionData, ProduceRequest,
-    ProduceTopicData,
+    ProduceResponse, ProduceTopicData,
 };
 use crate::protocol::ErrorCode;
 use crate::record::{decode_batches, RecordBatchBuilder};
@@ -70,11 +71,16 @@ pub(crate) enum Cmd {
 /// Where delivery reports go, each with the bytes it keeps accounted until consumed.
 pub(crate) type ReportSender = mpsc::UnboundedSender<(Delivery, usize)>;
 
+/// One partition's answer in a produce response: the base offset or the error, and the
+/// log start offset the broker reported (-1 if none).
+type Outcome = (Result<i64>, i64);
+
 enum Event {
     Produced {
         broker: i32,
-        parts: Vec<(Arc<str>, i32)>,
-        result: Result<Vec<Result<i64>>>,
+        /// Topic, partition and batch id of each batch carried.
+        parts: Vec<(Arc<str>, i32, u64)>,
+        result: Result<Vec<Outcome>>,
     },
     Meta {
         topic: Arc<str>,
@@ -130,6 +136,8 @@ struct OpenBatch {
 }
 
 struct Sealed {
+    /// Tells the partition's batches apart (responses may come for any in flight).
+    id: u64,
     data: Bytes,
     runs: Runs,
     kept: Kept,
@@ -143,18 +151,56 @@ struct Sealed {
     expires: Instant,
     /// The last retriable error it met, reported if it expires.
     last_error: Option<Error>,
+    /// In a produce request right now.
+    in_flight: bool,
+    /// Sent before (or holding sequence numbers that must go out in order): it is sent
+    /// again only from the front of its partition, with nothing else in flight there.
+    sent: bool,
 }
 
 #[derive(Default)]
 struct PartState {
     open: Option<OpenBatch>,
+    /// Batches not done yet, oldest first; those in requests and those sent before
+    /// (idempotent writers: those with sequence numbers) come first.
     sealed: VecDeque<Sealed>,
-    /// The front sealed batch is in a request right now.
-    busy: bool,
-    /// The front sealed batch waits for its retry backoff.
+    /// How many of `sealed` are in requests right now.
+    in_flight: usize,
+    /// The connection those requests were queued on, if known: a new batch joins them
+    /// only on the same connection, so the broker gets the partition's batches in order.
+    conn: Option<Connection>,
+    /// Retry backoff: nothing of the partition is sent before then.
     retry_at: Option<Instant>,
+    /// Id of the next batch sealed.
+    next_id: u64,
+    /// Idempotence: the producer id and epoch the sequence numbers below count under.
+    /// When the writer's producer differs (an epoch bump or a new id), the partition
+    /// restarts at sequence 0 once none of its batches numbered under this one is left
+    /// (Java's `maybeUpdateProducerIdAndEpoch`).
+    producer: Option<(i64, i16)>,
     /// The sequence number of the next batch stamped (idempotent writers).
     next_seq: i32,
+    /// The last sequence number the broker acknowledged under `producer`.
+    last_acked: Option<i32>,
+    /// A batch was given up while its fate was unknown: the sequence number after it.
+    /// No new batch is numbered until the batches before it are resolved; then, unless
+    /// a later batch proved it written, the epoch is bumped (Java's
+    /// `maybeResolveSequences`).
+    unresolved: Option<i32>,
+    /// An epoch bump is wanted for this partition: once none of its batches is in
+    /// flight, the epoch is bumped and its batches renumbered from 0 (Java's
+    /// `requestEpochBumpForPartition`).
+    bump: bool,
+}
+
+impl PartState {
+    /// Whether `seq` is the sequence number right after the last acknowledged one.
+    fn is_next(&self, seq: i32) -> bool {
+        match self.last_acked {
+            None => seq == 0,
+            Some(last) => next_sequence(last, 1) == seq,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -189,6 +235,9 @@ pub(crate) struct Task {
     events_rx: mpsc::UnboundedReceiver<Event>,
     topics: HashMap<Arc<str>, TopicState>,
     in_flight: HashMap<i32, usize>,
+    /// Brokers a produce request is connecting to: nothing else is sent to them until it
+    /// is answered (requests queued on one open connection keep their order).
+    connecting: std::collections::HashSet<i32>,
     requests: usize,
     closing: bool,
     close_waiters: Vec<oneshot::Sender<()>>,
@@ -202,6 +251,9 @@ pub(crate) struct Task {
     producer_retry_at: Option<Instant>,
     /// The last failed InitProducerId's error, reported if batches expire waiting for it.
     producer_error: Option<Error>,
+    /// An epoch bump found the epoch exhausted: the partitions wanting the bump are
+    /// renumbered under the next producer id.
+    renew_for_bump: bool,
     /// Transactional writers only.
     txn: Option<TaskTxn>,
 }
@@ -229,6 +281,7 @@ impl Task {
             events_rx,
             topics: HashMap::new(),
             in_flight: HashMap::new(),
+            connecting: std::collections::HashSet::new(),
             requests: 0,
             closing: false,
             close_waiters: Vec::new(),
@@ -239,6 +292,7 @@ impl Task {
             producer_attempts: 0,
             producer_retry_at: None,
             producer_error: None,
+            renew_for_bump: false,
             txn: None,
         }
     }
@@ -287,12 +341,8 @@ impl Task {
             msgs.append(&mut t.recheck);
             t.seal_when_assigned = false;
             for (p, ps) in &mut t.parts {
-                let keep_front = ps.busy;
-                let skip = usize::from(keep_front);
-                while ps.sealed.len() > skip {
-                    if let Some(b) = ps.sealed.pop_back() {
-                        batches.push((name.clone(), *p, b));
-                    }
+                for b in take_idle(ps).into_iter().rev() {
+                    batches.push((name.clone(), *p, b));
                 }
                 ps.retry_at = None;
             }
@@ -427,13 +477,10 @@ impl Task {
                 if let Some(o) = &p.open {
                     consider(o.deadline);
                 }
-                if p.busy {
-                    continue;
-                }
                 if let Some(at) = p.retry_at.filter(|at| *at > now) {
                     consider(at);
                 }
-                if let Some(b) = p.sealed.front() {
+                if let Some(b) = p.sealed.front().filter(|b| !b.in_flight) {
                     consider(b.expires);
                 }
             }
@@ -494,10 +541,11 @@ impl Task {
                 }
             }
             for (p, ps) in &mut t.parts {
-                if ps.busy {
-                    continue;
-                }
-                while ps.sealed.front().is_some_and(|b| b.expires <= now) {
+                while ps
+                    .sealed
+                    .front()
+                    .is_some_and(|b| !b.in_flight && b.expires <= now)
+                {
                     let Some(b) = ps.sealed.pop_front() else {
                         break;
                     };
@@ -819,19 +867,81 @@ impl Task {
         });
     }
 
-    /// Send the front batch of every ready partition, one request per leader.
+    /// Most batches of one partition in flight: transactional writers keep one (a failed
+    /// batch aborts the transaction, and the batches after it must not be written).
+    fn max_in_flight_per_partition(&self) -> usize {
+        // acks=0: a batch is "delivered" once written; keep those in order simply.
+        if self.txn.is_some() || self.cfg.required_acks == RequiredAcks::None {
+            1
+        } else {
+            self.cfg.max_in_flight_per_partition.max(1)
+        }
+    }
+
+    /// Which batch of `ps` may be sent now, if any (its index in `ps.sealed`):
+    /// - a batch sent before goes again only from the front, with nothing of the
+    ///   partition in flight (order through retries; Java's "first in-flight sequence");
+    /// - a new batch goes while fewer than the partition's limit are in flight, no batch
+    ///   waits to be sent again before it, no epoch bump is pending, no sequence is
+    ///   unresolved, and (idempotent writers) the partition's numbering is under the
+    ///   writer's producer or can restart under it (nothing numbered is left).
+    fn sendable(&self, ps: &PartState, now: Instant, conn: Option<&Connection>) -> Option<usize> {
+        // While the epoch is exhausted and a new producer id is on its way, a partition
+        // wanting the bump still counts as ready, so dispatch asks for the id (nothing
+        // is sent before it comes, and then the bump is done).
+        if ps.retry_at.is_some_and(|at| at > now) || (ps.bump && !self.renew_for_bump) {
+            return None;
+        }
+        let i = ps.sealed.iter().position(|b| !b.in_flight)?;
+        let b = ps.sealed.get(i)?;
+        if b.sent {
+            return (i == 0 && ps.in_flight == 0).then_some(i);
+        }
+        if ps.in_flight >= self.max_in_flight_per_partition() || ps.unresolved.is_some() {
+            return None;
+        }
+        if ps.in_flight > 0 && !ps.conn.as_ref().zip(conn).is_some_and(|(a, b)| a.same(b)) {
+            return None;
+        }
+        if self.producer.is_some() && ps.producer != self.producer && i > 0 {
+            return None;
+        }
+        Some(i)
+    }
+
+    /// Send what every ready partition may send, in requests of at most
+    /// `max_request_bytes` per leader, up to the broker's in-flight limit; a partition
+    /// adds one batch per request.
     fn dispatch(&mut self, now: Instant) {
+        self.maybe_resolve();
+        self.maybe_bump();
         let mut by_broker: HashMap<i32, Vec<(Arc<str>, i32)>> = HashMap::new();
+        // Each leader's open connection, if any.
+        let mut open: HashMap<i32, Option<Connection>> = HashMap::new();
         let mut need_meta = Vec::new();
         for (name, t) in &self.topics {
             let mut leaderless = false;
             for (p, ps) in &t.parts {
-                if ps.busy || ps.sealed.is_empty() || ps.retry_at.is_some_and(|at| at > now) {
+                if ps.sealed.is_empty() {
                     continue;
                 }
-                match self.cluster.cached_leader(name, *p) {
-                    Some(l) => by_broker.entry(l).or_default().push((name.clone(), *p)),
-                    None => leaderless = true,
+                let Some(leader) = self.cluster.cached_leader(name, *p) else {
+                    if self.sendable(ps, now, None).is_some() {
+                        leaderless = true;
+                    }
+                    continue;
+                };
+                if self.connecting.contains(&leader) {
+                    continue;
+                }
+                let conn = open
+                    .entry(leader)
+                    .or_insert_with(|| self.cluster.open_connection(leader));
+                if self.sendable(ps, now, conn.as_ref()).is_some() {
+                    by_broker
+                        .entry(leader)
+                        .or_default()
+                        .push((name.clone(), *p));
                 }
             }
             if leaderless && !t.meta_pending && t.meta_retry_at.map_or(true, |at| at <= now) {
@@ -872,7 +982,7 @@ impl Task {
             if !to_add.is_empty() && !txn.adding {
                 self.spawn_add_partitions(producer, to_add);
             }
-        } else if self.cfg.idempotent && self.producer.is_none() {
+        } else if self.cfg.is_idempotent() && self.producer.is_none() {
             // Nothing goes out before the producer id is known.
             if let Some(broker) = by_broker.keys().next() {
                 self.spawn_init_producer(*broker, now);
@@ -881,70 +991,205 @@ impl Task {
         }
         let max = self.cfg.max_in_flight_per_broker;
         let limit = self.cfg.max_request_bytes;
-        for (broker, parts) in by_broker {
-            let mut parts = parts.into_iter().peekable();
+        for (broker, mut parts) in by_broker {
+            let conn = open.get(&broker).cloned().flatten();
             // As many requests as the broker's in-flight limit allows, each of at most
-            // `max_request_bytes` (but at least one batch).
-            while parts.peek().is_some() {
+            // `max_request_bytes` (but at least one batch); one while connecting.
+            while !parts.is_empty() {
                 if self.in_flight.get(&broker).is_some_and(|n| *n >= max) {
                     break;
                 }
-                let Some((batches, sent)) = self.build_request(&mut parts, limit) else {
-                    continue;
+                let Some((batches, sent)) =
+                    self.build_request(&mut parts, limit, now, conn.as_ref())
+                else {
+                    break;
                 };
-                self.send_request(broker, batches, sent);
+                self.send_request(broker, batches, sent, conn.clone());
+                if conn.is_none() {
+                    break;
+                }
             }
         }
     }
 
-    /// Take partitions from `parts` while their front batches fit in `limit` bytes
-    /// together (the first always does): stamp them (idempotent writers), mark them busy
-    /// and return their data with the partitions carried, in the same order.
+    /// One request's worth from `parts`: one batch per partition that may send, while
+    /// the batches fit in `limit` bytes together (the first always does). Stamps new
+    /// batches (idempotent writers) and marks them in flight; partitions left with
+    /// nothing to send are removed from `parts`, and those that did not fit move to its
+    /// front for the next request.
     #[allow(clippy::type_complexity)]
     fn build_request(
         &mut self,
-        parts: &mut std::iter::Peekable<std::vec::IntoIter<(Arc<str>, i32)>>,
+        parts: &mut Vec<(Arc<str>, i32)>,
         limit: usize,
-    ) -> Option<(Vec<(Arc<str>, i32, Bytes)>, Vec<(Arc<str>, i32)>)> {
+        now: Instant,
+        conn: Option<&Connection>,
+    ) -> Option<(Vec<(Arc<str>, i32, Bytes)>, Vec<(Arc<str>, i32, u64)>)> {
         let mut batches = Vec::new();
-        // The partitions actually carried, in the order of `batches`.
+        // The batches actually carried, in the order of `batches`.
         let mut sent = Vec::new();
         let mut size = 0usize;
-        while let Some((name, p)) = parts.peek().cloned() {
-            let Some(ps) = self.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&p)) else {
-                parts.next();
+        let mut keep = Vec::new();
+        let mut left_over = Vec::new();
+        let transactional = self.txn.is_some();
+        let producer = self.producer;
+        for (name, p) in parts.drain(..) {
+            if !left_over.is_empty() {
+                left_over.push((name, p));
                 continue;
-            };
-            let Some(front) = ps.sealed.front_mut() else {
-                parts.next();
-                continue;
-            };
-            let len = front.data.len();
-            if !batches.is_empty() && size.saturating_add(len) > limit {
-                break;
             }
-            parts.next();
-            if let Some((id, epoch)) = self.producer {
-                if front.stamp.map(|(i, e, _)| (i, e)) != Some((id, epoch)) {
+            let Some(i) = self
+                .topics
+                .get(&name)
+                .and_then(|t| t.parts.get(&p))
+                .and_then(|ps| self.sendable(ps, now, conn))
+            else {
+                continue;
+            };
+            let Some(ps) = self.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&p)) else {
+                continue;
+            };
+            let Some(len) = ps.sealed.get(i).map(|b| b.data.len()) else {
+                continue;
+            };
+            if !batches.is_empty() && size.saturating_add(len) > limit {
+                left_over.push((name, p));
+                continue;
+            }
+            if let Some((id, epoch)) = producer {
+                if ps.sealed.get(i).is_some_and(|b| !b.sent) {
+                    if ps.producer != producer {
+                        // Nothing numbered under the old producer is left (see
+                        // `sendable`): restart at 0.
+                        ps.producer = producer;
+                        ps.next_seq = 0;
+                        ps.last_acked = None;
+                        ps.unresolved = None;
+                    }
                     let seq = ps.next_seq;
-                    match stamp(&front.data, id, epoch, seq, self.txn.is_some()) {
+                    let Some(b) = ps.sealed.get_mut(i) else {
+                        continue;
+                    };
+                    match stamp(&b.data, id, epoch, seq, transactional) {
                         Some(data) => {
-                            front.data = data;
-                            front.stamp = Some((id, epoch, seq));
-                            ps.next_seq = next_sequence(seq, front.count);
+                            b.data = data;
+                            b.stamp = Some((id, epoch, seq));
+                            ps.next_seq = next_sequence(seq, b.count);
                         }
                         None => continue,
                     }
                 }
             }
-            ps.busy = true;
+            let Some(b) = ps.sealed.get_mut(i) else {
+                continue;
+            };
+            b.in_flight = true;
+            b.sent = true;
+            b.attempts += 1;
+            ps.in_flight += 1;
+            ps.conn = conn.cloned();
             ps.retry_at = None;
-            front.attempts += 1;
             size = size.saturating_add(len);
-            batches.push((name.clone(), p, front.data.clone()));
-            sent.push((name, p));
+            batches.push((name.clone(), p, b.data.clone()));
+            sent.push((name.clone(), p, b.id));
+            keep.push((name, p));
         }
+        // Partitions that did not fit first, then those that sent (they may send more).
+        left_over.append(&mut keep);
+        *parts = left_over;
         (!batches.is_empty()).then_some((batches, sent))
+    }
+
+    /// Idempotent writers: partitions with a sequence left unresolved by a batch given
+    /// up, once nothing numbered before it is left, are either resolved (a later batch
+    /// was acknowledged, so it was written) or get an epoch bump.
+    fn maybe_resolve(&mut self) {
+        if self.txn.is_some() {
+            return;
+        }
+        for t in self.topics.values_mut() {
+            for ps in t.parts.values_mut() {
+                if ps.unresolved.is_none() || ps.sealed.iter().any(|b| b.sent) {
+                    continue;
+                }
+                if ps.is_next(ps.next_seq) {
+                    ps.unresolved = None;
+                } else {
+                    debug!(
+                        next_sequence = ps.next_seq,
+                        last_acked = ?ps.last_acked,
+                        "unresolved sequence: bumping the epoch"
+                    );
+                    ps.bump = true;
+                }
+            }
+        }
+    }
+
+    /// Idempotent writers: bump the producer epoch (locally, as the Java client does for
+    /// a non-transactional producer; the broker accepts a higher epoch starting at
+    /// sequence 0) once no partition wanting the bump has a batch in flight, and renumber
+    /// those partitions' batches from 0. An exhausted epoch takes a new producer id
+    /// (InitProducerId) instead.
+    fn maybe_bump(&mut self) {
+        if self.txn.is_some() || self.renew_for_bump {
+            return;
+        }
+        let mut wanted = false;
+        for t in self.topics.values() {
+            for ps in t.parts.values() {
+                if ps.bump {
+                    if ps.in_flight > 0 {
+                        return;
+                    }
+                    wanted = true;
+                }
+            }
+        }
+        let Some((id, epoch)) = self.producer.filter(|_| wanted) else {
+            return;
+        };
+        if epoch == i16::MAX {
+            debug!(
+                producer_id = id,
+                "producer epoch exhausted: asking for a new producer id"
+            );
+            self.producer = None;
+            self.renew_for_bump = true;
+            return;
+        }
+        let bumped = (id, epoch + 1);
+        debug!(
+            producer_id = id,
+            producer_epoch = bumped.1,
+            "producer epoch bumped"
+        );
+        self.producer = Some(bumped);
+        self.renumber_bumped(bumped);
+    }
+
+    /// Renumber every partition wanting a bump from sequence 0 under `producer`.
+    fn renumber_bumped(&mut self, producer: (i64, i16)) {
+        for t in self.topics.values_mut() {
+            for ps in t.parts.values_mut() {
+                if !ps.bump {
+                    continue;
+                }
+                let mut seq = 0;
+                for b in ps.sealed.iter_mut().filter(|b| b.stamp.is_some()) {
+                    if let Some(data) = stamp(&b.data, producer.0, producer.1, seq, false) {
+                        b.data = data;
+                        b.stamp = Some((producer.0, producer.1, seq));
+                        seq = next_sequence(seq, b.count);
+                    }
+                }
+                ps.producer = Some(producer);
+                ps.next_seq = seq;
+                ps.last_acked = None;
+                ps.unresolved = None;
+                ps.bump = false;
+            }
+        }
     }
 
     /// Send one produce request to `broker`; its answer comes back as an event.
@@ -952,7 +1197,8 @@ impl Task {
         &mut self,
         broker: i32,
         batches: Vec<(Arc<str>, i32, Bytes)>,
-        parts: Vec<(Arc<str>, i32)>,
+        parts: Vec<(Arc<str>, i32, u64)>,
+        conn: Option<Connection>,
     ) {
         *self.in_flight.entry(broker).or_default() += 1;
         self.requests += 1;
@@ -968,15 +1214,43 @@ impl Task {
         let timeout = self.cfg.write_timeout;
         let shared = self.shared.clone();
         let txn_id = self.txn.as_ref().map(|t| t.shared.id.clone());
+        // On an open connection the request is queued now, so requests to one broker go
+        // out in the order they were built (a partition's batches in sequence order);
+        // otherwise the spawned task connects first (and nothing else goes to the broker
+        // meanwhile, see `dispatch`).
+        if conn.is_none() {
+            self.connecting.insert(broker);
+        }
+        // acks=0 has no response to await: written through `produce`.
+        let queued = conn.filter(|_| acks != RequiredAcks::None).map(|conn| {
+            let req = produce_version(&conn, txn_id.is_some()).and_then(|version| {
+                let req = produce_request(&batches, acks, timeout, txn_id.as_deref());
+                conn.queue_request(&req, version)
+            });
+            (conn, req)
+        });
         tokio::spawn(async move {
             let started = Instant::now();
-            let result = produce(&cluster, broker, &batches, acks, timeout, txn_id)
-                .instrument(tracing::debug_span!(
-                    "produce",
-                    broker_id = broker,
-                    partitions = batches.len()
-                ))
-                .await;
+            let span =
+                tracing::debug_span!("produce", broker_id = broker, partitions = batches.len());
+            let result = match queued {
+                Some((conn, Ok(response))) => {
+                    match tokio::time::timeout(timeout, response)
+                        .instrument(span)
+                        .await
+                    {
+                        Ok(Ok(resp)) => Ok(produce_outcomes(&resp, &batches, conn.broker())),
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(produce_timeout(broker, timeout)),
+                    }
+                }
+                Some((_, Err(e))) => Err(e),
+                None => {
+                    produce(&cluster, broker, &batches, acks, timeout, txn_id)
+                        .instrument(span)
+                        .await
+                }
+            };
             if result.is_ok() {
                 let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
                 let c = &shared.stats;
@@ -1027,10 +1301,8 @@ impl Task {
                 let mut failed = Vec::new();
                 for (name, p) in parts {
                     if let Some(ps) = self.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&p)) {
-                        if !ps.busy {
-                            failed.extend(ps.sealed.drain(..).map(|b| (name.clone(), p, b)));
-                            ps.retry_at = None;
-                        }
+                        failed.extend(take_idle(ps).into_iter().map(|b| (name.clone(), p, b)));
+                        ps.retry_at = None;
                     }
                 }
                 for (name, p, b) in failed {
@@ -1068,11 +1340,11 @@ impl Task {
                 self.producer = Some((id, epoch));
                 self.producer_attempts = 0;
                 self.producer_error = None;
-                // A new producer id or epoch numbers every partition from zero.
-                for t in self.topics.values_mut() {
-                    for ps in t.parts.values_mut() {
-                        ps.next_seq = 0;
-                    }
+                // Each partition restarts at sequence 0 under the new producer once none
+                // of its batches numbered under the old one is left (see `sendable`);
+                // those that wanted an epoch bump are renumbered now.
+                if std::mem::take(&mut self.renew_for_bump) {
+                    self.renumber_bumped((id, epoch));
                 }
             }
             Err(e) => {
@@ -1090,10 +1362,8 @@ impl Task {
                 let mut failed = Vec::new();
                 for (name, t) in &mut self.topics {
                     for (p, ps) in &mut t.parts {
-                        if !ps.busy {
-                            failed.extend(ps.sealed.drain(..).map(|b| (name.clone(), *p, b)));
-                            ps.retry_at = None;
-                        }
+                        failed.extend(take_idle(ps).into_iter().map(|b| (name.clone(), *p, b)));
+                        ps.retry_at = None;
                     }
                 }
                 for (name, p, b) in failed {
@@ -1114,30 +1384,33 @@ impl Task {
                 result,
             } => {
                 self.requests = self.requests.saturating_sub(1);
+                self.connecting.remove(&broker);
                 if let Some(n) = self.in_flight.get_mut(&broker) {
                     *n = n.saturating_sub(1);
                 }
                 match result {
                     Ok(outcomes) => {
                         let mut outcomes = outcomes.into_iter();
-                        for (name, p) in parts {
+                        for (name, p, id) in parts {
                             match outcomes.next() {
-                                Some(outcome) => self.complete(&name, p, outcome, true),
+                                Some((outcome, log_start)) => {
+                                    self.complete(&name, p, id, outcome, log_start, true);
+                                }
                                 None => {
                                     let e = Error::protocol(format!(
                                         "broker {broker} gave no outcome for the partition"
                                     ))
                                     .with_topic(&*name)
                                     .with_partition(p);
-                                    self.complete(&name, p, Err(e), false);
+                                    self.complete(&name, p, id, Err(e), -1, false);
                                 }
                             }
                         }
                     }
                     Err(e) => {
-                        for (name, p) in parts {
+                        for (name, p, id) in parts {
                             let e = e.clone().with_topic(&*name).with_partition(p);
-                            self.complete(&name, p, Err(e), false);
+                            self.complete(&name, p, id, Err(e), -1, false);
                         }
                     }
                 }
@@ -1163,7 +1436,7 @@ impl Task {
                 // partition that never gets one fails instead of waiting forever.
                 let mut failed = Vec::new();
                 for (p, ps) in &mut t.parts {
-                    if ps.busy || meta.leader(*p).is_some() {
+                    if ps.in_flight > 0 || meta.leader(*p).is_some() {
                         continue;
                     }
                     let Some(front) = ps.sealed.front_mut() else {
@@ -1237,12 +1510,8 @@ impl Task {
                 // Batches that cannot find their leader fail too.
                 let mut stuck = Vec::new();
                 for (p, ps) in &mut t.parts {
-                    if !ps.busy && !ps.sealed.is_empty() {
-                        while let Some(b) = ps.sealed.pop_front() {
-                            stuck.push((*p, b));
-                        }
-                        ps.retry_at = None;
-                    }
+                    stuck.extend(take_idle(ps).into_iter().map(|b| (*p, b)));
+                    ps.retry_at = None;
                 }
                 for m in waiting {
                     self.reject(m, e.clone());
@@ -1254,18 +1523,52 @@ impl Task {
         }
     }
 
-    /// A request for `name`/`p`'s front batch came back with `outcome`; `answered` says
-    /// whether it is the broker's answer for that partition (rather than an error of the
-    /// whole request, or a response that could not be matched to the partition).
-    fn complete(&mut self, name: &Arc<str>, p: i32, outcome: Result<i64>, answered: bool) {
+    /// A request carrying batch `id` of `name`/`p` came back with `outcome` (and the log
+    /// start offset the broker reported); `answered` says whether it is the broker's
+    /// answer for that partition (rather than an error of the whole request, or a
+    /// response that could not be matched to the partition).
+    ///
+    /// Idempotent writers follow the Java client's `canRetry`/`handleFailedBatch`
+    /// (KIP-360): `UNKNOWN_PRODUCER_ID` bumps the epoch and retries (the broker lost the
+    /// producer's state); `OUT_OF_ORDER_SEQUENCE_NUMBER` is retried after the batches
+    /// before it when one of them is not acknowledged yet, and bumps the epoch when the
+    /// batch is the next one expected (a real gap) or the one after an unresolved
+    /// sequence; a batch failed for good bumps the epoch (its sequence numbers are
+    /// dropped) or, if its fate is unknown, leaves its sequence unresolved.
+    fn complete(
+        &mut self,
+        name: &Arc<str>,
+        p: i32,
+        id: u64,
+        outcome: Result<i64>,
+        log_start: i64,
+        answered: bool,
+    ) {
         let max_attempts = self.cfg.max_attempts;
+        let idempotent = self.txn.is_none() && self.cfg.is_idempotent();
         let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(&p)) else {
             return;
         };
-        ps.busy = false;
-        let attempts = ps.sealed.front().map_or(0, |b| b.attempts);
+        let Some(i) = ps.sealed.iter().position(|b| b.id == id && b.in_flight) else {
+            return;
+        };
+        ps.in_flight = ps.in_flight.saturating_sub(1);
+        if ps.in_flight == 0 {
+            ps.conn = None;
+        }
+        let Some(b) = ps.sealed.get_mut(i) else {
+            return;
+        };
+        b.in_flight = false;
+        let attempts = b.attempts;
         let now = Instant::now();
-        let expired = ps.sealed.front().is_some_and(|b| b.expires <= now);
+        let expired = b.expires <= now;
+        // The batch's sequence numbers, if numbered under the partition's producer.
+        let seq = b
+            .stamp
+            .filter(|(pid, epoch, _)| ps.producer == Some((*pid, *epoch)))
+            .map(|(_, _, seq)| seq);
+        let last_seq = seq.map(|s| next_sequence(s, b.count.saturating_sub(1)));
         // The broker already has this batch (an earlier attempt got through).
         let outcome = match outcome {
             Err(e) if answered && e.kafka_code() == Some(ErrorCode::DuplicateSequenceNumber) => {
@@ -1273,35 +1576,85 @@ impl Task {
             }
             other => other,
         };
+        let code = outcome
+            .as_ref()
+            .err()
+            .filter(|_| answered)
+            .and_then(Error::kafka_code);
+        // Idempotence: errors that are retried whatever their retriability says.
+        let mut recover = false;
+        if idempotent && !expired && attempts < max_attempts {
+            match code {
+                Some(ErrorCode::UnknownProducerId) => {
+                    // Without a log start offset the broker may not know the partition
+                    // any more: just retry (Java). Otherwise its state for us is gone:
+                    // bump the epoch, unless this batch was renumbered since.
+                    if log_start >= 0 && seq.is_some() {
+                        ps.bump = true;
+                    }
+                    recover = true;
+                }
+                Some(ErrorCode::OutOfOrderSequenceNumber) => {
+                    let next = seq.is_some_and(|s| ps.is_next(s));
+                    match ps.unresolved {
+                        // A batch before this one is not acknowledged yet: it goes first.
+                        None if !next => {}
+                        // A real gap, or the batch right after an unresolved one that
+                        // was not written.
+                        None => ps.bump = true,
+                        Some(u) if seq == Some(u) => ps.bump = true,
+                        Some(_) => {}
+                    }
+                    recover = true;
+                }
+                _ => {}
+            }
+        }
         match outcome {
             Ok(base_offset) => {
-                if let Some(b) = ps.sealed.pop_front() {
+                if let Some(last) = last_seq {
+                    if ps.last_acked.map_or(true, |l| last > l) {
+                        ps.last_acked = Some(last);
+                    }
+                }
+                if let Some(b) = ps.sealed.remove(i) {
                     self.finish(b, Ok(base_offset));
                 }
             }
             Err(e)
                 if answered
                     && e.kafka_code() == Some(ErrorCode::MessageTooLarge)
-                    && ps.sealed.front().is_some_and(|b| b.count > 1) =>
+                    && ps.sealed.get(i).is_some_and(|b| b.count > 1) =>
             {
                 // The broker's limit is below ours: split the batch in two and send the
                 // halves in order (as the Java client does), so only a message that is
-                // too large on its own fails.
-                let Some(b) = ps.sealed.pop_front() else {
+                // too large on its own fails. The rejected batch was not written: its
+                // halves take its sequence numbers.
+                let Some(b) = ps.sealed.remove(i) else {
                     return;
                 };
-                // The rejected batch was not written: its halves take its sequence numbers.
-                if let Some((id, epoch, seq)) = b.stamp {
-                    if self.producer == Some((id, epoch)) {
-                        ps.next_seq = seq;
-                    }
-                }
                 let count = b.count;
+                let stamp_of = b.stamp;
                 match split(b, self.cfg.compression) {
-                    Ok((first, second)) => {
+                    Ok((mut first, mut second)) => {
                         debug!(topic = %name, partition = p, messages = count, "batch too large for the broker, split");
-                        ps.sealed.push_front(second);
-                        ps.sealed.push_front(first);
+                        first.id = ps.next_id;
+                        second.id = ps.next_id + 1;
+                        ps.next_id += 2;
+                        if let Some((pid, epoch, seq)) = stamp_of {
+                            let transactional = self.txn.is_some();
+                            let seq2 = next_sequence(seq, first.count);
+                            for (half, s) in [(&mut first, seq), (&mut second, seq2)] {
+                                if let Some(data) = stamp(&half.data, pid, epoch, s, transactional)
+                                {
+                                    half.data = data;
+                                    half.stamp = Some((pid, epoch, s));
+                                }
+                                half.sent = true;
+                            }
+                        }
+                        ps.sealed.insert(i, second);
+                        ps.sealed.insert(i, first);
                     }
                     Err(failed) => {
                         let (b, split_err) = *failed;
@@ -1310,7 +1663,7 @@ impl Task {
                     }
                 }
             }
-            Err(e) if e.is_retriable() && attempts < max_attempts && !expired => {
+            Err(e) if recover || (e.is_retriable() && attempts < max_attempts && !expired) => {
                 let backoff = self.cfg.backoff_for(attempts);
                 ps.retry_at = Some(after(now, backoff));
                 self.shared.stats.retries.fetch_add(1, Ordering::Relaxed);
@@ -1322,8 +1675,10 @@ impl Task {
                     error = %e,
                     "produce failed, retrying"
                 );
-                self.cluster.invalidate(name);
-                if let Some(b) = ps.sealed.front_mut() {
+                if e.is_retriable() {
+                    self.cluster.invalidate(name);
+                }
+                if let Some(b) = ps.sealed.get_mut(i) {
                     b.last_error = Some(e);
                 }
             }
@@ -1344,15 +1699,16 @@ impl Task {
                 let rejected = answered
                     && e.kafka_code().is_some()
                     && !e.is_retriable()
-                    && !matches!(
-                        e.kafka_code(),
-                        Some(
-                            ErrorCode::OutOfOrderSequenceNumber
-                                | ErrorCode::UnknownProducerId
-                                | ErrorCode::InvalidProducerEpoch
-                        )
-                    );
-                if let Some(b) = ps.sealed.pop_front() {
+                    && !(self.txn.is_some()
+                        && matches!(
+                            e.kafka_code(),
+                            Some(
+                                ErrorCode::OutOfOrderSequenceNumber
+                                    | ErrorCode::UnknownProducerId
+                                    | ErrorCode::InvalidProducerEpoch
+                            )
+                        ));
+                if let Some(b) = ps.sealed.remove(i) {
                     self.give_up(name, p, b, &e, rejected);
                 }
             }
@@ -1360,25 +1716,36 @@ impl Task {
     }
 
     /// `name`/`p`'s batch `b` fails for good with `err`. Every failure path goes through
-    /// here so an idempotent writer's sequence numbers stay gapless: a batch stamped with
-    /// the current producer id was sent, so unless the broker `rejected` it for its
-    /// partition (then its sequence numbers are reused) it may have been written, and the
-    /// writer takes a new producer id, which renumbers every partition. A batch never
-    /// stamped (never sent) used no sequence numbers.
+    /// here so an idempotent writer's sequence numbers stay consistent with the broker's:
+    /// a batch numbered under the partition's producer was sent, so
+    /// - if the broker `rejected` it for its partition, its sequence numbers are dropped
+    ///   by an epoch bump (Java's `requestEpochBumpForPartition`) — transactional
+    ///   writers, which send one batch per partition at a time, reuse them instead;
+    /// - otherwise it may have been written: its sequence is left unresolved until the
+    ///   batches before it are done (idempotent writers), or the transaction's epoch is
+    ///   bumped after the abort (transactional writers).
+    ///
+    /// A batch never stamped (never sent) used no sequence numbers.
     fn give_up(&mut self, name: &Arc<str>, p: i32, b: Sealed, err: &Error, rejected: bool) {
         if let Some((id, epoch, seq)) = b.stamp {
-            if self.producer == Some((id, epoch)) {
-                if rejected {
-                    if let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(&p)) {
-                        ps.next_seq = seq;
+            if let Some(ps) = self.topics.get_mut(name).and_then(|t| t.parts.get_mut(&p)) {
+                if ps.producer == Some((id, epoch)) {
+                    let after_it = next_sequence(seq, b.count);
+                    if let Some(txn) = &self.txn {
+                        if rejected && ps.next_seq == after_it {
+                            ps.next_seq = seq;
+                        } else if !rejected {
+                            // The transaction is aborted; the epoch is bumped after the abort.
+                            debug!(topic = %name, partition = p, "batch may have been written: epoch bump after the abort");
+                            txn.shared.lock().need_bump();
+                        }
+                    } else if rejected {
+                        debug!(topic = %name, partition = p, "batch rejected: epoch bump");
+                        ps.bump = true;
+                    } else {
+                        debug!(topic = %name, partition = p, "batch may have been written: sequence unresolved");
+                        ps.unresolved = Some(after_it);
                     }
-                } else if let Some(txn) = &self.txn {
-                    // The transaction is aborted; the epoch is bumped after the abort.
-                    debug!(topic = %name, partition = p, "batch may have been written: epoch bump after the abort");
-                    txn.shared.lock().need_bump();
-                } else {
-                    debug!(topic = %name, partition = p, "batch may have been written: new producer id");
-                    self.producer = None;
                 }
             }
         }
@@ -1473,6 +1840,15 @@ fn expired_error(last: Option<&Error>, timeout: Duration, what: &str) -> Error {
             e.clone().with_message(message)
         }
     }
+}
+
+/// Take every batch of `ps` not in a request, oldest first.
+fn take_idle(ps: &mut PartState) -> Vec<Sealed> {
+    let (busy, idle): (VecDeque<Sealed>, VecDeque<Sealed>) = std::mem::take(&mut ps.sealed)
+        .into_iter()
+        .partition(|b| b.in_flight);
+    ps.sealed = busy;
+    idle.into()
 }
 
 /// `now + d`, saturating at a year from now (user durations may be huge).
@@ -1598,6 +1974,9 @@ fn split(
     let bytes1 = split_bytes(b.bytes, b.count, mid, &kept1, &kept2);
     Ok((
         Sealed {
+            id: 0,
+            in_flight: false,
+            sent: false,
             data: first,
             runs: runs1,
             kept: kept1,
@@ -1610,6 +1989,9 @@ fn split(
             last_error: b.last_error.clone(),
         },
         Sealed {
+            id: 0,
+            in_flight: false,
+            sent: false,
             data: second,
             runs: runs2,
             kept: kept2,
@@ -1657,7 +2039,12 @@ fn seal(
     let open = ps.open.take()?;
     match open.builder.build() {
         Ok(data) => {
+            let id = ps.next_id;
+            ps.next_id += 1;
             ps.sealed.push_back(Sealed {
+                id,
+                in_flight: false,
+                sent: false,
                 data,
                 runs: open.runs,
                 kept: open.kept,
@@ -1688,8 +2075,98 @@ fn seal(
     }
 }
 
-/// Send one produce request carrying `batches` to broker `broker`; one outcome per batch,
-/// in order, or one error for the whole request.
+/// The Produce version to use on `conn`.
+fn produce_version(conn: &Connection, transactional: bool) -> Result<i16> {
+    let max = if transactional {
+        txn::MAX_TXN_PRODUCE_VERSION
+    } else {
+        MAX_PRODUCE_VERSION
+    };
+    Ok(conn.version_for::<ProduceRequest>()?.min(max))
+}
+
+/// The Produce request carrying `batches` (at most one per partition).
+fn produce_request(
+    batches: &[(Arc<str>, i32, Bytes)],
+    acks: RequiredAcks,
+    timeout: Duration,
+    transactional_id: Option<&str>,
+) -> ProduceRequest {
+    let mut topic_data: Vec<ProduceTopicData> = Vec::new();
+    for (name, p, data) in batches {
+        let part = ProducePartitionData {
+            index: *p,
+            records: Some(data.clone()),
+            ..Default::default()
+        };
+        match topic_data.iter_mut().find(|t| *t.name == **name) {
+            Some(t) => t.partition_data.push(part),
+            None => topic_data.push(ProduceTopicData {
+                name: name.to_string(),
+                partition_data: vec![part],
+                ..Default::default()
+            }),
+        }
+    }
+    ProduceRequest {
+        transactional_id: transactional_id.map(str::to_string),
+        acks: acks.code(),
+        timeout_ms: duration_ms(timeout),
+        topic_data,
+        ..Default::default()
+    }
+}
+
+/// One outcome per batch of `batches`, in order, from `resp` (answered by `broker`).
+fn produce_outcomes(
+    resp: &ProduceResponse,
+    batches: &[(Arc<str>, i32, Bytes)],
+    broker: &str,
+) -> Vec<Outcome> {
+    batches
+        .iter()
+        .map(|(name, p, _)| {
+            let found = resp
+                .responses
+                .iter()
+                .filter(|t| *t.name == **name)
+                .flat_map(|t| t.partition_responses.iter())
+                .find(|r| r.index == *p);
+            match found {
+                None => (
+                    Err(
+                        Error::protocol("produce response does not mention the partition")
+                            .with_topic(&**name)
+                            .with_partition(*p)
+                            .with_broker(broker.to_string()),
+                    ),
+                    -1,
+                ),
+                Some(r) if r.error_code == 0 => (Ok(r.base_offset), r.log_start_offset),
+                Some(r) => {
+                    let mut e = Error::kafka(ErrorCode::from(r.error_code))
+                        .with_topic(&**name)
+                        .with_partition(*p)
+                        .with_broker(broker.to_string());
+                    if let Some(m) = &r.error_message {
+                        e = e.with_message(m.clone());
+                    }
+                    (Err(e), r.log_start_offset)
+                }
+            }
+        })
+        .collect()
+}
+
+fn produce_timeout(broker: i32, timeout: Duration) -> Error {
+    Error::timeout(format!(
+        "produce request to broker {broker} timed out after {} ms",
+        timeout.as_millis()
+    ))
+}
+
+/// Send one produce request carrying `batches` to broker `broker`, connecting first if
+/// needed; one outcome per batch, in order, or one error for the whole request.
 async fn produce(
     cluster: &Cluster,
     broker: i32,
@@ -1697,80 +2174,21 @@ async fn produce(
     acks: RequiredAcks,
     timeout: Duration,
     transactional_id: Option<Arc<str>>,
-) -> Result<Vec<Result<i64>>> {
+) -> Result<Vec<Outcome>> {
     let work = async {
         let conn = cluster.connection(broker).await?;
-        let max = if transactional_id.is_some() {
-            txn::MAX_TXN_PRODUCE_VERSION
-        } else {
-            MAX_PRODUCE_VERSION
-        };
-        let version = conn.version_for::<ProduceRequest>()?.min(max);
-        let mut topic_data: Vec<ProduceTopicData> = Vec::new();
-        for (name, p, data) in batches {
-            let part = ProducePartitionData {
-                index: *p,
-                records: Some(data.clone()),
-                ..Default::default()
-            };
-            match topic_data.iter_mut().find(|t| *t.name == **name) {
-                Some(t) => t.partition_data.push(part),
-                None => topic_data.push(ProduceTopicData {
-                    name: name.to_string(),
-                    partition_data: vec![part],
-                    ..Default::default()
-                }),
-            }
-        }
-        let req = ProduceRequest {
-            transactional_id: transactional_id.as_deref().map(str::to_string),
-            acks: acks.code(),
-            timeout_ms: duration_ms(timeout),
-            topic_data,
-            ..Default::default()
-        };
+        let version = produce_version(&conn, transactional_id.is_some())?;
+        let req = produce_request(batches, acks, timeout, transactional_id.as_deref());
         if acks == RequiredAcks::None {
             conn.send_no_response(&req, version).await?;
-            return Ok(vec![Ok(-1); batches.len()]);
+            return Ok(batches.iter().map(|_| (Ok(-1), -1)).collect());
         }
         let resp = conn.send_version(&req, version).await?;
-        Ok(batches
-            .iter()
-            .map(|(name, p, _)| {
-                let found = resp
-                    .responses
-                    .iter()
-                    .filter(|t| *t.name == **name)
-                    .flat_map(|t| t.partition_responses.iter())
-                    .find(|r| r.index == *p);
-                match found {
-                    None => Err(
-                        Error::protocol("produce response does not mention the partition")
-                            .with_topic(&**name)
-                            .with_partition(*p)
-                            .with_broker(conn.broker()),
-                    ),
-                    Some(r) if r.error_code == 0 => Ok(r.base_offset),
-                    Some(r) => {
-                        let mut e = Error::kafka(ErrorCode::from(r.error_code))
-                            .with_topic(&**name)
-                            .with_partition(*p)
-                            .with_broker(conn.broker());
-                        if let Some(m) = &r.error_message {
-                            e = e.with_message(m.clone());
-                        }
-                        Err(e)
-                    }
-                }
-            })
-            .collect())
+        Ok(produce_outcomes(&resp, batches, conn.broker()))
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
-        Err(_) => Err(Error::timeout(format!(
-            "produce request to broker {broker} timed out after {} ms",
-            timeout.as_millis()
-        ))),
+        Err(_) => Err(produce_timeout(broker, timeout)),
     }
 }
 
@@ -1799,6 +2217,9 @@ mod tests {
         }
         let count = index as usize;
         Sealed {
+            id: 0,
+            in_flight: false,
+            sent: false,
             data: builder.build().unwrap(),
             runs: groups.to_vec(),
             kept,
@@ -1856,6 +2277,9 @@ mod tests {
             kept.push((i as u32, Message::new(value), *size));
         }
         Sealed {
+            id: 0,
+            in_flight: false,
+            sent: false,
             data: builder.build().unwrap(),
             runs: vec![(Group::open(), sizes.len())],
             kept,
@@ -1969,6 +2393,64 @@ mod idempotence_tests {
         assert!(decoded.batches[0].is_transactional);
         assert_eq!(decoded.batches[0].records.len(), 2, "the CRC still matches");
         assert!(stamp(&Bytes::from_static(b"short"), 1, 1, 1, false).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_exhausted_epoch_takes_a_new_producer_id_and_renumbers_the_partition() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]);
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        let mut task = Task::new(Arc::new(cfg), cluster, shared, rx);
+        let mut builder = RecordBatchBuilder::new(Compression::None);
+        builder.append(1, None, Some(b"v"), &[]).unwrap();
+        let data = stamp(&builder.build().unwrap(), 7, i16::MAX, 40, false).unwrap();
+        let mut ps = PartState {
+            producer: Some((7, i16::MAX)),
+            next_seq: 41,
+            bump: true,
+            ..PartState::default()
+        };
+        ps.sealed.push_back(Sealed {
+            id: 0,
+            data,
+            runs: Vec::new(),
+            kept: Vec::new(),
+            acks: Vec::new(),
+            stamp: Some((7, i16::MAX, 40)),
+            count: 1,
+            bytes: 1,
+            attempts: 1,
+            expires: Instant::now() + Duration::from_secs(60),
+            last_error: None,
+            in_flight: false,
+            sent: true,
+        });
+        let mut topic = TopicState::default();
+        topic.parts.insert(0, ps);
+        task.topics.insert(Arc::from("t"), topic);
+        task.producer = Some((7, i16::MAX));
+        task.maybe_bump();
+        assert_eq!(task.producer, None, "no epoch left: a new producer id");
+        assert!(task.renew_for_bump);
+        let ps = &task.topics[&Arc::from("t")].parts[&0];
+        assert!(
+            task.sendable(ps, Instant::now(), None).is_some(),
+            "still ready, so dispatch asks for the id"
+        );
+        task.on_producer(Ok((8, 0)));
+        let ps = &task.topics[&Arc::from("t")].parts[&0];
+        assert!(!ps.bump && !task.renew_for_bump);
+        assert_eq!(ps.producer, Some((8, 0)));
+        assert_eq!(ps.next_seq, 1);
+        let b = &ps.sealed[0];
+        assert_eq!(b.stamp, Some((8, 0, 0)));
+        let decoded = decode_batches(b.data.clone(), 1 << 20).unwrap();
+        let batch = &decoded.batches[0];
+        assert_eq!(
+            (batch.producer_id, batch.producer_epoch, batch.base_sequence),
+            (8, 0, 0)
+        );
     }
 
     #[test]
