@@ -1169,11 +1169,35 @@ impl Task {
     }
 
     /// Renumber every partition wanting a bump from sequence 0 under `producer`.
+    ///
+    /// A batch waiting for a retry whose sequences the broker already acknowledged past
+    /// (a later batch of the same epoch was acked, and the broker appends only in
+    /// sequence) is written: it is finished, not renumbered, which would write it twice.
     fn renumber_bumped(&mut self, producer: (i64, i16)) {
+        let mut written = Vec::new();
         for t in self.topics.values_mut() {
             for ps in t.parts.values_mut() {
                 if !ps.bump {
                     continue;
+                }
+                if let (Some(old), Some(acked)) = (ps.producer, ps.last_acked) {
+                    let proven = |b: &Sealed| {
+                        b.stamp.is_some_and(|(pid, epoch, seq)| {
+                            (pid, epoch) == old
+                                && seq <= acked
+                                && next_sequence(seq, b.count.saturating_sub(1)) <= acked
+                        })
+                    };
+                    let mut i = 0;
+                    while i < ps.sealed.len() {
+                        if ps.sealed.get(i).is_some_and(|b| !b.in_flight && proven(b)) {
+                            if let Some(b) = ps.sealed.remove(i) {
+                                written.push(b);
+                            }
+                        } else {
+                            i += 1;
+                        }
+                    }
                 }
                 let mut seq = 0;
                 for b in ps.sealed.iter_mut().filter(|b| b.stamp.is_some()) {
@@ -1189,6 +1213,13 @@ impl Task {
                 ps.unresolved = None;
                 ps.bump = false;
             }
+        }
+        for b in written {
+            debug!(
+                messages = b.count,
+                "batch acknowledged past by a later one: written, not renumbered"
+            );
+            self.finish(b, Ok(-1));
         }
     }
 
@@ -2450,6 +2481,67 @@ mod idempotence_tests {
         assert_eq!(
             (batch.producer_id, batch.producer_epoch, batch.base_sequence),
             (8, 0, 0)
+        );
+    }
+
+    /// b1 timed out (appended, the answer lost) and waits for a retry, b2 was acked (so
+    /// b1 is written: the broker appends only in sequence), b3 was rejected for good: the
+    /// epoch bump must finish b1, not renumber and write it again; b4 is renumbered.
+    #[tokio::test]
+    async fn a_bump_finishes_batches_acknowledged_past_instead_of_renumbering_them() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]);
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let batch = |id: u64, seq: i32| {
+            let mut builder = RecordBatchBuilder::new(Compression::None);
+            builder.append(1, None, Some(b"v"), &[]).unwrap();
+            Sealed {
+                id,
+                data: stamp(&builder.build().unwrap(), 7, 0, seq, false).unwrap(),
+                runs: Vec::new(),
+                kept: Vec::new(),
+                acks: Vec::new(),
+                stamp: Some((7, 0, seq)),
+                count: 1,
+                bytes: 1,
+                attempts: 1,
+                expires: Instant::now() + Duration::from_secs(60),
+                last_error: None,
+                in_flight: false,
+                sent: true,
+            }
+        };
+        let mut ps = PartState {
+            producer: Some((7, 0)),
+            next_seq: 4,
+            last_acked: Some(1),
+            bump: true,
+            ..PartState::default()
+        };
+        ps.sealed.push_back(batch(1, 0));
+        ps.sealed.push_back(batch(4, 3));
+        let mut topic = TopicState::default();
+        topic.parts.insert(0, ps);
+        task.topics.insert(Arc::from("t"), topic);
+        task.producer = Some((7, 0));
+        shared.reserve(1);
+        shared.reserve(1);
+        task.maybe_bump();
+        assert_eq!(task.producer, Some((7, 1)));
+        let ps = &task.topics[&Arc::from("t")].parts[&0];
+        let left: Vec<_> = ps.sealed.iter().map(|b| (b.id, b.stamp)).collect();
+        assert_eq!(
+            left,
+            vec![(4, Some((7, 1, 0)))],
+            "b1 is written, b4 renumbered"
+        );
+        assert_eq!(ps.next_seq, 1);
+        assert_eq!(
+            shared.stats.messages.load(Ordering::Relaxed),
+            1,
+            "b1 delivered"
         );
     }
 
