@@ -199,6 +199,8 @@ struct State {
     topic_ids: bool,
     /// APIs left out of ApiVersions.
     without: Vec<ApiKey>,
+    /// Finalized features reported in ApiVersions (v3+): (name, level).
+    features: Vec<(String, i16)>,
     /// Coordinators pinned by the test, per group (or transactional) id.
     pinned_coordinators: HashMap<String, i32>,
     requests: HashMap<(i32, ApiKey), u64>,
@@ -283,6 +285,13 @@ impl State {
             .fold(5381u64, |h, b| h.wrapping_mul(33) ^ u64::from(b));
         let i = usize::try_from(hash % live.len() as u64).unwrap_or(0);
         live.get(i).copied()
+    }
+
+    /// Whether the cluster finalizes `transaction.version` >= 2 (transactions v2).
+    fn transactions_v2(&self) -> bool {
+        self.features
+            .iter()
+            .any(|(n, l)| n == "transaction.version" && *l >= 2)
     }
 
     /// Take the error injected for one partition of a request of `api`, if any.
@@ -380,6 +389,7 @@ pub struct MockClusterBuilder {
     versions: HashMap<ApiKey, (i16, i16)>,
     topic_ids: bool,
     without: Vec<ApiKey>,
+    features: Vec<(String, i16)>,
 }
 
 impl MockClusterBuilder {
@@ -486,6 +496,29 @@ impl MockClusterBuilder {
         self
     }
 
+    /// Report feature `name` finalized at `level` in ApiVersions (v3+), as Kafka reports
+    /// e.g. `transaction.version` = 2 (default: no finalized features). With
+    /// `transaction.version` >= 2 the mock's EndTxn v5 bumps the epoch (KIP-890).
+    ///
+    /// ```
+    /// use kafkapipe::conn::Conn;
+    /// use kafkapipe::mock::MockCluster;
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().finalized_feature("transaction.version", 2).start().await?;
+    /// let conn = Conn::connect(&cluster.bootstrap()[0]).await?;
+    /// let versions = conn.connection().api_versions().cloned().unwrap_or_default();
+    /// assert_eq!(versions.finalized_level("transaction.version"), 2);
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    pub fn finalized_feature(mut self, name: &str, level: i16) -> Self {
+        self.features.retain(|(n, _)| n != name);
+        self.features.push((name.to_string(), level));
+        self
+    }
+
     /// Whether Metadata reports topic ids (default `true`; `false` reports all zeros,
     /// as brokers before Kafka 2.8 do).
     ///
@@ -534,6 +567,7 @@ impl MockClusterBuilder {
                 versions: self.versions,
                 topic_ids: self.topic_ids,
                 without: self.without,
+                features: self.features,
                 ..State::default()
             }),
             tick,
@@ -634,6 +668,7 @@ impl MockCluster {
             versions: HashMap::new(),
             topic_ids: true,
             without: Vec::new(),
+            features: Vec::new(),
         }
     }
 

@@ -258,10 +258,36 @@ pub(super) fn offset_commit(
     }
 }
 
+/// Produce v12+ of `tid` (transactions v2): the partition joins the transaction if the
+/// batch's producer id and epoch are the transaction's (read from the batch header).
+pub(super) fn join(
+    st: &mut State,
+    tid: &str,
+    topic: &str,
+    partition: i32,
+    records: &[u8],
+) -> Option<ErrorCode> {
+    // Producer id at byte 43 and epoch at 51 of a v2 record batch.
+    let (Some(pid), Some(epoch)) = (records.get(43..51), records.get(51..53)) else {
+        return Some(ErrorCode::CorruptMessage);
+    };
+    let pid = i64::from_be_bytes(pid.try_into().unwrap_or_default());
+    let epoch = i16::from_be_bytes(epoch.try_into().unwrap_or_default());
+    match st.transactions.get_mut(tid) {
+        Some(t) if t.producer_id == pid && t.epoch == epoch => {
+            t.partitions.insert((topic.to_string(), partition));
+            None
+        }
+        Some(t) if t.producer_id == pid => Some(ErrorCode::InvalidProducerEpoch),
+        _ => Some(ErrorCode::InvalidProducerIdMapping),
+    }
+}
+
 pub(super) fn end(
     id: i32,
     st: &mut State,
     req: &EndTxnRequest,
+    version: i16,
     forced: Option<ErrorCode>,
 ) -> EndTxnResponse {
     let error = forced.or_else(|| {
@@ -273,13 +299,31 @@ pub(super) fn end(
             req.producer_epoch,
         )
     });
+    let mut next = (req.producer_id, req.producer_epoch);
     if error.is_none() {
         finish(st, &req.transactional_id, req.committed);
+        // Transactions v2: every EndTxn bumps the epoch; an exhausted epoch gets a new
+        // producer id (epoch 0), as Kafka's coordinator does.
+        if version >= 5 && st.transactions_v2() {
+            let fresh = st.next_producer_id + 1;
+            if let Some(t) = st.transactions.get_mut(&req.transactional_id) {
+                if t.epoch >= i16::MAX - 1 {
+                    t.producer_id = fresh;
+                    t.epoch = 0;
+                } else {
+                    t.epoch += 1;
+                }
+                next = (t.producer_id, t.epoch);
+            }
+            if next.0 == fresh {
+                st.next_producer_id = fresh;
+            }
+        }
     }
     EndTxnResponse {
         error_code: error.map_or(0, ErrorCode::code),
-        producer_id: req.producer_id,
-        producer_epoch: req.producer_epoch,
+        producer_id: next.0,
+        producer_epoch: next.1,
         ..EndTxnResponse::default()
     }
 }
