@@ -1471,6 +1471,41 @@ impl MockCluster {
         Some(start)
     }
 
+    /// Set the producer epoch the transaction coordinator holds for `transactional_id`
+    /// (registering the id with a new producer id if it is unknown); the next
+    /// InitProducerId answers `epoch + 1`. For epoch exhaustion: with
+    /// `transaction.version` >= 2, an EndTxn v5 at epoch `i16::MAX - 1` or later answers a
+    /// new producer id with epoch 0, as Kafka does. Returns the producer id.
+    ///
+    /// ```
+    /// use kafkapipe::mock::MockCluster;
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().start().await?;
+    /// let pid = cluster.set_transaction_epoch("tx-1", i16::MAX - 2);
+    /// assert_eq!(cluster.set_transaction_epoch("tx-1", 0), pid);
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    pub fn set_transaction_epoch(&self, transactional_id: &str, epoch: i16) -> i64 {
+        let mut st = self.shared.lock();
+        if !st.transactions.contains_key(transactional_id) {
+            st.next_producer_id += 1;
+            let producer_id = st.next_producer_id;
+            let mut t = txn::Txn::default();
+            t.producer_id = producer_id;
+            st.transactions.insert(transactional_id.to_string(), t);
+        }
+        match st.transactions.get_mut(transactional_id) {
+            Some(t) => {
+                t.epoch = epoch;
+                t.producer_id
+            }
+            None => -1,
+        }
+    }
+
     /// Expire the idempotent producers' state of a partition, as a broker does when a
     /// producer stays idle past `producer.id.expiration.ms` or retention deletes all its
     /// batches. The next batch of such a producer is answered `UNKNOWN_PRODUCER_ID` unless

@@ -655,6 +655,31 @@ async fn a_fenced_v2_writer_gets_the_fatal_error() {
     w.close().await.unwrap();
 }
 
+/// Transactions v2 when the epoch is exhausted: EndTxn v5 answers a new producer id with
+/// epoch 0, and the next transaction writes under it from sequence 0.
+#[tokio::test]
+async fn an_exhausted_epoch_moves_to_the_new_producer_id_end_txn_answers() {
+    let (mut w, mock) = start_tv2(v2).await;
+    let old = mock.set_transaction_epoch(ID, i16::MAX - 3);
+    w.init_transactions().await.unwrap();
+    for _ in 0..3 {
+        w.begin_transaction().unwrap();
+        w.write_messages([Message::new("a").with_partition(0)])
+            .await
+            .unwrap();
+        w.commit_transaction().await.unwrap();
+    }
+    let sent = produces(&mock);
+    assert_eq!((sent[0].2, sent[0].3), (old, i16::MAX - 2));
+    assert_eq!((sent[1].2, sent[1].3, sent[1].4), (old, i16::MAX - 1, 0));
+    let new = sent[2].2;
+    assert_ne!(new, old, "a new producer id");
+    assert_eq!((sent[2].3, sent[2].4), (0, 0));
+    assert_eq!(ends(&mock).last(), Some(&(5, true, new, 0)));
+    assert_eq!(mock.records("t", 0).len(), 3);
+    w.close().await.unwrap();
+}
+
 /// Compiles only if the writer's futures can be spawned on a multi-threaded runtime (an
 /// `async fn` would not state the `Send` bound).
 #[allow(dead_code, clippy::manual_async_fn)]
