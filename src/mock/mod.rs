@@ -22,8 +22,11 @@
 //! (AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn, which writes the
 //! COMMIT/ABORT markers and applies the transaction's offsets on commit; a test can also
 //! write transactional batches and markers itself with [`MockCluster::append_raw`]).
-//! Produce does not check that a transactional batch's partition was added to its
-//! transaction, and transactions never time out. Not served: SASL, DeleteRecords,
+//! With [`MockClusterBuilder::finalized_feature`]`("transaction.version", 2)` it speaks
+//! KIP-890 transactions v2: Produce v12 adds the batch's partition to its transaction,
+//! EndTxn v5 bumps the epoch (a new producer id once exhausted). Produce before v12 does
+//! not check that a transactional batch's partition was added to its transaction, and
+//! transactions never time out. Not served: SASL, DeleteRecords,
 //! IncrementalAlterConfigs, DescribeCluster and the KIP-848 group APIs — the mock does
 //! not advertise them and closes the connection on such a request, as Kafka does for an
 //! API it does not know. Topics are not created
@@ -893,7 +896,6 @@ impl MockCluster {
     /// order; batches that do not decode are skipped.
     ///
     /// ```
-    /// use futures::SinkExt;
     /// use futures::SinkExt;
     /// use kafkapipe::mock::MockCluster;
     /// use kafkapipe::writer::{Message, Writer, WriterConfig};

@@ -2,7 +2,9 @@
 //! AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn, which writes the
 //! COMMIT or ABORT marker into every partition of the transaction (the logs then report
 //! the last stable offset and the aborted transactions from those markers) and applies the
-//! transaction's offsets to their groups on commit.
+//! transaction's offsets to their groups on commit. Transactions v2 (KIP-890, when the
+//! cluster finalizes `transaction.version` >= 2): Produce v12 joins partitions (`join`),
+//! EndTxn v5 bumps the epoch and answers the next producer id and epoch.
 
 use std::collections::BTreeSet;
 
