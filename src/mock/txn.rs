@@ -24,6 +24,10 @@ pub(super) struct Txn {
     partitions: BTreeSet<(String, i32)>,
     /// (group, topic, partition, offset, metadata) committed within the transaction.
     offsets: Vec<(String, String, i32, i64, Option<String>)>,
+    /// Transactions v2: how the last transaction ended (commit?) by an EndTxn v5 that
+    /// bumped the epoch, until the next one starts — so a retry of that EndTxn (the
+    /// previous epoch) is answered as Kafka does, with success and the current epoch.
+    ended_v2: Option<bool>,
 }
 
 /// The control batch marking the end of `producer`'s transaction.
@@ -88,6 +92,7 @@ pub(super) fn init(st: &mut State, tid: &str) -> (i64, i16) {
     }
     match st.transactions.get_mut(tid) {
         Some(t) => {
+            t.ended_v2 = None;
             t.epoch = t.epoch.wrapping_add(1);
             (t.producer_id, t.epoch)
         }
@@ -235,6 +240,7 @@ pub(super) fn offset_commit(
                 .map(|p| {
                     if error.is_none() {
                         if let Some(txn) = st.transactions.get_mut(&req.transactional_id) {
+                            txn.ended_v2 = None;
                             txn.offsets.push((
                                 req.group_id.clone(),
                                 t.name.clone(),
@@ -277,6 +283,7 @@ pub(super) fn join(
     let epoch = i16::from_be_bytes(epoch.try_into().unwrap_or_default());
     match st.transactions.get_mut(tid) {
         Some(t) if t.producer_id == pid && t.epoch == epoch => {
+            t.ended_v2 = None;
             t.partitions.insert((topic.to_string(), partition));
             None
         }
@@ -302,6 +309,26 @@ pub(super) fn end(
         )
     });
     let mut next = (req.producer_id, req.producer_epoch);
+    // Transactions v2: a retry of the EndTxn that ended the last transaction (its answer
+    // was lost) carries the previous epoch; it succeeds with the current one.
+    let retried = error.is_some_and(|e| e != ErrorCode::NotCoordinator)
+        && forced.is_none()
+        && version >= 5
+        && st.transactions_v2()
+        && st.transactions.get(&req.transactional_id).is_some_and(|t| {
+            t.producer_id == req.producer_id
+                && req.producer_epoch.checked_add(1) == Some(t.epoch)
+                && t.ended_v2 == Some(req.committed)
+        });
+    if retried {
+        if let Some(t) = st.transactions.get(&req.transactional_id) {
+            return EndTxnResponse {
+                producer_id: t.producer_id,
+                producer_epoch: t.epoch,
+                ..EndTxnResponse::default()
+            };
+        }
+    }
     if error.is_none() {
         finish(st, &req.transactional_id, req.committed);
         // Transactions v2: every EndTxn bumps the epoch; an exhausted epoch gets a new
@@ -315,6 +342,7 @@ pub(super) fn end(
                 } else {
                     t.epoch += 1;
                 }
+                t.ended_v2 = Some(req.committed);
                 next = (t.producer_id, t.epoch);
             }
             if next.0 == fresh {

@@ -655,6 +655,37 @@ async fn a_fenced_v2_writer_gets_the_fatal_error() {
     w.close().await.unwrap();
 }
 
+/// Transactions v2 when EndTxn's answer is lost (the coordinator committed and bumped
+/// the epoch): the retry carries the old epoch, as Kafka expects of a retry, and the next
+/// transaction the epoch the retry's answer gave.
+#[tokio::test]
+async fn a_v2_commit_whose_answer_was_lost_is_retried_with_the_old_epoch() {
+    let (mut w, mock) = start_tv2(v2).await;
+    w.init_transactions().await.unwrap();
+    w.begin_transaction().unwrap();
+    w.write_messages([Message::new("a").with_partition(0)])
+        .await
+        .unwrap();
+    mock.fault(ApiKey::END_TXN, Fault::CloseMidResponse, 1);
+    w.commit_transaction().await.unwrap();
+    let pid = produces(&mock)[0].2;
+    assert_eq!(ends(&mock), [(5, true, pid, 0), (5, true, pid, 0)]);
+    w.begin_transaction().unwrap();
+    w.write_messages([Message::new("b").with_partition(0)])
+        .await
+        .unwrap();
+    w.commit_transaction().await.unwrap();
+    assert_eq!(ends(&mock).last(), Some(&(5, true, pid, 1)));
+    let markers = mock
+        .batches("t", 0)
+        .into_iter()
+        .flat_map(|b| decode_batches(b, 1 << 20).unwrap().batches)
+        .filter(|b| b.is_control)
+        .count();
+    assert_eq!(markers, 2, "one marker per transaction, none for the retry");
+    w.close().await.unwrap();
+}
+
 /// Transactions v2 when the epoch is exhausted: EndTxn v5 answers a new producer id with
 /// epoch 0, and the next transaction writes under it from sequence 0.
 #[tokio::test]
