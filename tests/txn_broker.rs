@@ -702,5 +702,35 @@ async fn v2_each_transaction_writes_with_the_epoch_the_previous_end_txn_returned
                 "{batches:?}"
             );
         }
+        // Cost per transaction of one message to two partitions (v1: one
+        // AddPartitionsToTxn round trip more), committed one after another.
+        let rate_topic = crate::topic("txn-rate", 2).await;
+        let mut w = TransactionalWriter::new(
+            config(&rate_topic, &common::unique_topic("txn-rate-id"))
+                .transaction_protocol(protocol),
+        )
+        .unwrap();
+        w.init_transactions().await.unwrap();
+        const N: usize = 30;
+        let started = Instant::now();
+        for i in 0..N {
+            w.begin_transaction().unwrap();
+            w.write_messages([
+                Message::new(format!("r-{i}")).with_partition(0),
+                Message::new(format!("s-{i}")).with_partition(1),
+            ])
+            .await
+            .unwrap();
+            w.commit_transaction().await.unwrap();
+        }
+        let per = started.elapsed() / u32::try_from(N).unwrap();
+        w.close().await.unwrap();
+        eprintln!("{protocol:?}: {N} transactions (2 partitions, 1 message each): {per:?} per transaction");
+        assert_eq!(
+            read_values(&rate_topic, IsolationLevel::ReadCommitted, 2 * N)
+                .await
+                .len(),
+            2 * N
+        );
     }
 }
