@@ -1,7 +1,10 @@
 //! Exactly-once consume → transform → produce pipelines on Apache Kafka (the shared
 //! single-node test broker): a group `Reader` → user combinators → an
 //! [`ExactlyOnceSink`](kafkapipe::writer::ExactlyOnceSink), whose transactions carry the
-//! consumed offsets with the produced records (KIP-447, v1 transaction protocol).
+//! consumed offsets with the produced records (KIP-447). Every scenario runs on both
+//! transaction protocols (`NAME::v1`: AddPartitionsToTxn/AddOffsetsToTxn; `NAME::v2`:
+//! KIP-890 transactions v2, partitions and the group joining through Produce v12 and
+//! TxnOffsetCommit v5, a new epoch from each EndTxn v5).
 //!
 //! Each test reads the output with read_committed and checks that every kept input is in
 //! it exactly once (count and content), and that the group's committed offsets are the
@@ -104,7 +107,18 @@ fn writer_config(output: &str, txn_id: &str) -> WriterConfig {
         .topic(output)
         .transactional_id(txn_id)
         .transaction_timeout(Duration::from_secs(30))
+        .transaction_protocol(common::txn_protocol())
 }
+
+// Every scenario runs on both transaction protocols (`NAME::v1`, `NAME::v2`).
+crate::on_both_txn_protocols!(
+    a_pipeline_writes_each_kept_input_exactly_once_and_commits_the_input_end,
+    a_crashed_pipeline_is_fenced_by_its_successor_and_the_output_stays_exactly_once,
+    an_unordered_stage_with_a_crash_still_writes_each_input_exactly_once,
+    two_members_with_a_rebalance_in_the_middle_write_each_input_exactly_once,
+    two_cooperative_members_with_a_rebalance_in_the_middle_write_each_input_exactly_once,
+    a_fenced_zombie_pipeline_ends_with_the_fatal_error_and_its_successor_finishes,
+);
 
 /// The pipeline of every test: keep, uppercase, write (each output message carries the
 /// ack token of its input, which is how the sink knows the consumed position).
@@ -312,7 +326,6 @@ async fn first_transaction_committed(group: &str, input: &str) {
     }
 }
 
-#[tokio::test]
 async fn a_pipeline_writes_each_kept_input_exactly_once_and_commits_the_input_end() {
     common::init_log();
     const N: usize = 10_000;
@@ -362,7 +375,6 @@ async fn a_pipeline_writes_each_kept_input_exactly_once_and_commits_the_input_en
     assert_eq!(committed_offsets(&group, &input).await, ends);
 }
 
-#[tokio::test]
 async fn a_crashed_pipeline_is_fenced_by_its_successor_and_the_output_stays_exactly_once() {
     common::init_log();
     const N: usize = 10_000;
@@ -428,7 +440,6 @@ async fn a_crashed_pipeline_is_fenced_by_its_successor_and_the_output_stays_exac
 /// put in a result whose input's offset it cannot commit yet (an earlier input of the
 /// partition still in flight) — such results wait for the next transaction. Crash and
 /// restart as above: a result committed without its offset would be written again.
-#[tokio::test]
 async fn an_unordered_stage_with_a_crash_still_writes_each_input_exactly_once() {
     common::init_log();
     const N: usize = 6_000;
@@ -502,14 +513,12 @@ async fn an_unordered_stage_with_a_crash_still_writes_each_input_exactly_once() 
     assert_exactly_once(read_committed(&output, expected(N).len()).await, N);
 }
 
-#[tokio::test]
 async fn two_members_with_a_rebalance_in_the_middle_write_each_input_exactly_once() {
     two_members(Protocol::Eager).await;
 }
 
 /// The same with the cooperative-sticky assignor: the first member keeps some partitions
 /// through the rebalance (its open transaction is aborted and they are rewound).
-#[tokio::test]
 async fn two_cooperative_members_with_a_rebalance_in_the_middle_write_each_input_exactly_once() {
     two_members(Protocol::Cooperative).await;
 }
@@ -597,7 +606,6 @@ async fn two_members(protocol: Protocol) {
 /// transactional call fails fatally and its `forward` ends with that error, naming the
 /// transactional id; a successor pipeline with the same id finishes the input, exactly
 /// once.
-#[tokio::test]
 async fn a_fenced_zombie_pipeline_ends_with_the_fatal_error_and_its_successor_finishes() {
     common::init_log();
     const N: usize = 4_000;

@@ -4,10 +4,12 @@
 //! read_uncommitted; a second writer with the same transactional id fences the first;
 //! offsets sent to a transaction are committed with it; illegal calls are errors.
 //!
-//! Protocol path exercised: the v1 transaction protocol (FindCoordinator key type 1,
-//! InitProducerId with a transactional id, AddPartitionsToTxn ≤ v3, AddOffsetsToTxn,
-//! TxnOffsetCommit, EndTxn ≤ v4, Produce ≤ v11 with transactional batches), on a broker
-//! that finalizes `transaction.version=2`. librdkafka, as an independent reader, sees
+//! Protocol paths exercised: every scenario runs twice (`NAME::v1`, `NAME::v2`), on the
+//! v1 transaction protocol (FindCoordinator key type 1, InitProducerId with a
+//! transactional id, AddPartitionsToTxn ≤ v3, AddOffsetsToTxn, TxnOffsetCommit ≤ v4,
+//! EndTxn ≤ v4, Produce ≤ v11 with transactional batches) and on KIP-890 transactions v2
+//! (Produce v12, TxnOffsetCommit v5, EndTxn v5 whose new epoch each next transaction
+//! uses), on a broker that finalizes `transaction.version=2`. librdkafka, as an independent reader, sees
 //! exactly the committed records with read_committed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -23,7 +25,8 @@ use kafkapipe::conn::{Conn, IsolationLevel};
 use kafkapipe::protocol::ErrorCode;
 use kafkapipe::reader::{Reader, ReaderConfig, StartOffset};
 use kafkapipe::writer::{
-    GroupMetadata, Message, TransactionState, TransactionalWriter, Writer, WriterConfig,
+    GroupMetadata, Message, TransactionProtocol, TransactionState, TransactionalWriter, Writer,
+    WriterConfig,
 };
 use kafkapipe::ErrorKind;
 
@@ -45,7 +48,20 @@ fn config(topic: &str, txn_id: &str) -> WriterConfig {
         .topic(topic)
         .transactional_id(txn_id)
         .transaction_timeout(Duration::from_secs(20))
+        .transaction_protocol(common::txn_protocol())
 }
+
+// Every scenario runs on both transaction protocols (`NAME::v1`, `NAME::v2`).
+crate::on_both_txn_protocols!(
+    committed_records_are_visible_and_aborted_ones_only_read_uncommitted,
+    aborted_records_that_were_written_are_visible_to_read_uncommitted,
+    a_second_writer_with_the_same_id_fences_the_first,
+    offsets_sent_to_a_transaction_are_committed_with_it,
+    illegal_calls_are_errors_not_hangs,
+    librdkafka_read_committed_sees_exactly_our_committed_records,
+    a_fenced_writer_cannot_add_a_new_partition,
+    a_group_members_offsets_commit_with_the_transaction,
+);
 
 async fn writer(topic: &str, txn_id: &str) -> TransactionalWriter {
     let mut w = TransactionalWriter::new(config(topic, txn_id)).unwrap();
@@ -53,7 +69,17 @@ async fn writer(topic: &str, txn_id: &str) -> TransactionalWriter {
         .await
         .expect("init_transactions in time")
         .unwrap();
+    assert_eq!(w.protocol(), Some(protocol_in_use()));
     w
+}
+
+/// The protocol the scenario's writers speak: Kafka 4.1.1 finalizes
+/// `transaction.version=2`, so `Auto` is v2.
+fn protocol_in_use() -> TransactionProtocol {
+    match common::txn_protocol() {
+        TransactionProtocol::Auto => TransactionProtocol::V2,
+        p => p,
+    }
 }
 
 /// Every value in `topic` read with `level`, waiting until `expected` were read, then a
@@ -97,7 +123,6 @@ fn messages(prefix: &str, n: usize) -> Vec<Message> {
     values(prefix, n).into_iter().map(Message::new).collect()
 }
 
-#[tokio::test]
 async fn committed_records_are_visible_and_aborted_ones_only_read_uncommitted() {
     common::init_log();
     let topic = topic("txn-vis", 3).await;
@@ -145,7 +170,6 @@ async fn committed_records_are_visible_and_aborted_ones_only_read_uncommitted() 
     );
 }
 
-#[tokio::test]
 async fn aborted_records_that_were_written_are_visible_to_read_uncommitted() {
     let topic = topic("txn-abort", 1).await;
     let mut w = writer(&topic, &common::unique_topic("txn-abort-id")).await;
@@ -169,7 +193,6 @@ async fn aborted_records_that_were_written_are_visible_to_read_uncommitted() {
     );
 }
 
-#[tokio::test]
 async fn a_second_writer_with_the_same_id_fences_the_first() {
     common::init_log();
     let topic = topic("txn-fence", 2).await;
@@ -260,7 +283,6 @@ async fn group_offset(group: &str, topic: &str) -> Option<i64> {
         .find(|o| *o >= 0)
 }
 
-#[tokio::test]
 async fn offsets_sent_to_a_transaction_are_committed_with_it() {
     common::init_log();
     let source = topic("txn-src", 1).await;
@@ -334,7 +356,6 @@ async fn offsets_sent_to_a_transaction_are_committed_with_it() {
     w.close().await.unwrap();
 }
 
-#[tokio::test]
 async fn illegal_calls_are_errors_not_hangs() {
     let topic = topic("txn-illegal", 1).await;
     let id = common::unique_topic("txn-illegal-id");
@@ -414,7 +435,6 @@ fn librdkafka_values(topic: &str, isolation: &str, expect: usize) -> Vec<String>
         .collect()
 }
 
-#[tokio::test]
 async fn librdkafka_read_committed_sees_exactly_our_committed_records() {
     let topic = topic("txn-interop", 1).await;
     let mut w = writer(&topic, &common::unique_topic("txn-interop-id")).await;
@@ -441,7 +461,6 @@ async fn librdkafka_read_committed_sees_exactly_our_committed_records() {
     assert_eq!(librdkafka_values(&topic, "read_uncommitted", 25), all);
 }
 
-#[tokio::test]
 async fn a_fenced_writer_cannot_add_a_new_partition() {
     let topic = topic("txn-fence-new", 2).await;
     let id = common::unique_topic("txn-fence-new-id");
@@ -485,7 +504,6 @@ async fn a_fenced_writer_cannot_add_a_new_partition() {
     );
 }
 
-#[tokio::test]
 async fn a_group_members_offsets_commit_with_the_transaction() {
     use kafkapipe::conn::ProduceOptions;
     use kafkapipe::group::CommitMode;
@@ -563,7 +581,7 @@ async fn a_group_members_offsets_commit_with_the_transaction() {
 }
 
 #[tokio::test]
-async fn the_test_broker_finalizes_transactions_v2() {
+async fn the_test_broker_finalizes_transactions_v2_and_auto_chooses_it() {
     let c = kafkapipe::conn::Connection::connect(&addr(), Default::default())
         .await
         .unwrap();
@@ -575,4 +593,144 @@ async fn the_test_broker_finalizes_transactions_v2() {
         v.finalized_features()
     );
     c.close().await;
+    // Outside a scenario the protocol is Auto: the writer chooses v2 here.
+    assert_eq!(common::txn_protocol(), TransactionProtocol::Auto);
+    let topic = topic("txn-auto", 1).await;
+    let mut w = writer(&topic, &common::unique_topic("txn-auto-id")).await;
+    assert_eq!(w.protocol(), Some(TransactionProtocol::V2));
+    w.close().await.unwrap();
+}
+
+/// (producer id, epoch, transactional, control) of every batch of `topic`/0, read raw
+/// (Fetch v12, read_uncommitted).
+async fn raw_batches(topic: &str) -> Vec<(i64, i16, bool, bool)> {
+    use kafkapipe::protocol::messages::{FetchPartition, FetchRequest, FetchTopic};
+    let c = kafkapipe::conn::Connection::connect(&addr(), Default::default())
+        .await
+        .unwrap();
+    let req = FetchRequest {
+        replica_id: -1,
+        max_wait_ms: 100,
+        min_bytes: 1,
+        max_bytes: 1 << 20,
+        isolation_level: 0,
+        session_epoch: -1,
+        topics: vec![FetchTopic {
+            topic: topic.to_string(),
+            partitions: vec![FetchPartition {
+                partition: 0,
+                current_leader_epoch: -1,
+                fetch_offset: 0,
+                last_fetched_epoch: -1,
+                log_start_offset: -1,
+                partition_max_bytes: 1 << 20,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let resp = c.send_version(&req, 12).await.unwrap();
+    c.close().await;
+    let data = resp.responses[0].partitions[0]
+        .records
+        .clone()
+        .unwrap_or_default();
+    kafkapipe::record::decode_batches(data, 1 << 20)
+        .unwrap()
+        .batches
+        .into_iter()
+        .map(|b| {
+            (
+                b.producer_id,
+                b.producer_epoch,
+                b.is_transactional,
+                b.is_control,
+            )
+        })
+        .collect()
+}
+
+/// Transactions v2 on Kafka: every EndTxn v5 (commit or abort) bumps the epoch and the
+/// next transaction writes with the epoch it answered — the broker accepts it and its
+/// markers carry it — while the v1 protocol keeps one epoch. A v2 writer that kept its
+/// old epoch would be refused (INVALID_PRODUCER_EPOCH) from the second transaction on.
+#[tokio::test]
+async fn v2_each_transaction_writes_with_the_epoch_the_previous_end_txn_returned() {
+    for protocol in [TransactionProtocol::V1, TransactionProtocol::V2] {
+        let topic = topic("txn-epochs", 1).await;
+        let id = common::unique_topic("txn-epochs-id");
+        let mut w =
+            TransactionalWriter::new(config(&topic, &id).transaction_protocol(protocol)).unwrap();
+        w.init_transactions().await.unwrap();
+        assert_eq!(w.protocol(), Some(protocol));
+        for (i, commit) in [true, false, true, true].into_iter().enumerate() {
+            w.begin_transaction().unwrap();
+            w.write_messages([Message::new(format!("m-{i}"))])
+                .await
+                .unwrap();
+            if commit {
+                w.commit_transaction().await.unwrap();
+            } else {
+                w.abort_transaction().await.unwrap();
+            }
+        }
+        w.close().await.unwrap();
+        let got = read_values(&topic, IsolationLevel::ReadCommitted, 3).await;
+        assert_eq!(
+            got,
+            values("m", 4).into_iter().filter(|v| v != "m-1").collect()
+        );
+        // Data batch, then its marker, per transaction.
+        let batches = raw_batches(&topic).await;
+        assert_eq!(batches.len(), 8, "{protocol:?}: {batches:?}");
+        let pid = batches[0].0;
+        let epoch = batches[0].1;
+        for (t, pair) in batches.chunks(2).enumerate() {
+            let want = match protocol {
+                TransactionProtocol::V2 => epoch + i16::try_from(t).unwrap(),
+                _ => epoch,
+            };
+            assert_eq!(
+                pair[0],
+                (pid, want, true, false),
+                "{protocol:?}: {batches:?}"
+            );
+            assert_eq!(
+                (pair[1].0, pair[1].2, pair[1].3),
+                (pid, true, true),
+                "{batches:?}"
+            );
+        }
+        // Cost per transaction of one message to two partitions (v1: one
+        // AddPartitionsToTxn round trip more), committed one after another.
+        let rate_topic = crate::topic("txn-rate", 2).await;
+        let mut w = TransactionalWriter::new(
+            config(&rate_topic, &common::unique_topic("txn-rate-id"))
+                .transaction_protocol(protocol),
+        )
+        .unwrap();
+        w.init_transactions().await.unwrap();
+        const N: usize = 30;
+        let started = Instant::now();
+        for i in 0..N {
+            w.begin_transaction().unwrap();
+            w.write_messages([
+                Message::new(format!("r-{i}")).with_partition(0),
+                Message::new(format!("s-{i}")).with_partition(1),
+            ])
+            .await
+            .unwrap();
+            w.commit_transaction().await.unwrap();
+        }
+        let per = started.elapsed() / u32::try_from(N).unwrap();
+        w.close().await.unwrap();
+        eprintln!("{protocol:?}: {N} transactions (2 partitions, 1 message each): {per:?} per transaction");
+        assert_eq!(
+            read_values(&rate_topic, IsolationLevel::ReadCommitted, 2 * N)
+                .await
+                .len(),
+            2 * N
+        );
+    }
 }

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio::time::Instant;
 
 use super::{group, Shared, State};
 use crate::error::{Error, Result};
 use crate::protocol::messages::*;
+use crate::protocol::primitives::{put_empty_tagged_fields, put_string, put_uvarint};
 use crate::protocol::{
     ApiKey, Encode, ErrorCode, Request, RequestHeader, ResponseHeader, TaggedFields,
 };
@@ -59,8 +60,11 @@ pub(super) async fn handle(
     let (api, version, correlation_id) = RequestHeader::peek(&frame)?;
     match api {
         ApiKey::API_VERSIONS => {
-            let ranges = supported(&shared.lock());
-            api_versions(frame, version, correlation_id, forced, ranges)
+            let (ranges, features) = {
+                let st = shared.lock();
+                (supported(&st), st.features.clone())
+            };
+            api_versions(frame, version, correlation_id, forced, ranges, &features)
         }
         ApiKey::METADATA => {
             let (c, r) = parse::<MetadataRequest>(frame, version)?;
@@ -69,7 +73,7 @@ pub(super) async fn handle(
         }
         ApiKey::PRODUCE => {
             let (c, r) = parse::<ProduceRequest>(frame, version)?;
-            let resp = produce(id, &mut shared.lock(), &r, forced, message);
+            let resp = produce(id, &mut shared.lock(), &r, version, forced, message);
             shared.changed();
             if r.acks == 0 {
                 return Ok(None);
@@ -143,7 +147,7 @@ pub(super) async fn handle(
         }
         ApiKey::END_TXN => {
             let (c, r) = parse::<EndTxnRequest>(frame, version)?;
-            let resp = super::txn::end(id, &mut shared.lock(), &r, forced);
+            let resp = super::txn::end(id, &mut shared.lock(), &r, version, forced);
             shared.changed();
             reply::<EndTxnRequest>(c, version, &resp)
         }
@@ -237,6 +241,7 @@ fn api_versions(
     correlation_id: i32,
     forced: Option<ErrorCode>,
     ranges: Vec<ApiVersionRange>,
+    features: &[(String, i16)],
 ) -> Result<Option<BytesMut>> {
     let max = ApiVersionsRequest::MAX_VERSION;
     if !(ApiVersionsRequest::MIN_VERSION..=max).contains(&version) {
@@ -248,9 +253,29 @@ fn api_versions(
         return reply::<ApiVersionsRequest>(correlation_id, 0, &resp);
     }
     let (c, _) = parse::<ApiVersionsRequest>(frame, version)?;
+    let mut tagged_fields = TaggedFields::new();
+    if !features.is_empty() {
+        // FinalizedFeaturesEpoch (tag 1), then FinalizedFeatures (tag 2).
+        tagged_fields
+            .0
+            .push((1, Bytes::copy_from_slice(&1i64.to_be_bytes())));
+        let mut raw = BytesMut::new();
+        put_uvarint(
+            &mut raw,
+            u32::try_from(features.len() + 1).unwrap_or(u32::MAX),
+        );
+        for (name, level) in features {
+            put_string(&mut raw, name, true)?;
+            raw.put_i16(*level);
+            raw.put_i16(1);
+            put_empty_tagged_fields(&mut raw);
+        }
+        tagged_fields.0.push((2, raw.freeze()));
+    }
     let resp = ApiVersionsResponse {
         error_code: code(forced),
         api_keys: ranges,
+        tagged_fields,
         ..ApiVersionsResponse::default()
     };
     reply::<ApiVersionsRequest>(c, version, &resp)
@@ -330,6 +355,7 @@ fn produce(
     id: i32,
     st: &mut State,
     req: &ProduceRequest,
+    version: i16,
     forced: Option<ErrorCode>,
     message: Option<String>,
 ) -> ProduceResponse {
@@ -361,7 +387,15 @@ fn produce(
                         let error = forced
                             .or(fault.flatten())
                             .or(topic.as_ref().err().copied())
-                            .or_else(|| route(st, id, &name, p.index));
+                            .or_else(|| route(st, id, &name, p.index))
+                            .or_else(|| {
+                                // Transactions v2: Produce v12+ adds the partition.
+                                let tid = req.transactional_id.as_deref()?;
+                                let records = p.records.as_deref().unwrap_or_default();
+                                (version >= 12 && st.transactions_v2())
+                                    .then(|| super::txn::join(st, tid, &name, p.index, records))
+                                    .flatten()
+                            });
                         let max = st.max_message_bytes;
                         let result = match (error, st.partition_mut(&name, p.index)) {
                             (None, Some(log)) => {

@@ -22,8 +22,11 @@
 //! (AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn, which writes the
 //! COMMIT/ABORT markers and applies the transaction's offsets on commit; a test can also
 //! write transactional batches and markers itself with [`MockCluster::append_raw`]).
-//! Produce does not check that a transactional batch's partition was added to its
-//! transaction, and transactions never time out. Not served: SASL, DeleteRecords,
+//! With [`MockClusterBuilder::finalized_feature`]`("transaction.version", 2)` it speaks
+//! KIP-890 transactions v2: Produce v12 adds the batch's partition to its transaction,
+//! EndTxn v5 bumps the epoch (a new producer id once exhausted). Produce before v12 does
+//! not check that a transactional batch's partition was added to its transaction, and
+//! transactions never time out. Not served: SASL, DeleteRecords,
 //! IncrementalAlterConfigs, DescribeCluster and the KIP-848 group APIs — the mock does
 //! not advertise them and closes the connection on such a request, as Kafka does for an
 //! API it does not know. Topics are not created
@@ -199,6 +202,8 @@ struct State {
     topic_ids: bool,
     /// APIs left out of ApiVersions.
     without: Vec<ApiKey>,
+    /// Finalized features reported in ApiVersions (v3+): (name, level).
+    features: Vec<(String, i16)>,
     /// Coordinators pinned by the test, per group (or transactional) id.
     pinned_coordinators: HashMap<String, i32>,
     requests: HashMap<(i32, ApiKey), u64>,
@@ -283,6 +288,13 @@ impl State {
             .fold(5381u64, |h, b| h.wrapping_mul(33) ^ u64::from(b));
         let i = usize::try_from(hash % live.len() as u64).unwrap_or(0);
         live.get(i).copied()
+    }
+
+    /// Whether the cluster finalizes `transaction.version` >= 2 (transactions v2).
+    fn transactions_v2(&self) -> bool {
+        self.features
+            .iter()
+            .any(|(n, l)| n == "transaction.version" && *l >= 2)
     }
 
     /// Take the error injected for one partition of a request of `api`, if any.
@@ -380,6 +392,7 @@ pub struct MockClusterBuilder {
     versions: HashMap<ApiKey, (i16, i16)>,
     topic_ids: bool,
     without: Vec<ApiKey>,
+    features: Vec<(String, i16)>,
 }
 
 impl MockClusterBuilder {
@@ -486,6 +499,29 @@ impl MockClusterBuilder {
         self
     }
 
+    /// Report feature `name` finalized at `level` in ApiVersions (v3+), as Kafka reports
+    /// e.g. `transaction.version` = 2 (default: no finalized features). With
+    /// `transaction.version` >= 2 the mock's EndTxn v5 bumps the epoch (KIP-890).
+    ///
+    /// ```
+    /// use kafkapipe::conn::Conn;
+    /// use kafkapipe::mock::MockCluster;
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().finalized_feature("transaction.version", 2).start().await?;
+    /// let conn = Conn::connect(&cluster.bootstrap()[0]).await?;
+    /// let versions = conn.connection().api_versions().cloned().unwrap_or_default();
+    /// assert_eq!(versions.finalized_level("transaction.version"), 2);
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    pub fn finalized_feature(mut self, name: &str, level: i16) -> Self {
+        self.features.retain(|(n, _)| n != name);
+        self.features.push((name.to_string(), level));
+        self
+    }
+
     /// Whether Metadata reports topic ids (default `true`; `false` reports all zeros,
     /// as brokers before Kafka 2.8 do).
     ///
@@ -534,6 +570,7 @@ impl MockClusterBuilder {
                 versions: self.versions,
                 topic_ids: self.topic_ids,
                 without: self.without,
+                features: self.features,
                 ..State::default()
             }),
             tick,
@@ -634,6 +671,7 @@ impl MockCluster {
             versions: HashMap::new(),
             topic_ids: true,
             without: Vec::new(),
+            features: Vec::new(),
         }
     }
 
@@ -858,7 +896,6 @@ impl MockCluster {
     /// order; batches that do not decode are skipped.
     ///
     /// ```
-    /// use futures::SinkExt;
     /// use futures::SinkExt;
     /// use kafkapipe::mock::MockCluster;
     /// use kafkapipe::writer::{Message, Writer, WriterConfig};
@@ -1434,6 +1471,41 @@ impl MockCluster {
             .delete_before(offset);
         self.shared.changed();
         Some(start)
+    }
+
+    /// Set the producer epoch the transaction coordinator holds for `transactional_id`
+    /// (registering the id with a new producer id if it is unknown); the next
+    /// InitProducerId answers `epoch + 1`. For epoch exhaustion: with
+    /// `transaction.version` >= 2, an EndTxn v5 at epoch `i16::MAX - 1` or later answers a
+    /// new producer id with epoch 0, as Kafka does. Returns the producer id.
+    ///
+    /// ```
+    /// use kafkapipe::mock::MockCluster;
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().start().await?;
+    /// let pid = cluster.set_transaction_epoch("tx-1", i16::MAX - 2);
+    /// assert_eq!(cluster.set_transaction_epoch("tx-1", 0), pid);
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    pub fn set_transaction_epoch(&self, transactional_id: &str, epoch: i16) -> i64 {
+        let mut st = self.shared.lock();
+        if !st.transactions.contains_key(transactional_id) {
+            st.next_producer_id += 1;
+            let producer_id = st.next_producer_id;
+            let mut t = txn::Txn::default();
+            t.producer_id = producer_id;
+            st.transactions.insert(transactional_id.to_string(), t);
+        }
+        match st.transactions.get_mut(transactional_id) {
+            Some(t) => {
+                t.epoch = epoch;
+                t.producer_id
+            }
+            None => -1,
+        }
     }
 
     /// Expire the idempotent producers' state of a partition, as a broker does when a

@@ -2,7 +2,9 @@
 //! AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn, which writes the
 //! COMMIT or ABORT marker into every partition of the transaction (the logs then report
 //! the last stable offset and the aborted transactions from those markers) and applies the
-//! transaction's offsets to their groups on commit.
+//! transaction's offsets to their groups on commit. Transactions v2 (KIP-890, when the
+//! cluster finalizes `transaction.version` >= 2): Produce v12 joins partitions (`join`),
+//! EndTxn v5 bumps the epoch and answers the next producer id and epoch.
 
 use std::collections::BTreeSet;
 
@@ -22,6 +24,10 @@ pub(super) struct Txn {
     partitions: BTreeSet<(String, i32)>,
     /// (group, topic, partition, offset, metadata) committed within the transaction.
     offsets: Vec<(String, String, i32, i64, Option<String>)>,
+    /// Transactions v2: how the last transaction ended (commit?) by an EndTxn v5 that
+    /// bumped the epoch, until the next one starts — so a retry of that EndTxn (the
+    /// previous epoch) is answered as Kafka does, with success and the current epoch.
+    ended_v2: Option<bool>,
 }
 
 /// The control batch marking the end of `producer`'s transaction.
@@ -86,6 +92,7 @@ pub(super) fn init(st: &mut State, tid: &str) -> (i64, i16) {
     }
     match st.transactions.get_mut(tid) {
         Some(t) => {
+            t.ended_v2 = None;
             t.epoch = t.epoch.wrapping_add(1);
             (t.producer_id, t.epoch)
         }
@@ -233,6 +240,7 @@ pub(super) fn offset_commit(
                 .map(|p| {
                     if error.is_none() {
                         if let Some(txn) = st.transactions.get_mut(&req.transactional_id) {
+                            txn.ended_v2 = None;
                             txn.offsets.push((
                                 req.group_id.clone(),
                                 t.name.clone(),
@@ -258,10 +266,37 @@ pub(super) fn offset_commit(
     }
 }
 
+/// Produce v12+ of `tid` (transactions v2): the partition joins the transaction if the
+/// batch's producer id and epoch are the transaction's (read from the batch header).
+pub(super) fn join(
+    st: &mut State,
+    tid: &str,
+    topic: &str,
+    partition: i32,
+    records: &[u8],
+) -> Option<ErrorCode> {
+    // Producer id at byte 43 and epoch at 51 of a v2 record batch.
+    let (Some(pid), Some(epoch)) = (records.get(43..51), records.get(51..53)) else {
+        return Some(ErrorCode::CorruptMessage);
+    };
+    let pid = i64::from_be_bytes(pid.try_into().unwrap_or_default());
+    let epoch = i16::from_be_bytes(epoch.try_into().unwrap_or_default());
+    match st.transactions.get_mut(tid) {
+        Some(t) if t.producer_id == pid && t.epoch == epoch => {
+            t.ended_v2 = None;
+            t.partitions.insert((topic.to_string(), partition));
+            None
+        }
+        Some(t) if t.producer_id == pid => Some(ErrorCode::InvalidProducerEpoch),
+        _ => Some(ErrorCode::InvalidProducerIdMapping),
+    }
+}
+
 pub(super) fn end(
     id: i32,
     st: &mut State,
     req: &EndTxnRequest,
+    version: i16,
     forced: Option<ErrorCode>,
 ) -> EndTxnResponse {
     let error = forced.or_else(|| {
@@ -273,13 +308,52 @@ pub(super) fn end(
             req.producer_epoch,
         )
     });
+    let mut next = (req.producer_id, req.producer_epoch);
+    // Transactions v2: a retry of the EndTxn that ended the last transaction (its answer
+    // was lost) carries the previous epoch; it succeeds with the current one.
+    let retried = error.is_some_and(|e| e != ErrorCode::NotCoordinator)
+        && forced.is_none()
+        && version >= 5
+        && st.transactions_v2()
+        && st.transactions.get(&req.transactional_id).is_some_and(|t| {
+            t.producer_id == req.producer_id
+                && req.producer_epoch.checked_add(1) == Some(t.epoch)
+                && t.ended_v2 == Some(req.committed)
+        });
+    if retried {
+        if let Some(t) = st.transactions.get(&req.transactional_id) {
+            return EndTxnResponse {
+                producer_id: t.producer_id,
+                producer_epoch: t.epoch,
+                ..EndTxnResponse::default()
+            };
+        }
+    }
     if error.is_none() {
         finish(st, &req.transactional_id, req.committed);
+        // Transactions v2: every EndTxn bumps the epoch; an exhausted epoch gets a new
+        // producer id (epoch 0), as Kafka's coordinator does.
+        if version >= 5 && st.transactions_v2() {
+            let fresh = st.next_producer_id + 1;
+            if let Some(t) = st.transactions.get_mut(&req.transactional_id) {
+                if t.epoch >= i16::MAX - 1 {
+                    t.producer_id = fresh;
+                    t.epoch = 0;
+                } else {
+                    t.epoch += 1;
+                }
+                t.ended_v2 = Some(req.committed);
+                next = (t.producer_id, t.epoch);
+            }
+            if next.0 == fresh {
+                st.next_producer_id = fresh;
+            }
+        }
     }
     EndTxnResponse {
         error_code: error.map_or(0, ErrorCode::code),
-        producer_id: req.producer_id,
-        producer_epoch: req.producer_epoch,
+        producer_id: next.0,
+        producer_epoch: next.1,
         ..EndTxnResponse::default()
     }
 }

@@ -169,6 +169,11 @@ pub struct WriterConfig {
     /// `transaction.max.timeout.ms`, 15 min by default). Default 60 s (Java
     /// `transaction.timeout.ms`).
     pub transaction_timeout: Duration,
+    /// Which transaction protocol a [`TransactionalWriter`](super::TransactionalWriter)
+    /// speaks: [`TransactionProtocol::Auto`] (default) chooses KIP-890 transactions v2
+    /// when the transaction coordinator finalizes `transaction.version` >= 2 and supports
+    /// Produce v12, EndTxn v5 and TxnOffsetCommit v5, else the v1 protocol.
+    pub transaction_protocol: TransactionProtocol,
     /// TLS for every broker connection; `None` (default) for plain TCP. See
     /// [`ConnectionConfig::tls`].
     #[cfg(feature = "tls")]
@@ -208,6 +213,7 @@ impl fmt::Debug for WriterConfig {
             )
             .field("transactional_id", &self.transactional_id)
             .field("transaction_timeout", &self.transaction_timeout)
+            .field("transaction_protocol", &self.transaction_protocol)
             .field("sasl", &self.sasl)
             .finish_non_exhaustive()
     }
@@ -246,6 +252,7 @@ impl WriterConfig {
             max_in_flight_per_partition: 5,
             transactional_id: None,
             transaction_timeout: Duration::from_secs(60),
+            transaction_protocol: TransactionProtocol::Auto,
             #[cfg(feature = "tls")]
             tls: None,
             sasl: None,
@@ -495,6 +502,20 @@ impl WriterConfig {
         self
     }
 
+    /// Set [`WriterConfig::transaction_protocol`] (the default, `Auto`, follows the
+    /// broker; `V1` or `V2` force one protocol, e.g. to test both on one broker).
+    ///
+    /// ```no_run
+    /// use kafkapipe::writer::{TransactionProtocol, WriterConfig};
+    /// let config = WriterConfig::new(["127.0.0.1:9092"])
+    ///     .transactional_id("etl-1")
+    ///     .transaction_protocol(TransactionProtocol::V1);
+    /// ```
+    pub fn transaction_protocol(mut self, p: TransactionProtocol) -> Self {
+        self.transaction_protocol = p;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let fail = |m: &str| Err(Error::config(m.to_string()));
         if self.brokers.is_empty() {
@@ -580,6 +601,37 @@ impl WriterConfig {
             .unwrap_or(self.backoff_max)
             .min(self.backoff_max)
     }
+}
+
+/// The transaction protocol of a [`TransactionalWriter`](super::TransactionalWriter)
+/// ([`WriterConfig::transaction_protocol`]).
+///
+/// - v1: each partition joins the transaction with AddPartitionsToTxn before its first
+///   batch, a group with AddOffsetsToTxn before TxnOffsetCommit; EndTxn (≤ v4) keeps the
+///   producer epoch.
+/// - v2 (KIP-890 "transactions v2", Kafka 4.0+ with `transaction.version=2`): partitions
+///   join implicitly through Produce v12, the group through TxnOffsetCommit v5, and every
+///   EndTxn (v5) bumps the epoch and returns the producer id and epoch of the next
+///   transaction (a new producer id once the epoch is exhausted); sequence numbers restart.
+///
+/// ```no_run
+/// use kafkapipe::writer::{TransactionProtocol, WriterConfig};
+/// let config = WriterConfig::new(["127.0.0.1:9092"])
+///     .transactional_id("etl-1")
+///     .transaction_protocol(TransactionProtocol::V2);
+/// assert_eq!(config.transaction_protocol, TransactionProtocol::V2);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TransactionProtocol {
+    /// v2 when the transaction coordinator finalizes `transaction.version` >= 2 and
+    /// supports Produce v12, EndTxn v5 and TxnOffsetCommit v5; v1 otherwise (default).
+    #[default]
+    Auto,
+    /// Always the v1 protocol (Kafka 4.x still accepts it).
+    V1,
+    /// Always transactions v2: `init_transactions` fails with `UnsupportedVersion` when
+    /// the coordinator cannot do it.
+    V2,
 }
 
 #[cfg(test)]

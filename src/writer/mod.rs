@@ -99,7 +99,7 @@ use std::task::{ready, Context, Poll};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub use balancer::{Balancer, Crc32, Hash, LeastBytes, Murmur2, ReferenceHash, RoundRobin};
-pub use config::WriterConfig;
+pub use config::{TransactionProtocol, WriterConfig};
 pub use eos::{ExactlyOnceSink, PipelineConfig, PipelineStats};
 pub use message::Message;
 pub use txn::{GroupMetadata, TransactionState, TransactionalWriter};

@@ -968,11 +968,12 @@ impl Task {
                 return;
             };
             // Partitions not in the transaction yet are added first (one request for all
-            // of them); their batches wait meanwhile.
+            // of them); their batches wait meanwhile. Transactions v2: Produce adds them.
+            let v2 = txn.shared.lock().v2();
             let mut to_add = Vec::new();
             for parts in by_broker.values_mut() {
                 parts.retain(|tp| {
-                    let added = txn.added.contains(tp);
+                    let added = v2 || txn.added.contains(tp);
                     if !added {
                         to_add.push(tp.clone());
                     }
@@ -1245,6 +1246,15 @@ impl Task {
         let timeout = self.cfg.write_timeout;
         let shared = self.shared.clone();
         let txn_id = self.txn.as_ref().map(|t| t.shared.id.clone());
+        let versions = match &self.txn {
+            Some(t) => {
+                // The coordinator may know of the transaction now (transactions v2:
+                // this request adds its partitions): ending it takes an EndTxn.
+                t.shared.lock().touch();
+                t.shared.produce_versions()
+            }
+            None => (0, MAX_PRODUCE_VERSION),
+        };
         // On an open connection the request is queued now, so requests to one broker go
         // out in the order they were built (a partition's batches in sequence order);
         // otherwise the spawned task connects first (and nothing else goes to the broker
@@ -1254,7 +1264,7 @@ impl Task {
         }
         // acks=0 has no response to await: written through `produce`.
         let queued = conn.filter(|_| acks != RequiredAcks::None).map(|conn| {
-            let req = produce_version(&conn, txn_id.is_some()).and_then(|version| {
+            let req = produce_version(&conn, versions).and_then(|version| {
                 let req = produce_request(&batches, acks, timeout, txn_id.as_deref());
                 conn.queue_request(&req, version)
             });
@@ -1277,7 +1287,7 @@ impl Task {
                 }
                 Some((_, Err(e))) => Err(e),
                 None => {
-                    produce(&cluster, broker, &batches, acks, timeout, txn_id)
+                    produce(&cluster, broker, &batches, acks, timeout, txn_id, versions)
                         .instrument(span)
                         .await
                 }
@@ -2106,14 +2116,21 @@ fn seal(
     }
 }
 
-/// The Produce version to use on `conn`.
-fn produce_version(conn: &Connection, transactional: bool) -> Result<i16> {
-    let max = if transactional {
-        txn::MAX_TXN_PRODUCE_VERSION
-    } else {
-        MAX_PRODUCE_VERSION
-    };
-    Ok(conn.version_for::<ProduceRequest>()?.min(max))
+/// The Produce version to use on `conn`, within `(lowest, highest)` (a transactional
+/// writer's range: see `TxnShared::produce_versions`).
+fn produce_version(conn: &Connection, (lowest, highest): (i16, i16)) -> Result<i16> {
+    let v = conn
+        .version_for::<ProduceRequest>()?
+        .min(highest)
+        .min(MAX_PRODUCE_VERSION);
+    if v < lowest {
+        return Err(Error::new(
+            crate::error::ErrorKind::UnsupportedVersion,
+            format!("transactions v2 needs Produce v{lowest}; the broker shares up to v{v}"),
+        )
+        .with_broker(conn.broker()));
+    }
+    Ok(v)
 }
 
 /// The Produce request carrying `batches` (at most one per partition).
@@ -2205,10 +2222,11 @@ async fn produce(
     acks: RequiredAcks,
     timeout: Duration,
     transactional_id: Option<Arc<str>>,
+    versions: (i16, i16),
 ) -> Result<Vec<Outcome>> {
     let work = async {
         let conn = cluster.connection(broker).await?;
-        let version = produce_version(&conn, transactional_id.is_some())?;
+        let version = produce_version(&conn, versions)?;
         let req = produce_request(batches, acks, timeout, transactional_id.as_deref());
         if acks == RequiredAcks::None {
             conn.send_no_response(&req, version).await?;

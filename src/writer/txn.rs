@@ -1,11 +1,21 @@
 //! Transactions: [`TransactionalWriter`], its state machine and the calls to the
-//! transaction and group coordinators (the v1 transaction protocol).
+//! transaction and group coordinators, over the v1 transaction protocol or KIP-890
+//! transactions v2 ([`TransactionProtocol`]).
 //!
-//! The writer's background task does the produce side (it adds each partition to the
-//! transaction with AddPartitionsToTxn before its first batch, stamps batches as
-//! transactional and reports failures into the state machine); this module does the
-//! rest — InitProducerId, EndTxn, AddOffsetsToTxn and TxnOffsetCommit — on the caller's
-//! task, and keeps the [`TransactionState`] both sides consult.
+//! The writer's background task does the produce side (v1: it adds each partition to the
+//! transaction with AddPartitionsToTxn before its first batch; v2: Produce v12 adds it;
+//! either way it stamps batches as transactional and reports failures into the state
+//! machine); this module does the rest — InitProducerId, EndTxn, AddOffsetsToTxn (v1) and
+//! TxnOffsetCommit — on the caller's task, and keeps the [`TransactionState`] both sides
+//! consult.
+//!
+//! Transactions v2 as the Java client does it (KIP-890 part 2, `isTransactionV2Enabled`):
+//! chosen once, by `init_transactions`, when the transaction coordinator finalizes
+//! `transaction.version` >= 2 and supports Produce v12, EndTxn v5 and TxnOffsetCommit v5.
+//! Every EndTxn v5 (commit or abort) has the coordinator bump the epoch and answers the
+//! producer id and epoch of the next transaction (a new producer id when the epoch is
+//! exhausted); the writer takes them over and its sequence numbers restart at 0, so an
+//! abort needs no InitProducerId to bump the epoch.
 //!
 //! Why a separate type rather than methods on [`Writer`]: a `Writer` is `Clone`, and
 //! transaction boundaries shared by clones would be a trap (one clone's commit would
@@ -22,7 +32,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use super::task::Cmd;
-use super::{closed_error, Message, Writer, WriterConfig, WriterStats};
+use super::{closed_error, Message, TransactionProtocol, Writer, WriterConfig, WriterStats};
 use crate::admin::TopicPartition;
 use crate::cluster::Cluster;
 use crate::conn::Connection;
@@ -30,7 +40,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::group::coordinator::Coordinator;
 use crate::protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnTopic, EndTxnRequest,
-    InitProducerIdRequest, TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition,
+    InitProducerIdRequest, ProduceRequest, TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,
 };
 use crate::protocol::ErrorCode;
@@ -45,9 +55,17 @@ const MAX_END_TXN_VERSION: i16 = 4;
 /// Highest TxnOffsetCommit version: v5 adds the group to the transaction implicitly
 /// (transactions v2).
 const MAX_TXN_OFFSET_COMMIT_VERSION: i16 = 4;
-/// Highest Produce version of a transactional writer: v12 tells the broker the client
-/// speaks transactions v2 (partitions added implicitly).
+/// Highest Produce version of a transactional writer of the v1 protocol: v12 tells the
+/// broker the client speaks transactions v2 (partitions added implicitly).
 pub(crate) const MAX_TXN_PRODUCE_VERSION: i16 = 11;
+/// The versions transactions v2 needs: Produce v12 (partitions join implicitly), EndTxn
+/// v5 (epoch bump, new producer id/epoch in the response), TxnOffsetCommit v5 (the group
+/// joins implicitly).
+pub(crate) const V2_PRODUCE_VERSION: i16 = 12;
+const V2_END_TXN_VERSION: i16 = 5;
+const V2_TXN_OFFSET_COMMIT_VERSION: i16 = 5;
+/// The finalized feature level of `transaction.version` that enables transactions v2.
+const V2_FEATURE_LEVEL: i16 = 2;
 
 /// Where a [`TransactionalWriter`] is in its life.
 ///
@@ -114,6 +132,8 @@ pub(crate) struct Machine {
     /// numbers were used and dropped): after the abort the epoch is bumped, which restarts
     /// every partition's sequence numbers.
     needs_bump: bool,
+    /// The protocol chosen by `init_transactions` (`None` before).
+    protocol: Option<TransactionProtocol>,
 }
 
 impl Machine {
@@ -125,7 +145,13 @@ impl Machine {
             producer: None,
             touched: false,
             needs_bump: false,
+            protocol: None,
         }
+    }
+
+    /// Transactions v2 was chosen: partitions join the transaction through Produce v12.
+    pub(crate) fn v2(&self) -> bool {
+        self.protocol == Some(TransactionProtocol::V2)
     }
 
     pub(crate) fn state(&self) -> TransactionState {
@@ -299,6 +325,56 @@ impl TxnShared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// The Produce versions (lowest, highest) the writer's task may use: v12 or later
+    /// for transactions v2 (the broker then adds partitions to the transaction itself),
+    /// at most v11 for the v1 protocol.
+    pub(crate) fn produce_versions(&self) -> (i16, i16) {
+        if self.lock().v2() {
+            (V2_PRODUCE_VERSION, i16::MAX)
+        } else {
+            (0, MAX_TXN_PRODUCE_VERSION)
+        }
+    }
+}
+
+/// Whether `c` (the transaction coordinator) can do transactions v2: `transaction.version`
+/// finalized at level 2 or higher and the versions v2 needs; the reason when it cannot.
+fn v2_support(c: &Connection) -> std::result::Result<(), String> {
+    let level = c
+        .api_versions()
+        .map_or(0, |a| a.finalized_level("transaction.version"));
+    if level < V2_FEATURE_LEVEL {
+        return Err(format!(
+            "the cluster finalizes transaction.version={level} (transactions v2 needs {V2_FEATURE_LEVEL})"
+        ));
+    }
+    let version = |v: Result<i16>| v.unwrap_or(-1);
+    let needs = [
+        (
+            "Produce",
+            version(c.version_for::<ProduceRequest>()),
+            V2_PRODUCE_VERSION,
+        ),
+        (
+            "EndTxn",
+            version(c.version_for::<EndTxnRequest>()),
+            V2_END_TXN_VERSION,
+        ),
+        (
+            "TxnOffsetCommit",
+            version(c.version_for::<TxnOffsetCommitRequest>()),
+            V2_TXN_OFFSET_COMMIT_VERSION,
+        ),
+    ];
+    for (api, have, need) in needs {
+        if have < need {
+            return Err(format!(
+                "{api} v{need} is needed, the broker and this client share only up to v{have}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The consumer group whose offsets a transaction commits
@@ -394,9 +470,14 @@ impl GroupMetadata {
 /// `INVALID_PRODUCER_EPOCH`) or unauthorized is fatal: that error, naming the
 /// transactional id, is returned by every later call.
 ///
-/// Protocol: the v1 transaction protocol (AddPartitionsToTxn ≤ v3 before the first batch
-/// of each partition in a transaction, AddOffsetsToTxn + TxnOffsetCommit for offsets,
-/// EndTxn ≤ v4), which Kafka 4.x still accepts when it finalizes `transaction.version=2`.
+/// Protocol ([`WriterConfig::transaction_protocol`], chosen by `init_transactions`):
+/// KIP-890 transactions v2 where the transaction coordinator finalizes
+/// `transaction.version` >= 2 (Kafka 4.x) — partitions join through Produce v12, the group
+/// through TxnOffsetCommit v5, and every EndTxn v5 bumps the epoch, its answer giving the
+/// producer of the next transaction; otherwise the v1 protocol (AddPartitionsToTxn ≤ v3
+/// before the first batch of each partition in a transaction, AddOffsetsToTxn +
+/// TxnOffsetCommit ≤ v4 for offsets, EndTxn ≤ v4). `TRANSACTION_ABORTABLE` makes the
+/// transaction abortable on both.
 ///
 /// ```no_run
 /// use futures::SinkExt;
@@ -492,6 +573,22 @@ impl TransactionalWriter {
         self.txn.lock().state()
     }
 
+    /// The transaction protocol in use: `V1` or `V2` once
+    /// [`init_transactions`](Self::init_transactions) chose it (never `Auto`), `None`
+    /// before.
+    ///
+    /// ```no_run
+    /// use kafkapipe::writer::TransactionProtocol;
+    /// # fn demo(writer: &kafkapipe::writer::TransactionalWriter) {
+    /// if writer.protocol() == Some(TransactionProtocol::V2) {
+    ///     println!("KIP-890 transactions v2");
+    /// }
+    /// # }
+    /// ```
+    pub fn protocol(&self) -> Option<TransactionProtocol> {
+        self.txn.lock().protocol
+    }
+
     /// The writer's counters.
     ///
     /// ```no_run
@@ -539,13 +636,16 @@ impl TransactionalWriter {
     /// ```
     pub async fn init_transactions(&mut self) -> Result<()> {
         self.txn.lock().start_init()?;
-        let producer = self.init_producer(None).await;
-        let producer = match producer {
+        let (producer, protocol) = match self.init_producer(None).await {
             Ok(p) => p,
             Err(e) => return Err(self.txn.lock().fail(&e)),
         };
-        info!(transactional_id = %self.txn.id, producer_id = producer.0, producer_epoch = producer.1, "transactional writer initialized");
-        self.txn.lock().initialized(producer);
+        info!(transactional_id = %self.txn.id, producer_id = producer.0, producer_epoch = producer.1, ?protocol, "transactional writer initialized");
+        {
+            let mut m = self.txn.lock();
+            m.protocol = Some(protocol);
+            m.initialized(producer);
+        }
         self.send_cmd(Cmd::Producer(producer))
     }
 
@@ -595,9 +695,9 @@ impl TransactionalWriter {
     }
 
     /// Commit the consumed `offsets` (the offset of the next message to read, per
-    /// partition) of `group` with the open transaction (AddOffsetsToTxn to the
-    /// transaction coordinator, then TxnOffsetCommit to the group coordinator, carrying
-    /// the membership for KIP-447 fencing). The group sees them when the transaction
+    /// partition) of `group` with the open transaction (v1: AddOffsetsToTxn to the
+    /// transaction coordinator, then TxnOffsetCommit to the group coordinator; v2:
+    /// TxnOffsetCommit v5 alone; carrying the membership for KIP-447 fencing). The group sees them when the transaction
     /// commits, never if it aborts.
     ///
     /// # Errors
@@ -646,26 +746,15 @@ impl TransactionalWriter {
     ) -> Result<()> {
         let deadline = super::task::after(Instant::now(), self.cfg.delivery_timeout);
         let id = self.txn.id.to_string();
-        let req = AddOffsetsToTxnRequest {
-            transactional_id: id.clone(),
-            producer_id,
-            producer_epoch,
-            group_id: group.group_id.clone(),
-            ..Default::default()
-        };
-        let req = &req;
-        txn_call(
-            &self.coordinator,
-            "AddOffsetsToTxn",
-            deadline,
-            &self.cfg,
-            |c| async move {
-                let resp = c.send(req).await?;
-                check(resp.error_code, &c)
-            },
-        )
-        .await?;
-        self.txn.lock().touch();
+        let v2 = self.txn.lock().v2();
+        if v2 {
+            // TxnOffsetCommit v5 adds the group: the transaction may be started by it
+            // even if its answer is lost.
+            self.txn.lock().touch();
+        } else {
+            self.add_offsets(&id, producer_id, producer_epoch, group, deadline)
+                .await?;
+        }
         let mut topics: Vec<TxnOffsetCommitRequestTopic> = Vec::new();
         for (tp, offset) in offsets {
             let part = TxnOffsetCommitRequestPartition {
@@ -705,9 +794,12 @@ impl TransactionalWriter {
             deadline,
             &self.cfg,
             |c| async move {
-                let v = c
-                    .version_for::<TxnOffsetCommitRequest>()?
-                    .min(MAX_TXN_OFFSET_COMMIT_VERSION);
+                let v = c.version_for::<TxnOffsetCommitRequest>()?;
+                let v = if v2 {
+                    v2_version(&c, "TxnOffsetCommit", v, V2_TXN_OFFSET_COMMIT_VERSION)?
+                } else {
+                    v.min(MAX_TXN_OFFSET_COMMIT_VERSION)
+                };
                 let resp = c.send_version(req, v).await?;
                 for t in &resp.topics {
                     for p in &t.partitions {
@@ -725,6 +817,38 @@ impl TransactionalWriter {
         .await;
         group_coordinator.close().await;
         r
+    }
+
+    /// AddOffsetsToTxn (v1): the group joins the transaction before TxnOffsetCommit.
+    async fn add_offsets(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        group: &GroupMetadata,
+        deadline: Instant,
+    ) -> Result<()> {
+        let req = AddOffsetsToTxnRequest {
+            transactional_id: id.to_string(),
+            producer_id,
+            producer_epoch,
+            group_id: group.group_id.clone(),
+            ..Default::default()
+        };
+        let req = &req;
+        txn_call(
+            &self.coordinator,
+            "AddOffsetsToTxn",
+            deadline,
+            &self.cfg,
+            |c| async move {
+                let resp = c.send(req).await?;
+                check(resp.error_code, &c)
+            },
+        )
+        .await?;
+        self.txn.lock().touch();
+        Ok(())
     }
 
     /// Commit the open transaction: wait until every message sent in it is acknowledged
@@ -764,7 +888,7 @@ impl TransactionalWriter {
         };
         if touched {
             match self.end_txn(true).await {
-                Ok(()) => {}
+                Ok(next) => self.next_producer(next)?,
                 // The coordinator may have the commit (or may get it on a retry): the
                 // state stays `Committing`, and calling commit again resends it, as the
                 // Java client allows after a commit timeout.
@@ -808,13 +932,16 @@ impl TransactionalWriter {
             (m.touched, m.needs_bump, m.producer)
         };
         if touched {
-            if let Err(e) = self.end_txn(false).await {
-                return Err(self.txn.lock().fail(&e));
+            match self.end_txn(false).await {
+                Ok(next) => self.next_producer(next)?,
+                Err(e) => return Err(self.txn.lock().fail(&e)),
             }
         }
+        // Transactions v2: EndTxn bumped the epoch already.
+        let bump = bump && self.txn.lock().needs_bump;
         if bump {
             match self.init_producer(producer).await {
-                Ok(p) => {
+                Ok((p, _)) => {
                     debug!(transactional_id = %self.txn.id, producer_id = p.0, producer_epoch = p.1, "epoch bumped after the abort");
                     self.txn.lock().initialized(p);
                     self.send_cmd(Cmd::Producer(p))?;
@@ -863,6 +990,17 @@ impl TransactionalWriter {
         })
     }
 
+    /// Transactions v2: take the producer id and epoch EndTxn answered for the next
+    /// transaction (the task restarts every partition's sequence numbers at 0).
+    fn next_producer(&self, next: Option<(i64, i16)>) -> Result<()> {
+        let Some(p) = next else {
+            return Ok(());
+        };
+        debug!(transactional_id = %self.txn.id, producer_id = p.0, producer_epoch = p.1, "next transaction's producer (transactions v2)");
+        self.txn.lock().initialized(p);
+        self.send_cmd(Cmd::Producer(p))
+    }
+
     fn send_cmd(&self, cmd: Cmd) -> Result<()> {
         self.inner.shared.send(cmd).map_err(|_| closed_error())
     }
@@ -879,10 +1017,12 @@ impl TransactionalWriter {
         Ok(())
     }
 
-    async fn end_txn(&self, commit: bool) -> Result<()> {
-        let producer = {
+    /// EndTxn with the current producer. Transactions v2 (EndTxn v5): the coordinator
+    /// bumped the epoch and answers the producer id and epoch of the next transaction.
+    async fn end_txn(&self, commit: bool) -> Result<Option<(i64, i16)>> {
+        let (producer, v2) = {
             let m = self.txn.lock();
-            m.producer.ok_or_else(|| m.illegal("EndTxn"))
+            (m.producer.ok_or_else(|| m.illegal("EndTxn")), m.v2())
         };
         let (producer_id, producer_epoch) = producer?;
         let req = EndTxnRequest {
@@ -900,9 +1040,25 @@ impl TransactionalWriter {
             deadline,
             &self.cfg,
             |c| async move {
-                let v = c.version_for::<EndTxnRequest>()?.min(MAX_END_TXN_VERSION);
+                let v = c.version_for::<EndTxnRequest>()?;
+                let v = if v2 {
+                    v2_version(&c, "EndTxn", v, V2_END_TXN_VERSION)?
+                } else {
+                    v.min(MAX_END_TXN_VERSION)
+                };
                 let resp = c.send_version(req, v).await?;
-                check(resp.error_code, &c)
+                check(resp.error_code, &c)?;
+                if !v2 {
+                    return Ok(None);
+                }
+                if resp.producer_id < 0 || resp.producer_epoch < 0 {
+                    return Err(Error::protocol(format!(
+                        "EndTxn v{v} answered no producer for the next transaction (id {}, epoch {})",
+                        resp.producer_id, resp.producer_epoch
+                    ))
+                    .with_broker(c.broker()));
+                }
+                Ok(Some((resp.producer_id, resp.producer_epoch)))
             },
         )
         .await
@@ -911,18 +1067,28 @@ impl TransactionalWriter {
     /// InitProducerId with the transactional id; `current` (after an abort) asks for an
     /// epoch bump of that producer (KIP-360, v3+), which older brokers do anyway for a
     /// transactional id.
-    async fn init_producer(&self, current: Option<(i64, i16)>) -> Result<(i64, i16)> {
+    async fn init_producer(
+        &self,
+        current: Option<(i64, i16)>,
+    ) -> Result<((i64, i16), TransactionProtocol)> {
         let deadline = super::task::after(Instant::now(), self.cfg.delivery_timeout);
         let timeout_ms =
             i32::try_from(self.cfg.transaction_timeout.as_millis()).unwrap_or(i32::MAX);
         let id = self.txn.id.to_string();
         let id = &id;
+        let wanted = self.cfg.transaction_protocol;
+        let chosen = self.txn.lock().protocol;
         txn_call(
             &self.coordinator,
             "InitProducerId",
             deadline,
             &self.cfg,
             |c| async move {
+                // The protocol is chosen once, from the coordinator of the first init.
+                let protocol = match chosen {
+                    Some(p) => p,
+                    None => choose_protocol(wanted, &c, id)?,
+                };
                 let v = c.version_for::<InitProducerIdRequest>()?;
                 let (producer_id, producer_epoch) = match current {
                     Some(p) if v >= 3 => p,
@@ -937,18 +1103,55 @@ impl TransactionalWriter {
                 };
                 let resp = c.send_version(&req, v).await?;
                 check(resp.error_code, &c)?;
-                if current.is_none() {
-                    // The v1 path is used either way (see DESIGN.md); transactions v2 is
-                    // chosen from this level once implemented.
-                    let level = c
-                        .api_versions()
-                        .map_or(0, |a| a.finalized_level("transaction.version"));
-                    debug!(transactional_id = %id, transaction_version = level, "coordinator's finalized transaction.version; using the v1 protocol");
-                }
-                Ok((resp.producer_id, resp.producer_epoch))
+                Ok(((resp.producer_id, resp.producer_epoch), protocol))
             },
         )
         .await
+    }
+}
+
+/// The protocol `wanted` comes to on coordinator `c`: `Auto` is v2 where `c` supports it;
+/// a forced `V2` it does not support is a `Config` error naming the reason.
+fn choose_protocol(
+    wanted: TransactionProtocol,
+    c: &Connection,
+    id: &str,
+) -> Result<TransactionProtocol> {
+    let support = v2_support(c);
+    let level = c
+        .api_versions()
+        .map_or(0, |a| a.finalized_level("transaction.version"));
+    let chosen = match (wanted, support) {
+        (TransactionProtocol::V1, _) => TransactionProtocol::V1,
+        (_, Ok(())) => TransactionProtocol::V2,
+        (TransactionProtocol::Auto, Err(why)) => {
+            debug!(transactional_id = %id, reason = %why, "transactions v2 unavailable");
+            TransactionProtocol::V1
+        }
+        (TransactionProtocol::V2, Err(why)) => {
+            return Err(Error::config(format!(
+                "transactional id '{id}': TransactionProtocol::V2 was asked for, but the \
+                 transaction coordinator (broker {}) cannot do transactions v2: {why}",
+                c.broker()
+            )))
+        }
+    };
+    debug!(transactional_id = %id, transaction_version = level, protocol = ?chosen, "transaction protocol chosen");
+    Ok(chosen)
+}
+
+/// `have` (the version shared with `c`) if it is at least `need`, the version
+/// transactions v2 needs, else an `UnsupportedVersion` error (the coordinator moved to a
+/// broker without it).
+fn v2_version(c: &Connection, api: &str, have: i16, need: i16) -> Result<i16> {
+    if have >= need {
+        Ok(have)
+    } else {
+        Err(Error::new(
+            ErrorKind::UnsupportedVersion,
+            format!("transactions v2 needs {api} v{need}; broker shares up to v{have}"),
+        )
+        .with_broker(c.broker()))
     }
 }
 

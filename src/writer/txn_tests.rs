@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{GroupMetadata, Message, TransactionState, TransactionalWriter, WriterConfig};
+use super::{
+    GroupMetadata, Message, TransactionProtocol, TransactionState, TransactionalWriter,
+    WriterConfig,
+};
 use crate::admin::TopicPartition;
 use crate::mock::{Fault, MockCluster};
 use crate::protocol::messages::*;
@@ -24,12 +27,25 @@ async fn start() -> (TransactionalWriter, MockCluster) {
 async fn start_with(
     tweak: impl FnOnce(WriterConfig) -> WriterConfig,
 ) -> (TransactionalWriter, MockCluster) {
-    let mock = MockCluster::builder()
-        .topic("t", 2)
-        .topic("in", 4)
-        .start()
-        .await
-        .unwrap();
+    start_on(MockCluster::builder(), tweak).await
+}
+
+/// Like [`start_with`], on a mock that finalizes `transaction.version=2` (as Kafka 4.x).
+async fn start_tv2(
+    tweak: impl FnOnce(WriterConfig) -> WriterConfig,
+) -> (TransactionalWriter, MockCluster) {
+    start_on(
+        MockCluster::builder().finalized_feature("transaction.version", 2),
+        tweak,
+    )
+    .await
+}
+
+async fn start_on(
+    builder: crate::mock::MockClusterBuilder,
+    tweak: impl FnOnce(WriterConfig) -> WriterConfig,
+) -> (TransactionalWriter, MockCluster) {
+    let mock = builder.topic("t", 2).topic("in", 4).start().await.unwrap();
     for api in [
         ApiKey::FIND_COORDINATOR,
         ApiKey::INIT_PRODUCER_ID,
@@ -451,6 +467,247 @@ async fn an_abort_drops_unsent_messages_and_reports_them() {
     );
     assert_eq!(mock.records("t", 0).len() + mock.records("t", 1).len(), 1);
     drop(reports);
+    w.close().await.unwrap();
+}
+
+fn v2(c: WriterConfig) -> WriterConfig {
+    c.transaction_protocol(TransactionProtocol::V2)
+}
+
+/// Every captured TxnOffsetCommit: (version, group, pid, epoch).
+fn offset_commits(mock: &MockCluster) -> Vec<(i16, String, i64, i16)> {
+    mock.captured_versions::<TxnOffsetCommitRequest>()
+        .into_iter()
+        .map(|(_, v, r)| (v, r.group_id, r.producer_id, r.producer_epoch))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_v2_path_joins_through_produce_and_takes_each_epoch_from_end_txn() {
+    // Chosen from the finalized feature (Auto), or forced.
+    let auto: fn(WriterConfig) -> WriterConfig = |c| c;
+    for tweak in [auto, v2] {
+        v2_path(tweak).await;
+    }
+}
+
+async fn v2_path(tweak: fn(WriterConfig) -> WriterConfig) {
+    let (mut w, mock) = start_tv2(tweak).await;
+    assert_eq!(w.protocol(), None, "chosen by init_transactions");
+    w.init_transactions().await.unwrap();
+    assert_eq!(w.protocol(), Some(TransactionProtocol::V2));
+    w.begin_transaction().unwrap();
+    w.write_messages([
+        Message::new("a").with_partition(0),
+        Message::new("b").with_partition(0),
+        Message::new("c").with_partition(1),
+    ])
+    .await
+    .unwrap();
+    w.send_offsets_to_transaction(
+        [(TopicPartition::new("in", 3), 42)],
+        &GroupMetadata::new("g"),
+    )
+    .await
+    .unwrap();
+    w.commit_transaction().await.unwrap();
+    let pid = produces(&mock)[0].2;
+    let mut sent = produces(&mock);
+    sent.sort_by_key(|p| p.6);
+    assert_eq!(
+        sent,
+        [
+            (12, Some(ID.to_string()), pid, 0, 0, true, 1),
+            (12, Some(ID.to_string()), pid, 0, 0, true, 2)
+        ]
+    );
+    assert_eq!(offset_commits(&mock), [(5, "g".to_string(), pid, 0)]);
+    assert_eq!(ends(&mock), [(5, true, pid, 0)]);
+    assert_eq!(mock.committed("g", "in", 3), Some(42));
+    // Every transaction runs with the epoch the previous EndTxn returned, its sequences
+    // from 0; an abort bumps the epoch too (no InitProducerId).
+    for (epoch, commit) in [(1, true), (2, false), (3, true)] {
+        w.begin_transaction().unwrap();
+        w.write_messages([Message::new("d").with_partition(0)])
+            .await
+            .unwrap();
+        if commit {
+            w.commit_transaction().await.unwrap();
+        } else {
+            w.abort_transaction().await.unwrap();
+        }
+        assert_eq!(
+            produces(&mock).last(),
+            Some(&(12, Some(ID.to_string()), pid, epoch, 0, true, 1))
+        );
+        assert_eq!(ends(&mock).last(), Some(&(5, commit, pid, epoch)));
+    }
+    assert_eq!(mock.requests(ApiKey::ADD_PARTITIONS_TO_TXN), 0);
+    assert_eq!(mock.requests(ApiKey::ADD_OFFSETS_TO_TXN), 0);
+    assert_eq!(inits(&mock).len(), 1);
+    // The markers went into both partitions: read_committed sees the committed ones.
+    let committed: usize = [0, 1]
+        .iter()
+        .map(|p| {
+            mock.batches("t", *p)
+                .into_iter()
+                .flat_map(|b| decode_batches(b, 1 << 20).unwrap().batches)
+                .filter(|b| b.is_control)
+                .count()
+        })
+        .sum();
+    assert_eq!(committed, 5, "one marker per partition and transaction");
+    w.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn auto_uses_v1_without_the_finalized_feature() {
+    let (mut w, mock) = start().await;
+    w.init_transactions().await.unwrap();
+    assert_eq!(w.protocol(), Some(TransactionProtocol::V1));
+    w.begin_transaction().unwrap();
+    w.write_messages([Message::new("a")]).await.unwrap();
+    w.commit_transaction().await.unwrap();
+    assert_eq!(mock.requests(ApiKey::ADD_PARTITIONS_TO_TXN), 1);
+    assert_eq!(produces(&mock)[0].0, 11);
+    assert_eq!(ends(&mock)[0].0, 4);
+}
+
+#[tokio::test]
+async fn a_forced_v2_without_its_versions_fails_init_clearly() {
+    let without_feature = MockCluster::builder();
+    let old_end_txn = MockCluster::builder()
+        .finalized_feature("transaction.version", 2)
+        .api_versions(ApiKey::END_TXN, 0, 4);
+    for (builder, why) in [
+        (without_feature, "transaction.version=0"),
+        (old_end_txn, "EndTxn v5"),
+    ] {
+        let mock = builder.topic("t", 1).start().await.unwrap();
+        let mut w = TransactionalWriter::new(v2(WriterConfig::new(mock.bootstrap())
+            .topic("t")
+            .transactional_id(ID)))
+        .unwrap();
+        let e = w.init_transactions().await.unwrap_err();
+        assert!(e.to_string().contains(why), "{e}");
+        assert!(e.to_string().contains(ID), "{e}");
+        assert_eq!(w.state(), TransactionState::Uninitialized);
+        assert_eq!(mock.requests(ApiKey::INIT_PRODUCER_ID), 0);
+        w.close().await.unwrap();
+    }
+}
+
+/// TRANSACTION_ABORTABLE (error 120) on a produce makes the transaction abortable, not
+/// the writer fatal: the abort works and the next transaction commits — on both paths.
+#[tokio::test]
+async fn transaction_abortable_is_abortable_on_both_paths() {
+    for protocol in [TransactionProtocol::V1, TransactionProtocol::V2] {
+        let (mut w, mock) = start_tv2(|c| c.transaction_protocol(protocol)).await;
+        w.init_transactions().await.unwrap();
+        mock.fault_partition(ApiKey::PRODUCE, "t", 0, ErrorCode::TransactionAbortable, 1);
+        w.begin_transaction().unwrap();
+        let e = w
+            .write_messages([Message::new("a").with_partition(0)])
+            .await
+            .unwrap_err();
+        assert_eq!(e.kafka_code(), Some(ErrorCode::TransactionAbortable), "{e}");
+        assert_eq!(w.state(), TransactionState::AbortableError, "{protocol:?}");
+        assert!(w.commit_transaction().await.is_err());
+        w.abort_transaction().await.unwrap();
+        w.begin_transaction().unwrap();
+        w.write_messages([Message::new("b").with_partition(0)])
+            .await
+            .unwrap();
+        w.commit_transaction().await.unwrap();
+        let values: Vec<_> = mock
+            .batches("t", 0)
+            .into_iter()
+            .flat_map(|b| decode_batches(b, 1 << 20).unwrap().batches)
+            .filter(|b| !b.is_control)
+            .flat_map(|b| b.records)
+            .filter_map(|r| r.value)
+            .collect();
+        assert_eq!(values, [Bytes::from_static(b"b")], "{protocol:?}");
+        w.close().await.unwrap();
+    }
+}
+
+/// Fencing on the v2 path: the produce of a writer whose epoch is older than the
+/// coordinator's is refused, and the writer ends with the fatal error naming the id.
+#[tokio::test]
+async fn a_fenced_v2_writer_gets_the_fatal_error() {
+    let (mut w, mock) = start_tv2(v2).await;
+    w.init_transactions().await.unwrap();
+    let mut newer = TransactionalWriter::new(v2(WriterConfig::new(mock.bootstrap())
+        .topic("t")
+        .transactional_id(ID)))
+    .unwrap();
+    newer.init_transactions().await.unwrap();
+    w.begin_transaction().unwrap();
+    let e = w
+        .write_messages([Message::new("a").with_partition(0)])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains(ID), "{e}");
+    assert_eq!(w.state(), TransactionState::FatalError, "{e}");
+    assert!(w.begin_transaction().is_err());
+    newer.close().await.unwrap();
+    w.close().await.unwrap();
+}
+
+/// Transactions v2 when EndTxn's answer is lost (the coordinator committed and bumped
+/// the epoch): the retry carries the old epoch, as Kafka expects of a retry, and the next
+/// transaction the epoch the retry's answer gave.
+#[tokio::test]
+async fn a_v2_commit_whose_answer_was_lost_is_retried_with_the_old_epoch() {
+    let (mut w, mock) = start_tv2(v2).await;
+    w.init_transactions().await.unwrap();
+    w.begin_transaction().unwrap();
+    w.write_messages([Message::new("a").with_partition(0)])
+        .await
+        .unwrap();
+    mock.fault(ApiKey::END_TXN, Fault::CloseMidResponse, 1);
+    w.commit_transaction().await.unwrap();
+    let pid = produces(&mock)[0].2;
+    assert_eq!(ends(&mock), [(5, true, pid, 0), (5, true, pid, 0)]);
+    w.begin_transaction().unwrap();
+    w.write_messages([Message::new("b").with_partition(0)])
+        .await
+        .unwrap();
+    w.commit_transaction().await.unwrap();
+    assert_eq!(ends(&mock).last(), Some(&(5, true, pid, 1)));
+    let markers = mock
+        .batches("t", 0)
+        .into_iter()
+        .flat_map(|b| decode_batches(b, 1 << 20).unwrap().batches)
+        .filter(|b| b.is_control)
+        .count();
+    assert_eq!(markers, 2, "one marker per transaction, none for the retry");
+    w.close().await.unwrap();
+}
+
+/// Transactions v2 when the epoch is exhausted: EndTxn v5 answers a new producer id with
+/// epoch 0, and the next transaction writes under it from sequence 0.
+#[tokio::test]
+async fn an_exhausted_epoch_moves_to_the_new_producer_id_end_txn_answers() {
+    let (mut w, mock) = start_tv2(v2).await;
+    let old = mock.set_transaction_epoch(ID, i16::MAX - 3);
+    w.init_transactions().await.unwrap();
+    for _ in 0..3 {
+        w.begin_transaction().unwrap();
+        w.write_messages([Message::new("a").with_partition(0)])
+            .await
+            .unwrap();
+        w.commit_transaction().await.unwrap();
+    }
+    let sent = produces(&mock);
+    assert_eq!((sent[0].2, sent[0].3), (old, i16::MAX - 2));
+    assert_eq!((sent[1].2, sent[1].3, sent[1].4), (old, i16::MAX - 1, 0));
+    let new = sent[2].2;
+    assert_ne!(new, old, "a new producer id");
+    assert_eq!((sent[2].3, sent[2].4), (0, 0));
+    assert_eq!(ends(&mock).last(), Some(&(5, true, new, 0)));
+    assert_eq!(mock.records("t", 0).len(), 3);
     w.close().await.unwrap();
 }
 

@@ -419,3 +419,51 @@ pub fn api_versions(addr: &str, timeout: Duration) -> std::io::Result<Vec<ApiRan
     }
     Ok(out)
 }
+
+thread_local! {
+    /// The transaction protocol of the running scenario (see [`with_txn_protocol`]).
+    static TXN_PROTOCOL: std::cell::Cell<kafkapipe::writer::TransactionProtocol> =
+        const { std::cell::Cell::new(kafkapipe::writer::TransactionProtocol::Auto) };
+}
+
+/// The transaction protocol the running scenario's writers use ([`with_txn_protocol`];
+/// `Auto` outside one).
+pub fn txn_protocol() -> kafkapipe::writer::TransactionProtocol {
+    TXN_PROTOCOL.with(std::cell::Cell::get)
+}
+
+/// Run scenario `f` with `protocol` for its transactional writers ([`txn_protocol`]),
+/// so one scenario body runs on both transaction protocols. The protocol is kept per
+/// thread: `#[tokio::test]`'s current-thread runtime runs the test's spawned tasks on
+/// its thread too (asserted).
+pub async fn with_txn_protocol<F: std::future::Future>(
+    protocol: kafkapipe::writer::TransactionProtocol,
+    f: F,
+) -> F::Output {
+    assert_eq!(
+        tokio::runtime::Handle::current().runtime_flavor(),
+        tokio::runtime::RuntimeFlavor::CurrentThread,
+        "the protocol is a thread-local: scenarios need a current-thread runtime"
+    );
+    TXN_PROTOCOL.with(|p| p.set(protocol));
+    f.await
+}
+
+/// One test per transaction protocol (`NAME::v1`, `NAME::v2`) for each scenario
+/// `async fn NAME()` listed, which takes the protocol from [`txn_protocol`].
+#[macro_export]
+macro_rules! on_both_txn_protocols {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use kafkapipe::writer::TransactionProtocol;
+            #[tokio::test]
+            async fn v1() {
+                $crate::common::with_txn_protocol(TransactionProtocol::V1, super::$name()).await
+            }
+            #[tokio::test]
+            async fn v2() {
+                $crate::common::with_txn_protocol(TransactionProtocol::V2, super::$name()).await
+            }
+        }
+    )*};
+}
