@@ -483,3 +483,88 @@ async fn transactional_topics_reach_zero_lag_and_hide_aborted_records() {
         );
     }
 }
+
+/// librdkafka transactions interleaved in the log: three transactional producers write to
+/// two partitions one message at a time round robin, so each partition's log alternates
+/// between their open transactions, and a third of the transactions abort (the aborted
+/// ones sit between committed records of the others). A read_committed Reader must yield
+/// exactly the committed records, each once, in each producer's order; read_uncommitted
+/// yields all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interleaved_librdkafka_transactions_yield_exactly_the_committed_records() {
+    use kafkapipe::conn::IsolationLevel;
+    use std::collections::{BTreeSet, HashMap};
+    let topic = topic("pipe-txn-mix", 2).await;
+    let out =
+        std::process::Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+            .arg(format!(
+                "{}/tests/interop/txn_produce.py",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .args(["--broker", &addr(), "--topic", &topic])
+            .args(["--producers", "3", "--rounds", "6", "--partitions", "2"])
+            .args(["--per-partition", "5"])
+            .output()
+            .unwrap();
+    assert!(
+        out.status.success(),
+        "librdkafka transactions: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let committed: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let all = 3 * 6 * 2 * 5;
+    assert!(!committed.is_empty() && committed.len() < all);
+
+    for (level, expected) in [
+        (IsolationLevel::ReadCommitted, committed.len()),
+        (IsolationLevel::ReadUncommitted, all),
+    ] {
+        let mut reader = Reader::new(
+            ReaderConfig::new([addr()])
+                .topic(&topic)
+                .isolation_level(level)
+                .start_offset(StartOffset::First)
+                .max_wait(Duration::from_millis(50)),
+        )
+        .await
+        .unwrap();
+        let mut values = Vec::new();
+        while values.len() < expected {
+            let m = tokio::time::timeout(WITHIN, reader.next_message())
+                .await
+                .unwrap_or_else(|_| panic!("{level:?}: {} of {expected} in time", values.len()))
+                .unwrap();
+            values.push((
+                m.partition,
+                String::from_utf8(m.value.unwrap().to_vec()).unwrap(),
+            ));
+        }
+        let more = tokio::time::timeout(Duration::from_millis(700), reader.next_message()).await;
+        assert!(more.is_err(), "{level:?}: more records: {more:?}");
+        reader.close().await;
+        let got: BTreeSet<&str> = values.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(got.len(), values.len(), "{level:?}: a record came twice");
+        if level == IsolationLevel::ReadCommitted {
+            let want: BTreeSet<&str> = committed.iter().map(String::as_str).collect();
+            assert_eq!(
+                got, want,
+                "read_committed yields exactly the committed records"
+            );
+        }
+        // each producer's records of a partition come in the order it wrote them
+        let mut last: HashMap<(i32, String), (usize, usize)> = HashMap::new();
+        for (p, v) in &values {
+            let parts: Vec<&str> = v.split('-').collect();
+            let round: usize = parts[1][1..].parse().unwrap();
+            let i: usize = parts[3].parse().unwrap();
+            let key = (*p, parts[0].to_string());
+            if let Some(prev) = last.insert(key, (round, i)) {
+                assert!(prev < (round, i), "{level:?}: {v} after {prev:?}");
+            }
+        }
+    }
+}
