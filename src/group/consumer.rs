@@ -359,15 +359,16 @@ fn names_backoff(previous: Duration) -> Duration {
 
 /// What a reconciliation step, running in a task of its own, reports.
 enum Done {
-    /// First step: the topic names learned for the assignment's ids, `revoked` given up
-    /// (committed first); `added` are the partitions of the plan to start next.
+    /// First step: `revoked` given up (committed first); `added` are the partitions of
+    /// the plan to start next.
     Revoked {
-        learned: Vec<(TopicId, String)>,
         revoked: Vec<(TopicId, i32)>,
         added: Vec<(TopicId, i32)>,
     },
-    /// Second step: `started` were started, or could not be.
+    /// Second step: the topic names learned for the assignment's ids; `started` were
+    /// started, or could not be.
     Taken {
+        learned: Vec<(TopicId, String)>,
         started: Vec<(TopicId, i32)>,
         result: Result<()>,
     },
@@ -462,8 +463,10 @@ impl GroupTask {
                 }
             } else if job.is_none() && m.joined() {
                 if let Some((revoked, added)) = m.plan() {
-                    if !revoked.is_empty() || Instant::now() >= reconcile_after {
+                    if !revoked.is_empty() {
                         job = Some(self.revoke_job(revoked, added, &names));
+                    } else if Instant::now() >= reconcile_after {
+                        job = Some(self.take_job(&m, added, &names));
                     }
                 }
             }
@@ -484,18 +487,37 @@ impl GroupTask {
                         }
                     };
                     match done {
-                        Done::Revoked { learned, revoked, added } => {
-                            names.extend(learned);
-                            if !revoked.is_empty() {
-                                m.reconciled(&revoked, &[]);
-                                // acknowledge at once: the coordinator hands revoked
-                                // partitions on only when this member stops reporting them
-                                next_beat = Instant::now();
+                        Done::Revoked { revoked, added } => {
+                            m.reconciled(&revoked, &[]);
+                            // acknowledge at once: the coordinator hands revoked
+                            // partitions on only when this member stops reporting them
+                            next_beat = Instant::now();
+                            let start: Vec<(TopicId, i32)> =
+                                added.into_iter().filter(|(id, p)| m.wants(id, *p)).collect();
+                            if !start.is_empty() {
+                                job = Some(self.take_job(&m, start, &names));
+                            } else if m.target.is_none() {
+                                streak.reset();
                             }
-                            let start: Vec<(TopicId, i32)> = added
-                                .into_iter()
-                                .filter(|(id, p)| names.contains_key(id) && m.wants(id, *p))
-                                .collect();
+                        }
+                        Done::Taken { learned, started, result } => {
+                            names.extend(learned);
+                            match result {
+                                Ok(()) => {
+                                    m.reconciled(&[], &started);
+                                    if !started.is_empty() {
+                                        next_beat = Instant::now();
+                                    }
+                                    if m.target.is_none() {
+                                        streak.reset();
+                                    }
+                                    debug!(group = %g.group_id, epoch = m.epoch, started = started.len(), owned = flatten(&m.owned).len(), "reconciled");
+                                }
+                                Err(e) => {
+                                    let wait = self.failed(&mut streak, "fetching the committed offsets", e);
+                                    reconcile_after = Instant::now() + wait;
+                                }
+                            }
                             let unresolved = m.plan().is_some_and(|(_, added)| {
                                 added.iter().any(|(id, _)| !names.contains_key(id))
                             });
@@ -503,28 +525,11 @@ impl GroupTask {
                                 // not reconcilable yet (a topic name unknown): look again
                                 // later, backing off
                                 names_wait = names_backoff(names_wait);
-                                reconcile_after = Instant::now() + names_wait;
+                                reconcile_after = reconcile_after.max(Instant::now() + names_wait);
                                 debug!(group = %g.group_id, wait_ms = names_wait.as_millis() as u64, "assigned topic ids not in the Metadata yet");
                             } else {
                                 names_wait = Duration::ZERO;
                             }
-                            if !start.is_empty() {
-                                job = Some(self.take_job(&m, start, &names));
-                            } else if m.target.is_none() {
-                                streak.reset();
-                            }
-                        }
-                        Done::Taken { started, result: Ok(()) } => {
-                            m.reconciled(&[], &started);
-                            next_beat = Instant::now();
-                            if m.target.is_none() {
-                                streak.reset();
-                            }
-                            debug!(group = %g.group_id, epoch = m.epoch, started = started.len(), owned = flatten(&m.owned).len(), "reconciled");
-                        }
-                        Done::Taken { result: Err(e), .. } => {
-                            let wait = self.failed(&mut streak, "fetching the committed offsets", e);
-                            reconcile_after = Instant::now() + wait;
                         }
                     }
                     continue;
@@ -617,8 +622,8 @@ impl GroupTask {
         g.close_events();
     }
 
-    /// The first step of a reconciliation, in a task of its own: learn the names of the
-    /// assigned topic ids not known yet, give up `revoked` (committing first).
+    /// The first step of a reconciliation, in a task of its own: give up `revoked`
+    /// (committing first).
     fn revoke_job(
         &self,
         revoked: Vec<(TopicId, i32)>,
@@ -629,12 +634,37 @@ impl GroupTask {
             group: self.group.clone(),
             reader: self.reader.clone(),
         };
-        let lookup = added.iter().any(|(id, _)| !names.contains_key(id));
         let tps = to_partitions(names, revoked.iter().copied());
+        Job(tokio::spawn(async move {
+            if !tps.is_empty() {
+                task.give_up(&tps, false).await;
+            }
+            Done::Revoked { revoked, added }
+        }))
+    }
+
+    /// The second step of a reconciliation, in a task of its own: learn the names of the
+    /// assigned topic ids not known yet, then start those of `added` whose name is known
+    /// at their committed offsets (or the `OffsetStore`'s).
+    fn take_job(
+        &self,
+        m: &Member,
+        added: Vec<(TopicId, i32)>,
+        names: &HashMap<TopicId, String>,
+    ) -> Job {
+        let task = GroupTask {
+            group: self.group.clone(),
+            reader: self.reader.clone(),
+        };
+        let (epoch, member_id) = (m.epoch, m.member_id.clone());
+        let mut known: HashMap<TopicId, String> = added
+            .iter()
+            .filter_map(|(id, _)| names.get(id).map(|n| (*id, n.clone())))
+            .collect();
         Job(tokio::spawn(async move {
             let g = &task.group;
             let mut learned = Vec::new();
-            if lookup {
+            if added.iter().any(|(id, _)| !known.contains_key(id)) {
                 // Assignments name topics by id: learn the names (all topics: a regex
                 // subscription may bring topics this reader never heard of).
                 match tokio::time::timeout(task.config().request_timeout, g.admin.metadata(None))
@@ -654,36 +684,21 @@ impl GroupTask {
                         debug!(group = %g.group_id, "metadata for the assigned topic ids timed out")
                     }
                 }
+                known.extend(learned.iter().cloned());
             }
-            if !tps.is_empty() {
-                task.give_up(&tps, false).await;
-            }
-            Done::Revoked {
-                learned,
-                revoked,
-                added,
-            }
-        }))
-    }
-
-    /// The second step of a reconciliation, in a task of its own: start `added` at their
-    /// committed offsets (or the `OffsetStore`'s).
-    fn take_job(
-        &self,
-        m: &Member,
-        added: Vec<(TopicId, i32)>,
-        names: &HashMap<TopicId, String>,
-    ) -> Job {
-        let task = GroupTask {
-            group: self.group.clone(),
-            reader: self.reader.clone(),
-        };
-        let (epoch, member_id) = (m.epoch, m.member_id.clone());
-        let tps = to_partitions(names, added.iter().copied());
-        Job(tokio::spawn(async move {
-            let result = task.take(epoch, &member_id, &tps).await;
+            let started: Vec<(TopicId, i32)> = added
+                .into_iter()
+                .filter(|(id, _)| known.contains_key(id))
+                .collect();
+            let tps = to_partitions(&known, started.iter().copied());
+            let result = if tps.is_empty() {
+                Ok(())
+            } else {
+                task.take(epoch, &member_id, &tps).await
+            };
             Done::Taken {
-                started: added,
+                learned,
+                started,
                 result,
             }
         }))
@@ -760,17 +775,18 @@ impl GroupTask {
 /// Stop an interrupted reconciliation step and record in `m` what it finished.
 async fn settle(job: Job, m: &mut Member, names: &mut HashMap<TopicId, String>) {
     match job.cancel().await {
-        Some(Done::Revoked {
-            learned, revoked, ..
+        Some(Done::Revoked { revoked, .. }) => m.reconciled(&revoked, &[]),
+        Some(Done::Taken {
+            learned,
+            started,
+            result,
         }) => {
             names.extend(learned);
-            m.reconciled(&revoked, &[]);
+            if result.is_ok() {
+                m.reconciled(&[], &started);
+            }
         }
-        Some(Done::Taken {
-            started,
-            result: Ok(()),
-        }) => m.reconciled(&[], &started),
-        Some(Done::Taken { result: Err(_), .. }) | None => {}
+        None => {}
     }
 }
 
