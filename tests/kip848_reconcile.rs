@@ -199,7 +199,8 @@ async fn kip848_heartbeats_continue_during_a_slow_reconciliation() {
         .lock()
         .unwrap()
         .iter()
-        .filter_map(|(t, e)| match e {
+        .rev()
+        .find_map(|(t, e)| match e {
             GroupEvent::Assigned { partitions, .. }
                 if partitions.iter().any(|tp| moved.contains(tp)) =>
             {
@@ -207,7 +208,6 @@ async fn kip848_heartbeats_continue_during_a_slow_reconciliation() {
             }
             _ => None,
         })
-        .last()
         .expect("b assigned a's partitions");
     let wait = got_at.saturating_duration_since(revoked_at);
     eprintln!(
