@@ -10,12 +10,16 @@
 //! member epoch, the heartbeat interval and, when it changed, the member's target
 //! assignment as topic ids, mapped to names through Metadata (v10+ carries ids).
 //!
-//! Reconciliation, as the protocol requires: partitions missing from the target are
-//! stopped, their processed offsets committed (OffsetCommit v9+ with the member epoch as
-//! generation; a `STALE_MEMBER_EPOCH` commits again with the current epoch), and only
-//! then left out of the owned partitions the next heartbeat reports — which is sent at
-//! once. Partitions the broker grants are started then; partitions that stay are never
-//! touched, so they keep flowing through every rebalance. `FENCED_MEMBER_EPOCH` and
+//! Reconciliation, as the protocol requires, in tasks of their own while the heartbeats
+//! go on: partitions missing from the target are stopped, their processed offsets
+//! committed (OffsetCommit v9+ with the member epoch as generation; a
+//! `STALE_MEMBER_EPOCH` commits again with the current epoch), and only then left out of
+//! the owned partitions the next heartbeat reports — which is sent at once. Partitions
+//! the broker grants are started after that acknowledgement (their OffsetFetch and the
+//! `OffsetStore` never delay it) and reported when started; partitions that stay are
+//! never touched, so they keep flowing through every rebalance. An assignment that
+//! arrives during a reconciliation waits for the next one; a close or a lost membership
+//! interrupts it. `FENCED_MEMBER_EPOCH` and
 //! `UNKNOWN_MEMBER_ID` drop every partition without committing (`GroupEvent::Lost`)
 //! and rejoin at epoch 0; `UNRELEASED_INSTANCE_ID` and `UNSUPPORTED_ASSIGNOR` are
 //! yielded by the reader's stream with an explanation and retried after `join_backoff`.
@@ -288,6 +292,14 @@ impl Member {
         std::mem::take(&mut self.owned)
     }
 
+    /// Whether the latest assignment grants `p` of topic `id` (false when the member
+    /// owns its target).
+    pub(crate) fn wants(&self, id: &TopicId, p: i32) -> bool {
+        self.target
+            .as_ref()
+            .is_some_and(|t| t.get(id).is_some_and(|ps| ps.contains(&p)))
+    }
+
     /// The reconciliation to do: partitions to give up and partitions to start, or
     /// `None` when the member owns its target.
     pub(crate) fn plan(&self) -> Option<Plan> {
@@ -317,8 +329,79 @@ impl Member {
     }
 }
 
+/// How many heartbeat intervals without an answered heartbeat make this member drop its
+/// partitions as lost (at most the classic bound, `session_timeout + rebalance_timeout`).
+/// The broker's session timeout (`group.consumer.session.timeout.ms`, default 45 s) is
+/// not told to the member; its heartbeat interval (`group.consumer.heartbeat.interval.ms`,
+/// default 5 s) is, and Kafka's defaults make the session 9 intervals: 8 drops the
+/// partitions a little before the broker hands them to another member.
+const EXPIRY_INTERVALS: u32 = 8;
+
+/// The first and the longest wait before looking up topic ids the Metadata did not know.
+const NAMES_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(5));
+
+/// How long without an answered heartbeat before the member drops its partitions: see
+/// [`EXPIRY_INTERVALS`].
+fn expiry(interval: Duration, config: &crate::reader::ReaderConfig) -> Duration {
+    interval.saturating_mul(EXPIRY_INTERVALS).min(
+        config
+            .session_timeout
+            .saturating_add(config.rebalance_timeout),
+    )
+}
+
+/// The next wait before another Metadata lookup of unknown topic ids.
+fn names_backoff(previous: Duration) -> Duration {
+    previous
+        .saturating_mul(2)
+        .clamp(NAMES_BACKOFF.0, NAMES_BACKOFF.1)
+}
+
+/// What a reconciliation step, running in a task of its own, reports.
+enum Done {
+    /// First step: `revoked` given up (committed first); `added` are the partitions of
+    /// the plan to start next.
+    Revoked {
+        revoked: Vec<(TopicId, i32)>,
+        added: Vec<(TopicId, i32)>,
+    },
+    /// Second step: the topic names learned for the assignment's ids; `started` were
+    /// started, or could not be.
+    Taken {
+        learned: Vec<(TopicId, String)>,
+        started: Vec<(TopicId, i32)>,
+        result: Result<()>,
+    },
+}
+
+/// A reconciliation step in its own task, aborted when dropped: the heartbeats go on
+/// beside it.
+struct Job(tokio::task::JoinHandle<Done>);
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Job {
+    /// Stop the step; what it reports if it had finished already.
+    async fn cancel(mut self) -> Option<Done> {
+        self.0.abort();
+        (&mut self.0).await.ok()
+    }
+}
+
 impl GroupTask {
     /// The consumer-protocol engine: heartbeat, reconcile, until the reader closes.
+    ///
+    /// A reconciliation runs in tasks of its own while the heartbeats go on (as the Java
+    /// client's `ConsumerMembershipManager` does): first the revoked partitions are given
+    /// up and the next heartbeat, sent at once, stops reporting them; only then are the
+    /// added partitions started (OffsetFetch, the `OffsetStore`), so neither a slow
+    /// offset lookup nor a slow commit can expire the session or hold back the
+    /// revocation the new owners wait for. An assignment that arrives meanwhile waits
+    /// for the next reconciliation; a close or a lost membership interrupts it.
     pub(crate) async fn run_consumer(self) {
         let g = self.group.clone();
         let config = self.config();
@@ -338,14 +421,11 @@ impl GroupTask {
         let mut streak = Streak::default();
         let mut retry = Duration::from_millis(100);
         let mut next_beat = Instant::now();
-        // The last answered heartbeat: with none for the session and rebalance timeouts
-        // together the broker has surely fenced this member (its own session timeout is
-        // unknown here), so its partitions are dropped as lost — as the classic engine
-        // does — rather than read on beside their next owner.
+        // The last answered heartbeat: with none for about the broker's session timeout
+        // (see `expiry`) the broker has fenced this member, so its partitions are
+        // dropped as lost — as the classic engine does — rather than read on beside
+        // their next owner.
         let mut last_ok = Instant::now();
-        let give_up_after = config
-            .session_timeout
-            .saturating_add(config.rebalance_timeout);
         let commit_every = match g.mode {
             CommitMode::Interval(d) if !d.is_zero() => Some(d),
             _ => None,
@@ -354,8 +434,17 @@ impl GroupTask {
         commit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut inflight: Option<AbortOnDrop> = None;
         let mut drain_until: Option<Instant> = None;
+        // The reconciliation step running, and when the next may start (a failed start
+        // of partitions, topic ids not resolved yet, back off; a revocation never waits).
+        let mut job: Option<Job> = None;
+        let mut reconcile_after = Instant::now();
+        let mut names_wait = Duration::ZERO;
         loop {
             if g.closing() {
+                if let Some(j) = job.take() {
+                    info!(group = %g.group_id, "closing: reconciliation interrupted");
+                    settle(j, &mut m, &mut names).await;
+                }
                 // As the classic engine: keep the membership until what the stream
                 // yielded is processed (at most the rebalance timeout).
                 let held = g.commits().held();
@@ -372,12 +461,79 @@ impl GroupTask {
                     warn!(group = %g.group_id, held, "closing: messages yielded were not processed within the rebalance timeout; committing what was");
                     break;
                 }
+            } else if job.is_none() && m.joined() {
+                if let Some((revoked, added)) = m.plan() {
+                    if !revoked.is_empty() {
+                        job = Some(self.revoke_job(revoked, added, &names));
+                    } else if Instant::now() >= reconcile_after {
+                        job = Some(self.take_job(&m, added, &names));
+                    }
+                }
             }
             let draining = drain_until.is_some();
+            let backing_off = job.is_none() && m.target.is_some() && !draining;
             tokio::select! {
                 _ = tokio::time::sleep_until(next_beat.into()) => {}
                 _ = tokio::time::sleep(Duration::from_millis(10)), if draining => continue,
+                _ = tokio::time::sleep_until(reconcile_after.into()), if backing_off => continue,
                 _ = g.wake.notified() => continue,
+                Some(r) = futures::future::OptionFuture::from(job.as_mut().map(|j| &mut j.0)), if job.is_some() => {
+                    job = None;
+                    let done = match r {
+                        Ok(done) => done,
+                        Err(e) => {
+                            warn!(group = %g.group_id, error = %e, "reconciliation task failed");
+                            continue;
+                        }
+                    };
+                    match done {
+                        Done::Revoked { revoked, added } => {
+                            m.reconciled(&revoked, &[]);
+                            // acknowledge at once: the coordinator hands revoked
+                            // partitions on only when this member stops reporting them
+                            next_beat = Instant::now();
+                            let start: Vec<(TopicId, i32)> =
+                                added.into_iter().filter(|(id, p)| m.wants(id, *p)).collect();
+                            if !start.is_empty() {
+                                job = Some(self.take_job(&m, start, &names));
+                            } else if m.target.is_none() {
+                                streak.reset();
+                            }
+                        }
+                        Done::Taken { learned, started, result } => {
+                            names.extend(learned);
+                            match result {
+                                Ok(()) => {
+                                    m.reconciled(&[], &started);
+                                    if !started.is_empty() {
+                                        next_beat = Instant::now();
+                                    }
+                                    if m.target.is_none() {
+                                        streak.reset();
+                                    }
+                                    debug!(group = %g.group_id, epoch = m.epoch, started = started.len(), owned = flatten(&m.owned).len(), "reconciled");
+                                }
+                                Err(e) => {
+                                    let wait = self.failed(&mut streak, "fetching the committed offsets", e);
+                                    reconcile_after = Instant::now() + wait;
+                                }
+                            }
+                            let unresolved = m.plan().is_some_and(|(_, added)| {
+                                added.iter().any(|(id, _)| !names.contains_key(id))
+                            });
+                            if unresolved {
+                                // not reconcilable yet (a topic name unknown): look again
+                                // later, backing off
+                                names_wait = names_backoff(names_wait);
+                                reconcile_after = reconcile_after.max(Instant::now() + names_wait);
+                                debug!(group = %g.group_id, wait_ms = names_wait.as_millis() as u64, "assigned topic ids not in the Metadata yet");
+                            } else {
+                                names_wait = Duration::ZERO;
+                            }
+                        }
+                    }
+                    continue;
+                }
                 Some(r) = futures::future::OptionFuture::from(inflight.as_mut().map(|h| &mut h.0)), if inflight.is_some() => {
                     inflight = None;
                     match r {
@@ -400,18 +556,7 @@ impl GroupTask {
                     *lock(&g.member) = (m.epoch, m.member_id.clone());
                     retry = Duration::from_millis(100);
                     next_beat = Instant::now() + m.interval;
-                    if m.plan().is_some() {
-                        let before = m.owned.clone();
-                        self.reconcile(&mut m, &mut names, &mut streak).await;
-                        if m.owned != before {
-                            // acknowledge at once: the coordinator hands revoked
-                            // partitions on only when this member stops reporting them
-                            next_beat = Instant::now();
-                        } else if m.target.is_some() {
-                            // not reconcilable yet (a topic name unknown): try again soon
-                            next_beat = Instant::now() + m.interval.min(Duration::from_millis(500));
-                        }
-                    } else if m.joined() {
+                    if job.is_none() && m.plan().is_none() && m.joined() {
                         streak.reset();
                     }
                 }
@@ -420,8 +565,11 @@ impl GroupTask {
                     let wait = self.failed(&mut streak, "heartbeating the group", e);
                     next_beat = Instant::now() + retry.min(wait.max(retry));
                     retry = (retry * 2).min(Duration::from_secs(1));
-                    if m.joined() && last_ok.elapsed() >= give_up_after {
-                        warn!(group = %g.group_id, epoch = m.epoch, "no heartbeat answered within the session and rebalance timeouts; dropping the partitions and rejoining");
+                    if m.joined() && last_ok.elapsed() >= expiry(m.interval, config) {
+                        warn!(group = %g.group_id, epoch = m.epoch, "no heartbeat answered for about the broker's session timeout; dropping the partitions and rejoining");
+                        if let Some(j) = job.take() {
+                            settle(j, &mut m, &mut names).await;
+                        }
                         let lost = m.lose();
                         *lock(&g.member) = (-1, m.member_id.clone());
                         let tps = to_partitions(&names, flatten(&lost).into_iter());
@@ -432,13 +580,19 @@ impl GroupTask {
                     }
                 }
                 Step::Lost(e, lost) => {
+                    let lost = match job.take() {
+                        // what the interrupted reconciliation finished counts: restore
+                        // the owned partitions, settle, lose them again
+                        Some(j) => {
+                            m.owned = lost;
+                            settle(j, &mut m, &mut names).await;
+                            m.lose()
+                        }
+                        None => lost,
+                    };
                     warn!(group = %g.group_id, error = %e, partitions = flatten(&lost).len(), "membership lost; rejoining");
                     *lock(&g.member) = (-1, m.member_id.clone());
-                    let tps = to_partitions(
-                        &names,
-                        lost.iter()
-                            .flat_map(|(id, ps)| ps.iter().map(move |p| (*id, *p))),
-                    );
+                    let tps = to_partitions(&names, flatten(&lost).into_iter());
                     if !tps.is_empty() {
                         self.give_up(&tps, true).await;
                     }
@@ -468,58 +622,86 @@ impl GroupTask {
         g.close_events();
     }
 
-    /// Give up what the target no longer holds (committing first), then start what it
-    /// grants; `m` records what was done.
-    async fn reconcile(
+    /// The first step of a reconciliation, in a task of its own: give up `revoked`
+    /// (committing first).
+    fn revoke_job(
         &self,
-        m: &mut Member,
-        names: &mut HashMap<TopicId, String>,
-        streak: &mut Streak,
-    ) {
-        let g = &self.group;
-        let Some((revoked, added)) = m.plan() else {
-            return;
+        revoked: Vec<(TopicId, i32)>,
+        added: Vec<(TopicId, i32)>,
+        names: &HashMap<TopicId, String>,
+    ) -> Job {
+        let task = GroupTask {
+            group: self.group.clone(),
+            reader: self.reader.clone(),
         };
-        if added.iter().any(|(id, _)| !names.contains_key(id)) {
-            // Assignments name topics by id: learn the names (all topics: a regex
-            // subscription may bring topics this reader never heard of).
-            match tokio::time::timeout(self.config().request_timeout, g.admin.metadata(None)).await
-            {
-                Ok(Ok(md)) => {
-                    for t in md.topics {
-                        if t.id != [0; 16] && t.error.is_none() {
-                            names.insert(t.id, t.name);
+        let tps = to_partitions(names, revoked.iter().copied());
+        Job(tokio::spawn(async move {
+            if !tps.is_empty() {
+                task.give_up(&tps, false).await;
+            }
+            Done::Revoked { revoked, added }
+        }))
+    }
+
+    /// The second step of a reconciliation, in a task of its own: learn the names of the
+    /// assigned topic ids not known yet, then start those of `added` whose name is known
+    /// at their committed offsets (or the `OffsetStore`'s).
+    fn take_job(
+        &self,
+        m: &Member,
+        added: Vec<(TopicId, i32)>,
+        names: &HashMap<TopicId, String>,
+    ) -> Job {
+        let task = GroupTask {
+            group: self.group.clone(),
+            reader: self.reader.clone(),
+        };
+        let (epoch, member_id) = (m.epoch, m.member_id.clone());
+        let mut known: HashMap<TopicId, String> = added
+            .iter()
+            .filter_map(|(id, _)| names.get(id).map(|n| (*id, n.clone())))
+            .collect();
+        Job(tokio::spawn(async move {
+            let g = &task.group;
+            let mut learned = Vec::new();
+            if added.iter().any(|(id, _)| !known.contains_key(id)) {
+                // Assignments name topics by id: learn the names (all topics: a regex
+                // subscription may bring topics this reader never heard of).
+                match tokio::time::timeout(task.config().request_timeout, g.admin.metadata(None))
+                    .await
+                {
+                    Ok(Ok(md)) => {
+                        for t in md.topics {
+                            if t.id != [0; 16] && t.error.is_none() {
+                                learned.push((t.id, t.name));
+                            }
                         }
                     }
+                    Ok(Err(e)) => {
+                        debug!(group = %g.group_id, error = %e, "metadata for the assigned topic ids failed")
+                    }
+                    Err(_) => {
+                        debug!(group = %g.group_id, "metadata for the assigned topic ids timed out")
+                    }
                 }
-                Ok(Err(e)) => {
-                    debug!(group = %g.group_id, error = %e, "metadata for the assigned topic ids failed")
-                }
-                Err(_) => {
-                    debug!(group = %g.group_id, "metadata for the assigned topic ids timed out")
-                }
+                known.extend(learned.iter().cloned());
             }
-        }
-        if !revoked.is_empty() {
-            let tps = to_partitions(names, revoked.iter().copied());
-            self.give_up(&tps, false).await;
-        }
-        let mut started: Vec<(TopicId, i32)> = added
-            .into_iter()
-            .filter(|(id, _)| names.contains_key(id))
-            .collect();
-        let tps = to_partitions(names, started.iter().copied());
-        if !tps.is_empty() {
-            if let Err(e) = self.take(m.epoch, &m.member_id, &tps).await {
-                self.failed(streak, "fetching the committed offsets", e);
-                started.clear();
+            let started: Vec<(TopicId, i32)> = added
+                .into_iter()
+                .filter(|(id, _)| known.contains_key(id))
+                .collect();
+            let tps = to_partitions(&known, started.iter().copied());
+            let result = if tps.is_empty() {
+                Ok(())
+            } else {
+                task.take(epoch, &member_id, &tps).await
+            };
+            Done::Taken {
+                learned,
+                started,
+                result,
             }
-        }
-        m.reconciled(&revoked, &started);
-        if m.target.is_none() {
-            streak.reset();
-        }
-        debug!(group = %g.group_id, epoch = m.epoch, revoked = revoked.len(), started = started.len(), owned = flatten(&m.owned).len(), "reconciled");
+        }))
     }
 
     /// One ConsumerGroupHeartbeat over the coordinator connection (found first if
@@ -587,6 +769,24 @@ impl GroupTask {
             Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "leaving the group failed"),
             Err(_) => warn!(group = %g.group_id, "leaving the group timed out"),
         }
+    }
+}
+
+/// Stop an interrupted reconciliation step and record in `m` what it finished.
+async fn settle(job: Job, m: &mut Member, names: &mut HashMap<TopicId, String>) {
+    match job.cancel().await {
+        Some(Done::Revoked { revoked, .. }) => m.reconciled(&revoked, &[]),
+        Some(Done::Taken {
+            learned,
+            started,
+            result,
+        }) => {
+            names.extend(learned);
+            if result.is_ok() {
+                m.reconciled(&[], &started);
+            }
+        }
+        None => {}
     }
 }
 
@@ -853,6 +1053,57 @@ mod tests {
         let leave = s.leave_request();
         assert_eq!(leave.member_epoch, -2, "a static member leaves temporarily");
         assert_eq!(leave.instance_id.as_deref(), Some("i-1"));
+    }
+
+    #[test]
+    fn a_granted_partition_is_wanted_until_owned() {
+        let mut m = joined();
+        assert!(!m.wants(&A, 0), "owned, no target");
+        assert!(matches!(
+            m.on_response(ok(6, Some(&[(A, &[0]), (B, &[0, 1])]))),
+            Step::Beat
+        ));
+        assert!(m.wants(&B, 1));
+        assert!(!m.wants(&A, 1), "revoked");
+        // an assignment that arrived meanwhile no longer grants b-1: not started
+        assert!(matches!(
+            m.on_response(ok(7, Some(&[(A, &[0]), (B, &[0])]))),
+            Step::Beat
+        ));
+        assert!(!m.wants(&B, 1));
+    }
+
+    #[test]
+    fn expiry_follows_the_broker_heartbeat_interval() {
+        let config = crate::reader::ReaderConfig::new(["localhost:9092"])
+            .session_timeout(Duration::from_secs(30))
+            .rebalance_timeout(Duration::from_secs(60));
+        // Kafka's defaults: 5 s interval, 45 s session: dropped after 40 s
+        assert_eq!(
+            expiry(Duration::from_secs(5), &config),
+            Duration::from_secs(40)
+        );
+        // the test brokers: 1 s, 10 s session: after 8 s
+        assert_eq!(
+            expiry(Duration::from_secs(1), &config),
+            Duration::from_secs(8)
+        );
+        // never later than the classic bound
+        assert_eq!(
+            expiry(Duration::from_secs(30), &config),
+            Duration::from_secs(90)
+        );
+    }
+
+    #[test]
+    fn unknown_topic_ids_are_looked_up_with_backoff() {
+        let mut waits = vec![];
+        let mut w = Duration::ZERO;
+        for _ in 0..8 {
+            w = names_backoff(w);
+            waits.push(w.as_millis());
+        }
+        assert_eq!(waits, [250, 500, 1000, 2000, 4000, 5000, 5000, 5000]);
     }
 
     #[test]
