@@ -432,19 +432,29 @@ async fn a_shared_writer_closed_from_outside_delivers_what_it_accepted() {
     let total: usize = ok.values().map(Vec::len).sum();
     assert_eq!(stats.messages as usize, total, "{stats:?}");
     assert_eq!(stats.queued_messages, 0, "{stats:?}");
+    let mut written = BTreeMap::<String, Vec<usize>>::new();
+    for v in read_all(&output, total).await {
+        let (name, i) = v.split_once('-').unwrap();
+        written
+            .entry(name.to_string())
+            .or_default()
+            .push(i.parse().unwrap());
+    }
+    for (name, is) in &written {
+        assert_eq!(
+            *is,
+            (0..is.len()).collect::<Vec<_>>(),
+            "{name}: the log holds a prefix, in order"
+        );
+    }
     for (name, is) in &ok {
         assert_eq!(
             *is,
             (0..is.len()).collect::<Vec<_>>(),
-            "{name}: a prefix, in order"
+            "{name}: reported a prefix, in order"
         );
     }
-    let mut written = BTreeMap::<String, usize>::new();
-    for v in read_all(&output, total).await {
-        *written
-            .entry(v.split_once('-').unwrap().0.to_string())
-            .or_default() += 1;
-    }
+    let written: BTreeMap<String, usize> = written.into_iter().map(|(k, v)| (k, v.len())).collect();
     let acked: BTreeMap<String, usize> = ok.iter().map(|(k, v)| (k.clone(), v.len())).collect();
     assert_eq!(written, acked);
     assert_eq!(acked.len(), 2, "both pipelines wrote: {acked:?}");

@@ -239,6 +239,11 @@ pub(crate) struct Task {
     /// is answered (requests queued on one open connection keep their order).
     connecting: std::collections::HashSet<i32>,
     requests: usize,
+    /// Per broker, the signal that its latest produce request's answer was handed to the
+    /// task: each request's answer waits for the one before it, so answers (and with them
+    /// delivery reports and acks) come back in the order the requests went out, as the
+    /// broker answers them — the spawned request tasks would otherwise race.
+    answered_in_order: HashMap<i32, oneshot::Receiver<()>>,
     closing: bool,
     close_waiters: Vec<oneshot::Sender<()>>,
     reports: Option<ReportSender>,
@@ -283,6 +288,7 @@ impl Task {
             in_flight: HashMap::new(),
             connecting: std::collections::HashSet::new(),
             requests: 0,
+            answered_in_order: HashMap::new(),
             closing: false,
             close_waiters: Vec::new(),
             reports: None,
@@ -1270,6 +1276,8 @@ impl Task {
             });
             (conn, req)
         });
+        let (answered, answer_next) = oneshot::channel::<()>();
+        let previous = self.answered_in_order.insert(broker, answer_next);
         tokio::spawn(async move {
             let started = Instant::now();
             let span =
@@ -1299,11 +1307,16 @@ impl Task {
                 c.write_micros.fetch_add(micros, Ordering::Relaxed);
                 c.write_micros_max.fetch_max(micros, Ordering::Relaxed);
             }
+            if let Some(previous) = previous {
+                // sent (or dropped) once the earlier request's answer is in
+                let _ = previous.await;
+            }
             let _ = tx.send(Event::Produced {
                 broker,
                 parts,
                 result,
             });
+            let _ = answered.send(());
         });
     }
 
