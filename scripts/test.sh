@@ -14,5 +14,5 @@ confluent_ensure
 
 # `cli`: the kafkapipe binary and its subprocess tests (tests/cli_bin.rs).
 # `mock`: MockCluster and the tests that run against it (tests/mock_cluster.rs and the fault tests).
-cargo test --all-targets --features cli,mock "$@"
-cargo test --doc --features cli,mock "$@"
+cargo test --no-fail-fast --all-targets --features cli,mock "$@"
+cargo test --no-fail-fast --doc --features cli,mock "$@"
