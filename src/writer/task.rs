@@ -203,16 +203,49 @@ impl PartState {
     }
 }
 
+/// Messages waiting in the task (for metadata), with the earliest time one of them was
+/// accepted: their delivery timeouts run from there, so the loop knows when the first one
+/// is due without scanning the list on every wake. Writer clones may hand messages over
+/// in a different order than they were accepted, so this is a minimum, not the first.
+#[derive(Default)]
+struct MsgQueue {
+    msgs: Vec<Msg>,
+    earliest: Option<Instant>,
+}
+
+impl MsgQueue {
+    fn push(&mut self, m: Msg) {
+        self.earliest = Some(self.earliest.map_or(m.accepted, |e| e.min(m.accepted)));
+        self.msgs.push(m);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.msgs.is_empty()
+    }
+
+    /// Every message, leaving the queue empty.
+    fn take(&mut self) -> Vec<Msg> {
+        self.earliest = None;
+        std::mem::take(&mut self.msgs)
+    }
+
+    /// Replace the contents with `msgs`.
+    fn set(&mut self, msgs: Vec<Msg>) {
+        self.earliest = msgs.iter().map(|m| m.accepted).min();
+        self.msgs = msgs;
+    }
+}
+
 #[derive(Default)]
 struct TopicState {
     meta: Option<Arc<TopicMetadata>>,
     ids: Vec<i32>,
     parts: HashMap<i32, PartState>,
     /// Messages waiting for the topic's first metadata.
-    waiting: Vec<Msg>,
+    waiting: MsgQueue,
     /// Messages for partitions `ids` lacks, waiting for metadata asked for after they
     /// were accepted (the topic may have grown).
-    recheck: Vec<Msg>,
+    recheck: MsgQueue,
     /// When the lookup that gave `meta` was started.
     meta_asked: Option<Instant>,
     /// When the lookup in progress was started.
@@ -337,8 +370,8 @@ impl Task {
         let mut msgs = Vec::new();
         let mut batches = Vec::new();
         for (name, t) in &mut self.topics {
-            msgs.append(&mut t.waiting);
-            msgs.append(&mut t.recheck);
+            msgs.append(&mut t.waiting.take());
+            msgs.append(&mut t.recheck.take());
             t.seal_when_assigned = false;
             for (p, ps) in &mut t.parts {
                 for b in take_idle(ps).into_iter().rev() {
@@ -470,8 +503,8 @@ impl Task {
             if let Some(at) = t.meta_retry_at.filter(|at| *at > now) {
                 consider(at);
             }
-            for m in t.waiting.first().into_iter().chain(t.recheck.first()) {
-                consider(msg_expiry(&self.cfg, t, m));
+            for accepted in t.waiting.earliest.into_iter().chain(t.recheck.earliest) {
+                consider(msg_expiry(&self.cfg, t, accepted));
             }
             for p in t.parts.values() {
                 if let Some(o) = &p.open {
@@ -498,22 +531,23 @@ impl Task {
         for (name, t) in &mut self.topics {
             for recheck in [false, true] {
                 let list = if recheck { &t.recheck } else { &t.waiting };
-                if !list.iter().any(|m| msg_expiry(&cfg, t, m) <= now) {
+                // Only when the earliest message is due: no scan on every wake.
+                if !list.earliest.is_some_and(|a| msg_expiry(&cfg, t, a) <= now) {
                     continue;
                 }
-                let list = std::mem::take(if recheck {
-                    &mut t.recheck
+                let list = if recheck {
+                    t.recheck.take()
                 } else {
-                    &mut t.waiting
-                });
+                    t.waiting.take()
+                };
                 let (due, keep): (Vec<Msg>, Vec<Msg>) = list
                     .into_iter()
-                    .partition(|m| msg_expiry(&cfg, t, m) <= now);
-                *(if recheck {
-                    &mut t.recheck
+                    .partition(|m| msg_expiry(&cfg, t, m.accepted) <= now);
+                if recheck {
+                    t.recheck.set(keep);
                 } else {
-                    &mut t.waiting
-                }) = keep;
+                    t.waiting.set(keep);
+                }
                 for m in due {
                     let e = if after(m.accepted, cfg.delivery_timeout) > now {
                         // Expired early: the topic is unknown past `unknown_topic_timeout`.
@@ -1500,8 +1534,8 @@ impl Task {
                     }
                 }
                 t.meta = Some(meta);
-                let mut waiting = std::mem::take(&mut t.waiting);
-                waiting.append(&mut t.recheck);
+                let mut waiting = t.waiting.take();
+                waiting.append(&mut t.recheck.take());
                 for (p, b) in failed {
                     let e = Error::kafka(ErrorCode::LeaderNotAvailable)
                         .with_message(format!("no leader after {max_attempts} attempts"))
@@ -1546,8 +1580,8 @@ impl Task {
                 }
                 warn!(topic = %topic, attempts, error = %e, "metadata lookup failed for good");
                 t.meta_attempts = 0;
-                let mut waiting = std::mem::take(&mut t.waiting);
-                waiting.append(&mut t.recheck);
+                let mut waiting = t.waiting.take();
+                waiting.append(&mut t.recheck.take());
                 // Batches that cannot find their leader fail too.
                 let mut stuck = Vec::new();
                 for (p, ps) in &mut t.parts {
@@ -1849,15 +1883,16 @@ impl Drop for Task {
 
 /// When message `m` of topic `t`, still without a partition, fails: at its delivery
 /// timeout, or earlier by `unknown_topic_timeout` while metadata says the topic is unknown.
-fn msg_expiry(cfg: &WriterConfig, t: &TopicState, m: &Msg) -> Instant {
-    let at = after(m.accepted, cfg.delivery_timeout);
+/// When a message accepted at `accepted` and waiting for `t`'s metadata expires.
+fn msg_expiry(cfg: &WriterConfig, t: &TopicState, accepted: Instant) -> Instant {
+    let at = after(accepted, cfg.delivery_timeout);
     match cfg.unknown_topic_timeout {
         Some(d)
             if t.meta.is_none()
                 && t.last_error.as_ref().and_then(Error::kafka_code)
                     == Some(ErrorCode::UnknownTopicOrPartition) =>
         {
-            at.min(after(m.accepted, d))
+            at.min(after(accepted, d))
         }
         _ => at,
     }
@@ -2561,6 +2596,41 @@ mod idempotence_tests {
             1,
             "b1 delivered"
         );
+    }
+
+    /// Messages waiting for metadata may reach the task out of acceptance order (writer
+    /// clones race): the wake-up deadline is the earliest one's, not the first queued,
+    /// and expiring fails exactly the due ones.
+    #[tokio::test]
+    async fn waiting_messages_expire_from_the_earliest_accepted_not_the_first_queued() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]).topic("t");
+        let timeout = cfg.delivery_timeout;
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let now = Instant::now();
+        let Some(early) = now.checked_sub(timeout + Duration::from_secs(1)) else {
+            return; // the clock started too recently to go back that far
+        };
+        for accepted in [now, early] {
+            shared.reserve(1);
+            task.accept(
+                Msg {
+                    msg: Message::new("v"),
+                    size: 1,
+                    group: Group::open(),
+                    ack: HeldAck::new(Default::default()),
+                    accepted,
+                },
+                0,
+            );
+        }
+        assert_eq!(task.next_deadline(now), Some(early + timeout));
+        task.expire(now);
+        assert_eq!(task.shared.stats.errors.load(Ordering::Relaxed), 1);
+        assert!(!task.topics[&Arc::from("t")].waiting.is_empty());
+        assert_eq!(task.next_deadline(now), Some(now + timeout));
     }
 
     #[test]
