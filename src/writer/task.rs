@@ -203,16 +203,49 @@ impl PartState {
     }
 }
 
+/// Messages waiting in the task (for metadata), with the earliest time one of them was
+/// accepted: their delivery timeouts run from there, so the loop knows when the first one
+/// is due without scanning the list on every wake. Writer clones may hand messages over
+/// in a different order than they were accepted, so this is a minimum, not the first.
+#[derive(Default)]
+struct MsgQueue {
+    msgs: Vec<Msg>,
+    earliest: Option<Instant>,
+}
+
+impl MsgQueue {
+    fn push(&mut self, m: Msg) {
+        self.earliest = Some(self.earliest.map_or(m.accepted, |e| e.min(m.accepted)));
+        self.msgs.push(m);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.msgs.is_empty()
+    }
+
+    /// Every message, leaving the queue empty.
+    fn take(&mut self) -> Vec<Msg> {
+        self.earliest = None;
+        std::mem::take(&mut self.msgs)
+    }
+
+    /// Replace the contents with `msgs`.
+    fn set(&mut self, msgs: Vec<Msg>) {
+        self.earliest = msgs.iter().map(|m| m.accepted).min();
+        self.msgs = msgs;
+    }
+}
+
 #[derive(Default)]
 struct TopicState {
     meta: Option<Arc<TopicMetadata>>,
     ids: Vec<i32>,
     parts: HashMap<i32, PartState>,
     /// Messages waiting for the topic's first metadata.
-    waiting: Vec<Msg>,
+    waiting: MsgQueue,
     /// Messages for partitions `ids` lacks, waiting for metadata asked for after they
     /// were accepted (the topic may have grown).
-    recheck: Vec<Msg>,
+    recheck: MsgQueue,
     /// When the lookup that gave `meta` was started.
     meta_asked: Option<Instant>,
     /// When the lookup in progress was started.
@@ -343,8 +376,8 @@ impl Task {
         let mut msgs = Vec::new();
         let mut batches = Vec::new();
         for (name, t) in &mut self.topics {
-            msgs.append(&mut t.waiting);
-            msgs.append(&mut t.recheck);
+            msgs.append(&mut t.waiting.take());
+            msgs.append(&mut t.recheck.take());
             t.seal_when_assigned = false;
             for (p, ps) in &mut t.parts {
                 for b in take_idle(ps).into_iter().rev() {
@@ -382,12 +415,7 @@ impl Task {
             match wake {
                 Wake::Event(ev) => self.on_event(ev),
                 Wake::Cmds(0) => self.start_closing(),
-                Wake::Cmds(_) => {
-                    let ts = now_ms();
-                    for cmd in buf.drain(..) {
-                        self.on_cmd(cmd, ts);
-                    }
-                }
+                Wake::Cmds(_) => self.on_cmds(&mut buf, now_ms()),
                 Wake::Timer => {}
             }
             let now = Instant::now();
@@ -476,8 +504,8 @@ impl Task {
             if let Some(at) = t.meta_retry_at.filter(|at| *at > now) {
                 consider(at);
             }
-            for m in t.waiting.first().into_iter().chain(t.recheck.first()) {
-                consider(msg_expiry(&self.cfg, t, m));
+            for accepted in t.waiting.earliest.into_iter().chain(t.recheck.earliest) {
+                consider(msg_expiry(&self.cfg, t, accepted));
             }
             for p in t.parts.values() {
                 if let Some(o) = &p.open {
@@ -504,22 +532,23 @@ impl Task {
         for (name, t) in &mut self.topics {
             for recheck in [false, true] {
                 let list = if recheck { &t.recheck } else { &t.waiting };
-                if !list.iter().any(|m| msg_expiry(&cfg, t, m) <= now) {
+                // Only when the earliest message is due: no scan on every wake.
+                if !list.earliest.is_some_and(|a| msg_expiry(&cfg, t, a) <= now) {
                     continue;
                 }
-                let list = std::mem::take(if recheck {
-                    &mut t.recheck
+                let list = if recheck {
+                    t.recheck.take()
                 } else {
-                    &mut t.waiting
-                });
+                    t.waiting.take()
+                };
                 let (due, keep): (Vec<Msg>, Vec<Msg>) = list
                     .into_iter()
-                    .partition(|m| msg_expiry(&cfg, t, m) <= now);
-                *(if recheck {
-                    &mut t.recheck
+                    .partition(|m| msg_expiry(&cfg, t, m.accepted) <= now);
+                if recheck {
+                    t.recheck.set(keep);
                 } else {
-                    &mut t.waiting
-                }) = keep;
+                    t.waiting.set(keep);
+                }
                 for m in due {
                     let e = if after(m.accepted, cfg.delivery_timeout) > now {
                         // Expired early: the topic is unknown past `unknown_topic_timeout`.
@@ -577,6 +606,81 @@ impl Task {
             warn!(topic = %name, partition = p, messages = b.count, error = %e, "batch expired");
             self.give_up(&name, p, b, &e, false);
         }
+    }
+
+    /// Handle the commands received in one wake. Each run of messages is placed without
+    /// a lookup per message: a topic's state is found once per change of topic.
+    fn on_cmds(&mut self, buf: &mut Vec<Cmd>, ts: i64) {
+        let keep = self.keeps_reports();
+        let mut cmds = std::mem::take(buf);
+        let mut it = cmds.drain(..);
+        let mut rejected: Vec<(Msg, Error)> = Vec::new();
+        loop {
+            let mut other = None;
+            {
+                let Task {
+                    cfg,
+                    shared,
+                    unreported,
+                    topics,
+                    ..
+                } = &mut *self;
+                let cfg: &WriterConfig = cfg;
+                let mut cx = Placing {
+                    cfg,
+                    shared,
+                    unreported,
+                    keep,
+                };
+                let mut cur: Option<(Arc<str>, &mut TopicState)> = None;
+                for cmd in it.by_ref() {
+                    let m = match cmd {
+                        Cmd::One(m) => m,
+                        cmd => {
+                            other = Some(cmd);
+                            break;
+                        }
+                    };
+                    let Some(name) = m.msg.topic.as_deref().or(cfg.topic.as_deref()) else {
+                        let e = Error::config(
+                            "message has no topic and the writer has no default topic",
+                        );
+                        rejected.push((m, e));
+                        continue;
+                    };
+                    if !cur.as_ref().is_some_and(|(k, _)| **k == *name) {
+                        let key: Arc<str> = match topics.get_key_value(name) {
+                            Some((k, _)) => k.clone(),
+                            None => {
+                                let k: Arc<str> = Arc::from(name);
+                                topics.insert(k.clone(), TopicState::default());
+                                k
+                            }
+                        };
+                        cur = topics.get_mut(&key).map(|t| (key, t));
+                    }
+                    let Some((key, t)) = cur.as_mut() else {
+                        continue;
+                    };
+                    if t.meta.is_none() {
+                        t.waiting.push(m);
+                        continue;
+                    }
+                    if let Err(r) = place(&mut cx, key, t, m, ts) {
+                        rejected.push(*r);
+                    }
+                }
+            }
+            for (m, e) in rejected.drain(..) {
+                self.reject(m, e);
+            }
+            match other {
+                Some(cmd) => self.on_cmd(cmd, ts),
+                None => break,
+            }
+        }
+        drop(it);
+        *buf = cmds;
     }
 
     fn on_cmd(&mut self, cmd: Cmd, ts: i64) {
@@ -678,115 +782,26 @@ impl Task {
     }
 
     /// Put a message of a topic with known partitions into its partition's open batch.
-    fn assign(&mut self, topic: &Arc<str>, mut m: Msg, ts: i64) {
-        let cfg = self.cfg.clone();
+    fn assign(&mut self, topic: &Arc<str>, m: Msg, ts: i64) {
+        let keep = self.keeps_reports();
         let Some(t) = self.topics.get_mut(topic) else {
             return;
         };
-        let partition = match m.msg.partition {
-            Some(p) if t.ids.binary_search(&p).is_ok() => p,
-            // The partition may have been added since the metadata was asked for: look
-            // again before failing the message.
-            Some(_) if t.meta_asked.map_or(true, |asked| asked < m.accepted) => {
-                t.recheck.push(m);
-                return;
-            }
-            Some(p) => {
-                let e = Error::kafka(ErrorCode::UnknownTopicOrPartition)
-                    .with_topic(&**topic)
-                    .with_partition(p);
-                return self.reject(m, e);
-            }
-            None if t.ids.is_empty() => {
-                let e = Error::kafka(ErrorCode::UnknownTopicOrPartition)
-                    .with_message("topic has no partitions")
-                    .with_topic(&**topic);
-                return self.reject(m, e);
-            }
-            None => cfg.balancer.partition(&m.msg, &t.ids),
+        let mut cx = Placing {
+            cfg: &self.cfg,
+            shared: &self.shared,
+            unreported: &mut self.unreported,
+            keep,
         };
-        let ps = t.parts.entry(partition).or_default();
-        let ts = m.msg.timestamp.unwrap_or(ts);
-        let (key, value, headers) = (m.msg.key.as_deref(), m.msg.value.as_deref(), &m.msg.headers);
-        // `Message::size` plus slack bounds the record's encoded size; only messages near
-        // the limit pay for the exact computation.
-        let alone = if m.size.saturating_add(64 + BATCH_OVERHEAD) <= cfg.batch_bytes {
-            Ok(0)
-        } else {
-            RecordBatchBuilder::new(cfg.compression)
-                .record_size(ts, key, value, headers)
-                .map(|n| n + BATCH_OVERHEAD)
-        };
-        match alone {
-            Ok(n) if n > cfg.batch_bytes => {
-                let e = Error::kafka(ErrorCode::MessageTooLarge)
-                    .with_message(format!(
-                        "message of {n} bytes (as a batch) exceeds batch_bytes = {}",
-                        cfg.batch_bytes
-                    ))
-                    .with_topic(&**topic)
-                    .with_partition(partition);
-                return self.reject(m, e);
-            }
-            Ok(_) => {}
-            Err(e) => return self.reject(m, e.with_topic(&**topic).with_partition(partition)),
+        if let Err(rejected) = place(&mut cx, topic, t, m, ts) {
+            let (m, e) = *rejected;
+            self.reject(m, e);
         }
-        if let Some(open) = &ps.open {
-            let more = open
-                .builder
-                .record_size(ts, key, value, headers)
-                .unwrap_or(usize::MAX);
-            if open.builder.estimated_size().saturating_add(more) > cfg.batch_bytes {
-                self.unreported.extend(seal(
-                    ps,
-                    &self.shared,
-                    self.cfg.delivery_timeout,
-                    topic,
-                    partition,
-                ));
-            }
-        }
-        let open = ps.open.get_or_insert_with(|| OpenBatch {
-            builder: RecordBatchBuilder::with_capacity(
-                cfg.compression,
-                cfg.batch_size.saturating_mul(64).min(cfg.batch_bytes),
-            ),
-            runs: Vec::new(),
-            kept: Vec::new(),
-            acks: Vec::new(),
-            count: 0,
-            bytes: 0,
-            deadline: after(Instant::now(), cfg.batch_timeout),
-            first_accepted: m.accepted,
-        });
-        open.first_accepted = open.first_accepted.min(m.accepted);
-        if let Err(e) = open.builder.append(ts, key, value, headers) {
-            return self.reject(m, e.with_topic(&**topic).with_partition(partition));
-        }
-        add_run(&mut open.runs, &m.group);
-        if m.ack.is_tracked() {
-            let index = u32::try_from(open.count).unwrap_or(u32::MAX);
-            open.acks.push((index, std::mem::take(&mut m.ack)));
-        }
-        if self.reports.as_ref().is_some_and(|r| !r.is_closed()) {
-            let mut msg = m.msg;
-            msg.topic = Some(topic.to_string());
-            msg.partition = Some(partition);
-            msg.timestamp = Some(ts);
-            open.kept
-                .push((u32::try_from(open.count).unwrap_or(u32::MAX), msg, m.size));
-        }
-        open.count += 1;
-        open.bytes += m.size;
-        if open.count >= cfg.batch_size {
-            self.unreported.extend(seal(
-                ps,
-                &self.shared,
-                self.cfg.delivery_timeout,
-                topic,
-                partition,
-            ));
-        }
+    }
+
+    /// Whether accepted messages are kept for delivery reports.
+    fn keeps_reports(&self) -> bool {
+        self.reports.as_ref().is_some_and(|r| !r.is_closed())
     }
 
     fn seal_all(&mut self) {
@@ -1513,8 +1528,8 @@ impl Task {
                     }
                 }
                 t.meta = Some(meta);
-                let mut waiting = std::mem::take(&mut t.waiting);
-                waiting.append(&mut t.recheck);
+                let mut waiting = t.waiting.take();
+                waiting.append(&mut t.recheck.take());
                 for (p, b) in failed {
                     let e = Error::kafka(ErrorCode::LeaderNotAvailable)
                         .with_message(format!("no leader after {max_attempts} attempts"))
@@ -1559,8 +1574,8 @@ impl Task {
                 }
                 warn!(topic = %topic, attempts, error = %e, "metadata lookup failed for good");
                 t.meta_attempts = 0;
-                let mut waiting = std::mem::take(&mut t.waiting);
-                waiting.append(&mut t.recheck);
+                let mut waiting = t.waiting.take();
+                waiting.append(&mut t.recheck.take());
                 // Batches that cannot find their leader fail too.
                 let mut stuck = Vec::new();
                 for (p, ps) in &mut t.parts {
@@ -1862,15 +1877,141 @@ impl Drop for Task {
 
 /// When message `m` of topic `t`, still without a partition, fails: at its delivery
 /// timeout, or earlier by `unknown_topic_timeout` while metadata says the topic is unknown.
-fn msg_expiry(cfg: &WriterConfig, t: &TopicState, m: &Msg) -> Instant {
-    let at = after(m.accepted, cfg.delivery_timeout);
+/// What `place` needs of the task besides the topic.
+struct Placing<'a> {
+    cfg: &'a WriterConfig,
+    shared: &'a Shared,
+    /// Reports of messages whose batch could not be built.
+    unreported: &'a mut Vec<(Kept, Error)>,
+    /// Keep the messages for delivery reports.
+    keep: bool,
+}
+
+/// Put a message of topic `topic` (state `t`, partitions known) into its partition's open
+/// batch, or give it back with the error to reject it with.
+fn place(
+    cx: &mut Placing<'_>,
+    topic: &Arc<str>,
+    t: &mut TopicState,
+    mut m: Msg,
+    ts: i64,
+) -> std::result::Result<(), Box<(Msg, Error)>> {
+    let cfg = cx.cfg;
+    let partition = match m.msg.partition {
+        Some(p) if t.ids.binary_search(&p).is_ok() => p,
+        // The partition may have been added since the metadata was asked for: look
+        // again before failing the message.
+        Some(_) if t.meta_asked.map_or(true, |asked| asked < m.accepted) => {
+            t.recheck.push(m);
+            return Ok(());
+        }
+        Some(p) => {
+            let e = Error::kafka(ErrorCode::UnknownTopicOrPartition)
+                .with_topic(&**topic)
+                .with_partition(p);
+            return Err(Box::new((m, e)));
+        }
+        None if t.ids.is_empty() => {
+            let e = Error::kafka(ErrorCode::UnknownTopicOrPartition)
+                .with_message("topic has no partitions")
+                .with_topic(&**topic);
+            return Err(Box::new((m, e)));
+        }
+        None => cfg.balancer.partition(&m.msg, &t.ids),
+    };
+    let ps = t.parts.entry(partition).or_default();
+    let ts = m.msg.timestamp.unwrap_or(ts);
+    let (key, value, headers) = (m.msg.key.as_deref(), m.msg.value.as_deref(), &m.msg.headers);
+    // `Message::size` plus slack bounds the record's encoded size; only messages near
+    // the limit pay for the exact computation.
+    let alone = if m.size.saturating_add(64 + BATCH_OVERHEAD) <= cfg.batch_bytes {
+        Ok(0)
+    } else {
+        RecordBatchBuilder::new(cfg.compression)
+            .record_size(ts, key, value, headers)
+            .map(|n| n + BATCH_OVERHEAD)
+    };
+    match alone {
+        Ok(n) if n > cfg.batch_bytes => {
+            let e = Error::kafka(ErrorCode::MessageTooLarge)
+                .with_message(format!(
+                    "message of {n} bytes (as a batch) exceeds batch_bytes = {}",
+                    cfg.batch_bytes
+                ))
+                .with_topic(&**topic)
+                .with_partition(partition);
+            return Err(Box::new((m, e)));
+        }
+        Ok(_) => {}
+        Err(e) => {
+            return Err(Box::new((
+                m,
+                e.with_topic(&**topic).with_partition(partition),
+            )))
+        }
+    }
+    if let Some(open) = &ps.open {
+        let more = open
+            .builder
+            .record_size(ts, key, value, headers)
+            .unwrap_or(usize::MAX);
+        if open.builder.estimated_size().saturating_add(more) > cfg.batch_bytes {
+            cx.unreported
+                .extend(seal(ps, cx.shared, cfg.delivery_timeout, topic, partition));
+        }
+    }
+    let open = ps.open.get_or_insert_with(|| OpenBatch {
+        builder: RecordBatchBuilder::with_capacity(
+            cfg.compression,
+            cfg.batch_size.saturating_mul(64).min(cfg.batch_bytes),
+        ),
+        runs: Vec::new(),
+        kept: Vec::new(),
+        acks: Vec::new(),
+        count: 0,
+        bytes: 0,
+        deadline: after(Instant::now(), cfg.batch_timeout),
+        first_accepted: m.accepted,
+    });
+    open.first_accepted = open.first_accepted.min(m.accepted);
+    if let Err(e) = open.builder.append(ts, key, value, headers) {
+        return Err(Box::new((
+            m,
+            e.with_topic(&**topic).with_partition(partition),
+        )));
+    }
+    add_run(&mut open.runs, &m.group);
+    if m.ack.is_tracked() {
+        let index = u32::try_from(open.count).unwrap_or(u32::MAX);
+        open.acks.push((index, std::mem::take(&mut m.ack)));
+    }
+    if cx.keep {
+        let mut msg = m.msg;
+        msg.topic = Some(topic.to_string());
+        msg.partition = Some(partition);
+        msg.timestamp = Some(ts);
+        open.kept
+            .push((u32::try_from(open.count).unwrap_or(u32::MAX), msg, m.size));
+    }
+    open.count += 1;
+    open.bytes += m.size;
+    if open.count >= cfg.batch_size {
+        cx.unreported
+            .extend(seal(ps, cx.shared, cfg.delivery_timeout, topic, partition));
+    }
+    Ok(())
+}
+
+/// When a message accepted at `accepted` and waiting for `t`'s metadata expires.
+fn msg_expiry(cfg: &WriterConfig, t: &TopicState, accepted: Instant) -> Instant {
+    let at = after(accepted, cfg.delivery_timeout);
     match cfg.unknown_topic_timeout {
         Some(d)
             if t.meta.is_none()
                 && t.last_error.as_ref().and_then(Error::kafka_code)
                     == Some(ErrorCode::UnknownTopicOrPartition) =>
         {
-            at.min(after(m.accepted, d))
+            at.min(after(accepted, d))
         }
         _ => at,
     }
@@ -2573,6 +2714,83 @@ mod idempotence_tests {
             shared.stats.messages.load(Ordering::Relaxed),
             1,
             "b1 delivered"
+        );
+    }
+
+    /// Messages waiting for metadata may reach the task out of acceptance order (writer
+    /// clones race): the wake-up deadline is the earliest one's, not the first queued,
+    /// and expiring fails exactly the due ones.
+    #[tokio::test]
+    async fn waiting_messages_expire_from_the_earliest_accepted_not_the_first_queued() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]).topic("t");
+        let timeout = cfg.delivery_timeout;
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let now = Instant::now();
+        let Some(early) = now.checked_sub(timeout + Duration::from_secs(1)) else {
+            return; // the clock started too recently to go back that far
+        };
+        for accepted in [now, early] {
+            shared.reserve(1);
+            task.accept(
+                Msg {
+                    msg: Message::new("v"),
+                    size: 1,
+                    group: Group::open(),
+                    ack: HeldAck::new(Default::default()),
+                    accepted,
+                },
+                0,
+            );
+        }
+        assert_eq!(task.next_deadline(now), Some(early + timeout));
+        task.expire(now);
+        assert_eq!(task.shared.stats.errors.load(Ordering::Relaxed), 1);
+        assert!(!task.topics[&Arc::from("t")].waiting.is_empty());
+        assert_eq!(task.next_deadline(now), Some(now + timeout));
+    }
+
+    /// One wake's commands: runs of messages to alternating topics each reach their own
+    /// topic (the cached topic state is not reused across a change of topic), a message
+    /// without a topic is rejected, and a flush between runs is handled in order.
+    #[tokio::test]
+    async fn a_run_of_messages_reaches_each_message_s_own_topic() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]);
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let msg = |topic: Option<&str>| {
+            shared.reserve(1);
+            let mut msg = Message::new("v");
+            msg.topic = topic.map(str::to_string);
+            Cmd::One(Msg {
+                msg,
+                size: 1,
+                group: Group::open(),
+                ack: HeldAck::new(Default::default()),
+                accepted: Instant::now(),
+            })
+        };
+        let mut buf = vec![
+            msg(Some("a")),
+            msg(Some("a")),
+            msg(Some("b")),
+            msg(None),
+            msg(Some("a")),
+            Cmd::Flush,
+            msg(Some("b")),
+        ];
+        task.on_cmds(&mut buf, 0);
+        assert!(buf.is_empty());
+        let waiting = |t: &str| task.topics[&Arc::from(t)].waiting.msgs.len();
+        assert_eq!((waiting("a"), waiting("b")), (3, 2));
+        assert_eq!(shared.stats.errors.load(Ordering::Relaxed), 1);
+        assert!(
+            task.topics[&Arc::from("a")].seal_when_assigned,
+            "the flush came"
         );
     }
 
