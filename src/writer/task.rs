@@ -1192,9 +1192,12 @@ impl Task {
 
     /// Renumber every partition wanting a bump from sequence 0 under `producer`.
     ///
-    /// A batch waiting for a retry whose sequences the broker already acknowledged past
-    /// (a later batch of the same epoch was acked, and the broker appends only in
-    /// sequence) is written: it is finished, not renumbered, which would write it twice.
+    /// A batch waiting for a retry after an unknown outcome (a timeout, a lost
+    /// connection) whose sequences the broker already acknowledged past (a later batch of
+    /// the same epoch was acked, and the broker appends only in sequence) is written: it
+    /// is finished, not renumbered, which would write it twice. A batch the broker
+    /// refused (e.g. NOT_LEADER) is renumbered: a broker with no state for the producer
+    /// takes a later batch as its first.
     fn renumber_bumped(&mut self, producer: (i64, i16)) {
         let mut written = Vec::new();
         for t in self.topics.values_mut() {
@@ -1206,8 +1209,12 @@ impl Task {
                     let proven = |b: &Sealed| {
                         b.stamp.is_some_and(|(pid, epoch, seq)| {
                             (pid, epoch) == old
-                                && seq <= acked
-                                && next_sequence(seq, b.count.saturating_sub(1)) <= acked
+                                && b.last_error.as_ref().is_some_and(may_have_been_written)
+                                && !sequence_after(seq, acked)
+                                && !sequence_after(
+                                    next_sequence(seq, b.count.saturating_sub(1)),
+                                    acked,
+                                )
                         })
                     };
                     let mut i = 0;
@@ -1665,7 +1672,18 @@ impl Task {
                 }
                 Some(ErrorCode::OutOfOrderSequenceNumber) => {
                     let next = seq.is_some_and(|s| ps.is_next(s));
+                    // At or before the acknowledged sequence: the broker took a later
+                    // batch first (it accepts any first sequence from a producer it has
+                    // no state for, e.g. this batch was refused NOT_LEADER by a partition
+                    // that became ready a moment later). Had this batch been written,
+                    // the broker would have found it among its last 5 and answered
+                    // DUPLICATE_SEQUENCE: it was not, and never will be under this
+                    // epoch. Bump and renumber it, or it is retried until it expires.
+                    let behind = seq
+                        .zip(ps.last_acked)
+                        .is_some_and(|(s, acked)| !next && !sequence_after(s, acked));
                     match ps.unresolved {
+                        None if behind => ps.bump = true,
                         // A batch before this one is not acknowledged yet: it goes first.
                         None if !next => {}
                         // A real gap, or the batch right after an unresolved one that
@@ -2058,6 +2076,25 @@ pub(crate) fn after(now: Instant, d: Duration) -> Instant {
 fn next_sequence(seq: i32, count: usize) -> i32 {
     let next = (i64::from(seq) + count as i64) % (i64::from(i32::MAX) + 1);
     i32::try_from(next).unwrap_or(0)
+}
+
+/// Whether sequence `a` comes after `b`, allowing for the wrap from `i32::MAX` to 0: `a`
+/// is after `b` when it is less than half the sequence space ahead of it.
+fn sequence_after(a: i32, b: i32) -> bool {
+    let distance = (i64::from(a) - i64::from(b)).rem_euclid(i64::from(i32::MAX) + 1);
+    distance != 0 && distance < 1 << 30
+}
+
+/// Whether `e`, the last failure of a sent batch, leaves open that the broker wrote it
+/// (no answer, or an answer that does not say it was not appended).
+fn may_have_been_written(e: &Error) -> bool {
+    match e.kafka_code() {
+        Some(code) => matches!(
+            code,
+            ErrorCode::RequestTimedOut | ErrorCode::NotEnoughReplicasAfterAppend
+        ),
+        None => e.is_timeout() || e.is_closed(),
+    }
 }
 
 /// `data` (one RecordBatch v2) with producer id, epoch and base sequence set (and the
@@ -2692,7 +2729,9 @@ mod idempotence_tests {
             bump: true,
             ..PartState::default()
         };
-        ps.sealed.push_back(batch(1, 0));
+        let mut b1 = batch(1, 0);
+        b1.last_error = Some(Error::kafka(ErrorCode::RequestTimedOut));
+        ps.sealed.push_back(b1);
         ps.sealed.push_back(batch(4, 3));
         let mut topic = TopicState::default();
         topic.parts.insert(0, ps);
@@ -2792,6 +2831,74 @@ mod idempotence_tests {
             task.topics[&Arc::from("a")].seal_when_assigned,
             "the flush came"
         );
+    }
+
+    /// A new topic's partition refuses b1 (seq 0) NOT_LEADER and, ready a moment later,
+    /// takes b2 (seq 1) as the producer's first batch; b1's retry then gets
+    /// OUT_OF_ORDER_SEQUENCE forever (seen in CI: 122 attempts until the delivery
+    /// timeout). It was not written (the broker would have answered DUPLICATE_SEQUENCE):
+    /// the epoch is bumped and b1 renumbered, not finished as written.
+    #[tokio::test]
+    async fn out_of_order_behind_the_acknowledged_sequence_bumps_and_renumbers() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]);
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let mut builder = RecordBatchBuilder::new(Compression::None);
+        builder.append(1, None, Some(b"v"), &[]).unwrap();
+        let mut ps = PartState {
+            producer: Some((7, 0)),
+            next_seq: 2,
+            last_acked: Some(1), // b2 was acked
+            in_flight: 1,
+            ..PartState::default()
+        };
+        ps.sealed.push_back(Sealed {
+            id: 1,
+            data: stamp(&builder.build().unwrap(), 7, 0, 0, false).unwrap(),
+            runs: Vec::new(),
+            kept: Vec::new(),
+            acks: Vec::new(),
+            stamp: Some((7, 0, 0)),
+            count: 1,
+            bytes: 1,
+            attempts: 2,
+            expires: Instant::now() + Duration::from_secs(60),
+            last_error: Some(Error::kafka(ErrorCode::NotLeaderOrFollower)),
+            in_flight: true,
+            sent: true,
+        });
+        let mut topic = TopicState::default();
+        topic.parts.insert(0, ps);
+        let name: Arc<str> = Arc::from("t");
+        task.topics.insert(name.clone(), topic);
+        task.producer = Some((7, 0));
+        shared.reserve(1);
+        task.complete(
+            &name,
+            0,
+            1,
+            Err(Error::kafka(ErrorCode::OutOfOrderSequenceNumber)),
+            0,
+            true,
+        );
+        assert!(task.topics[&name].parts[&0].bump, "b1 can never be written");
+        task.maybe_bump();
+        let ps = &task.topics[&name].parts[&0];
+        let left: Vec<_> = ps.sealed.iter().map(|b| (b.id, b.stamp)).collect();
+        assert_eq!(left, vec![(1, Some((7, 1, 0)))], "renumbered, not finished");
+        assert_eq!(shared.stats.messages.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn sequence_order_allows_for_the_wrap() {
+        assert!(sequence_after(5, 3));
+        assert!(!sequence_after(3, 5));
+        assert!(!sequence_after(7, 7));
+        assert!(sequence_after(0, i32::MAX));
+        assert!(sequence_after(4, i32::MAX - 5));
+        assert!(!sequence_after(i32::MAX, 0));
     }
 
     #[test]
