@@ -16,3 +16,9 @@ confluent_ensure
 # `mock`: MockCluster and the tests that run against it (tests/mock_cluster.rs and the fault tests).
 cargo test --no-fail-fast --all-targets --features cli,mock "$@"
 cargo test --no-fail-fast --doc --features cli,mock "$@"
+
+# Benchmark smoke (benches/compare): kafkapipe's compare_peer, built in the dev profile, produces
+# and consumes 10k messages and runs a short fixed-rate latency test against its own broker; it
+# fails on any failed run. The full comparison with the peers is benches/compare/run.sh
+# (BENCHMARKS.md), not part of the test suite.
+benches/compare/run.sh --smoke --peers kafkapipe --profile dev --latency --latency-count 5000 --rate 5000

@@ -2,7 +2,8 @@
 # Latency part of benches/compare/run.sh (called by it with the broker running):
 #   latency.sh OUT_DIR BROKER COMPARE_PEER RDKAFKA_PERFORMANCE RATE COUNT SIZE LINGER_MS
 # Prints a Markdown table of produce (send -> acknowledgement) and end-to-end
-# (send -> consumed) latency percentiles, 1 partition, acks 1.
+# (send -> consumed) latency percentiles, 1 partition, acks 1. Exits 1 when kafkapipe's run
+# failed (after printing the table).
 #
 # kafkapipe (compare_peer latency): messages are offered on a fixed schedule (message i is
 # due at t0 + i/RATE) and every latency is measured from the due time, so a stall counts
@@ -17,9 +18,14 @@ out="$1" broker="$2" kp="$3" rdk="$4" rate="$5" count="$6" size="$7" linger="$8"
 dir="$out/latency"
 mkdir -p "$dir"
 
+kp_failed=0
 "$kp" latency --brokers "$broker" --topic "lat-kp-$$" --count "$count" --size "$size" \
     --rate "$rate" --acks 1 --linger-ms "$linger" --partitions 1 >"$dir/kafkapipe.json" \
-    2>"$dir/kafkapipe.err" || { echo "kafkapipe latency run failed:" >&2; tail -n5 "$dir/kafkapipe.err" >&2; }
+    2>"$dir/kafkapipe.err" || {
+    kp_failed=1
+    echo "kafkapipe latency run failed:" >&2
+    tail -n5 "$dir/kafkapipe.err" >&2
+}
 
 if [[ -n "$rdk" ]]; then
     topic="lat-rdk-$$"
@@ -54,14 +60,17 @@ print(json.dumps({"client": "librdkafka", "msgs": count, "size": size, "rate": r
 PY
 fi
 
-python3 - "$dir" <<'PY'
+python3 - "$dir" "${rdk:+librdkafka}" <<'PY'
 import json, os, sys
 d = sys.argv[1]
+peers = ["kafkapipe"] + [p for p in sys.argv[2:] if p]
 print("| client | offered msgs/s | achieved msgs/s | produce p50 / p99 / p99.9 / max (ms) | "
       "end-to-end p50 / p99 / p99.9 / max (ms) | send times |")
 print("| --- | ---: | ---: | --- | --- | --- |")
 for name, how in (("kafkapipe", "scheduled (no coordinated omission)"),
                   ("librdkafka", "actual, paced by sleeps (coordinated omission possible)")):
+    if name not in peers:
+        continue
     try:
         r = json.load(open(os.path.join(d, f"{name}.json")))
     except (OSError, ValueError):
@@ -70,3 +79,4 @@ for name, how in (("kafkapipe", "scheduled (no coordinated omission)"),
     f = lambda p: "—" if not p else f"{p['p50_ms']:.2f} / {p['p99_ms']:.2f} / {p['p999_ms']:.2f} / {p['max_ms']:.2f}"
     print(f"| {name} | {r['rate']:,.0f} | {r['achieved_rate']:,.0f} | {f(r['produce'])} | {f(r['e2e'])} | {how} |")
 PY
+exit "$kp_failed"

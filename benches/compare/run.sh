@@ -28,6 +28,11 @@
 #                                  (default 200000); --latency-size B (default 100)
 #   --out DIR                      keep raw results and logs here (default a temp dir)
 #   --linger-ms MS                 linger of every client (default 5)
+#   --profile release|dev          cargo profile of compare_peer (default release; dev is for
+#                                  smoke runs that must not rebuild the dependencies in release)
+#
+# Exits non-zero when any client run (or the kafkapipe latency run) failed, so a smoke run
+# is a test: scripts/test.sh runs `--smoke --peers kafkapipe --profile dev --latency`.
 #
 # Consume rows read a topic that kafkapipe's producer filled once per row (same codec and
 # partitions); the acks column does not apply to them, so each consume workload runs once
@@ -51,6 +56,7 @@ latency_count=200000
 latency_size=100
 out=""
 linger=5
+profile=release
 explicit_rows=0
 while (($#)); do
     case "$1" in
@@ -67,6 +73,7 @@ while (($#)); do
     --latency-size) latency_size="$2"; shift ;;
     --out) out="$2"; shift ;;
     --linger-ms) linger="$2"; shift ;;
+    --profile) profile="$2"; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -107,14 +114,19 @@ echo "raw results and logs: $out" >&2
 has_peer() { [[ ",$peers," == *",$1,"* ]]; }
 
 # --- build the clients --------------------------------------------------------------------
-echo "building kafkapipe's compare_peer (release)" >&2
-kp="$(cargo build --release --bench compare_peer --message-format=json 2>/dev/null |
+case "$profile" in
+release) cargo_profile=(--release) ;;
+dev) cargo_profile=() ;;
+*) echo "--profile: release or dev, not $profile" >&2; exit 2 ;;
+esac
+echo "building kafkapipe's compare_peer ($profile)" >&2
+kp="$(cargo build "${cargo_profile[@]}" --bench compare_peer --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "compare_peer" and m.get("executable"):
         print(m["executable"])')"
-[[ -x "$kp" ]] || { echo "could not build compare_peer (cargo build --release --bench compare_peer)" >&2; exit 1; }
+[[ -x "$kp" ]] || { echo "could not build compare_peer (cargo build ${cargo_profile[*]} --bench compare_peer)" >&2; exit 1; }
 rdk=""
 if has_peer librdkafka; then
     rdk="$("$here/build_rdkafka.sh")"
@@ -245,10 +257,11 @@ for row in "${row_list[@]}"; do
     fi
 done
 
+latency_failed=0
 if ((latency)); then
     echo "# latency: ${latency_count} x ${latency_size} B at ${rate} msgs/s, 1 partition, acks 1" >&2
     "$here/latency.sh" "$out" "$broker" "$kp" "$rdk" "$rate" "$latency_count" "$latency_size" "$linger" \
-        >"$out/latency.md"
+        >"$out/latency.md" || latency_failed=1
 fi
 elapsed=$((SECONDS - started))
 
@@ -256,7 +269,7 @@ elapsed=$((SECONDS - started))
 {
     echo "Broker: Apache Kafka $(kafka_version), single node on loopback, same machine."
     echo "Machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)."
-    echo "Clients: kafkapipe $(git -C "$repo" describe --always --dirty 2>/dev/null)," \
+    echo "Clients: kafkapipe $(git -C "$repo" describe --always --dirty 2>/dev/null) ($profile profile)," \
         "librdkafka ${rdk:+$("$rdk" -h 2>&1 | sed -n 's/^librdkafka version \([^ ]*\).*/\1/p')}," \
         "kafka-go $(sed -n 's:.*segmentio/kafka-go \(v[^ ]*\).*:\1:p' "$here/go/go.mod")," \
         "franz-go $(sed -n 's:.*twmb/franz-go \(v[^ ]*\)$:\1:p' "$here/go/go.mod")," \
@@ -273,3 +286,9 @@ elapsed=$((SECONDS - started))
     echo
     echo "Run time: ${elapsed}s (excluding builds and broker start)."
 } | tee "$out/table.md"
+
+failed="$(awk -F'\t' '$13 == "FAILED"' "$results" | wc -l)"
+if ((failed > 0 || latency_failed)); then
+    echo "FAILED: $failed client run(s) failed; latency run failed: $((latency_failed)) (logs in $out)" >&2
+    exit 1
+fi

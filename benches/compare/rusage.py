@@ -29,8 +29,10 @@ def main():
 
     start = time.monotonic()
     rss_file = out + ".rss"
-    child = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", rss_file, *cmd],
-                             start_new_session=True)
+    # Without /usr/bin/time (Debian's `time` package) the peak RSS falls back to wait4's
+    # ru_maxrss below, with its ~14 MB floor.
+    timer = ["/usr/bin/time", "-f", "%M", "-o", rss_file] if os.access("/usr/bin/time", os.X_OK) else []
+    child = subprocess.Popen([*timer, *cmd], start_new_session=True)
     signal.signal(signal.SIGALRM, kill)
     signal.setitimer(signal.ITIMER_REAL, limit)
     # Blocks without polling (no CPU taken from the measured client); an interrupted
