@@ -571,3 +571,43 @@ async fn produce_requests_are_capped_at_max_request_bytes() {
     sizes.sort_unstable();
     assert_eq!(sizes, [1, 2], "{requests:?}");
 }
+
+/// While a partition cannot send (its broker is at the in-flight limit), its open batch
+/// keeps growing past the linger instead of being sealed into a queue of tiny batches
+/// that then go out one request at a time (as the Java client keeps appending to a batch
+/// until the sender drains it). Before, 300 messages fed 1 ms apart with a 1 ms linger
+/// against 150 ms answers made ~150 one-message batches, sent one per 150 ms.
+#[tokio::test]
+async fn a_batch_waiting_for_an_in_flight_slot_keeps_filling() {
+    use futures::SinkExt;
+    let fake = Fake::start(1).await;
+    fake.cluster.fault(
+        ApiKey::PRODUCE,
+        Fault::Delay(Duration::from_millis(150)),
+        u32::MAX,
+    );
+    let mut writer = fake.writer(|c| {
+        c.batch_timeout(Duration::from_millis(1))
+            .required_acks(kafkapipe::conn::RequiredAcks::Leader)
+            .idempotent(false)
+            .max_in_flight_per_broker(1)
+    });
+    let started = std::time::Instant::now();
+    for m in numbered(0, 300) {
+        writer.feed(m).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(20), writer.flush())
+        .await
+        .expect("flush within 20 s")
+        .unwrap();
+    let requests = fake.requests();
+    assert_eq!(fake.accepted(0).len(), 300);
+    assert!(in_order(&fake.accepted(0)));
+    assert!(
+        requests.len() <= 12,
+        "{} produce requests in {:?}: batches did not grow while waiting",
+        requests.len(),
+        started.elapsed()
+    );
+}

@@ -23,8 +23,11 @@
 //! handed to the writer, and its latencies are measured from that due time (no coordinated
 //! omission: a stall delays every message behind it and all of them count). The due time
 //! (ns since the Unix epoch) is the value's first 8 bytes and also the record's CreateTime
-//! (ms). Produce latency = acknowledgement (from [`Writer::deliveries`]) − due time;
-//! end-to-end = consumed by the reader − due time. Prints p50/p99/p99.9/max in ms.
+//! (ms); the next 8 bytes are the message's index. Produce latency = acknowledgement (from
+//! [`Writer::deliveries`]) − due time; end-to-end = consumed by the reader − due time. The
+//! same two are also given from the time the message was actually handed to the writer
+//! (`produce_from_send`, `e2e_from_send`), which is what librdkafka's `rdkafka_performance -l`
+//! measures. Prints p50/p99/p99.9/max in ms.
 //!
 //! With no mode (as under `cargo test --all-targets`) it prints the usage and exits 0.
 
@@ -240,9 +243,13 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn due_of(value: Option<&Bytes>) -> Option<u64> {
-    let head: [u8; 8] = value?.get(..8)?.try_into().ok()?;
-    Some(u64::from_le_bytes(head))
+/// The due time (ns since the epoch) and the message's index, from the value's first
+/// 16 bytes.
+fn stamp_of(value: Option<&Bytes>) -> Option<(u64, usize)> {
+    let v = value?;
+    let due: [u8; 8] = v.get(..8)?.try_into().ok()?;
+    let index: [u8; 8] = v.get(8..16)?.try_into().ok()?;
+    Some((u64::from_le_bytes(due), u64::from_le_bytes(index) as usize))
 }
 
 /// `{"p50_ms":…,"p99_ms":…,"p999_ms":…,"max_ms":…}` of latencies in ns.
@@ -265,14 +272,14 @@ fn percentiles(mut ns: Vec<u64>) -> String {
 async fn latency(opts: &Opts) -> Result<()> {
     let (brokers, topic) = (opts.str("brokers")?, opts.str("topic")?);
     let count: usize = opts.num("count", None)?;
-    let size: usize = opts.num::<usize>("size", Some(100))?.max(8);
+    let size: usize = opts.num::<usize>("size", Some(100))?.max(16);
     let rate: f64 = opts.num("rate", Some(10_000.0))?;
     let partitions: i32 = opts.num("partitions", Some(1))?;
     let conn = Conn::connect(first_broker(opts)?).await?;
     conn.create_topic(topic, partitions, 1).await?;
     conn.close().await;
 
-    // The reader: end-to-end latency of every message.
+    // The reader: when each message was consumed.
     let mut reader = Reader::new(
         ReaderConfig::new(brokers.split(','))
             .topic(topic)
@@ -280,41 +287,45 @@ async fn latency(opts: &Opts) -> Result<()> {
     )
     .await?;
     let consumer = tokio::spawn(async move {
-        let mut lat = Vec::with_capacity(count);
+        let mut seen = Vec::with_capacity(count);
         let mut create_time_skew_ms = 0i64;
         for _ in 0..count {
             let m = reader.next_message().await?;
             let now = now_ns();
-            let due = due_of(m.value.as_ref()).unwrap_or(now);
-            lat.push(now.saturating_sub(due));
-            create_time_skew_ms =
-                create_time_skew_ms.max((m.timestamp - (due / 1_000_000) as i64).abs());
+            if let Some((due, i)) = stamp_of(m.value.as_ref()) {
+                seen.push((i, now));
+                create_time_skew_ms =
+                    create_time_skew_ms.max((m.timestamp - (due / 1_000_000) as i64).abs());
+            }
         }
         reader.close().await;
-        Ok::<_, Error>((lat, create_time_skew_ms))
+        Ok::<_, Error>((seen, create_time_skew_ms))
     });
 
     let mut writer = Writer::new(opts.writer_config(brokers, topic)?)?;
     let mut deliveries = writer.deliveries();
     let acks = tokio::spawn(async move {
-        let mut lat = Vec::with_capacity(count);
+        let mut acked = Vec::with_capacity(count);
         while let Some(d) = deliveries.next().await {
             let now = now_ns();
             d.result?;
-            let due = due_of(d.message.value.as_ref()).unwrap_or(now);
-            lat.push(now.saturating_sub(due));
-            if lat.len() == count {
+            if let Some((_, i)) = stamp_of(d.message.value.as_ref()) {
+                acked.push((i, now));
+            }
+            if acked.len() == count {
                 break;
             }
         }
-        Ok::<_, Error>(lat)
+        Ok::<_, Error>(acked)
     });
 
-    let filler = vec![b'x'; size - 8];
+    let filler = vec![b'x'; size - 16];
     let t0 = now_ns() + 20_000_000; // start 20 ms from now
     let interval = 1e9 / rate;
     let started = Instant::now();
     let mut late_sends = 0usize;
+    // When each message was due, and when it was actually handed to the writer.
+    let (mut due_at, mut sent_at) = (Vec::with_capacity(count), Vec::with_capacity(count));
     for i in 0..count {
         let due = t0 + (i as f64 * interval) as u64;
         let now = now_ns();
@@ -329,27 +340,41 @@ async fn latency(opts: &Opts) -> Result<()> {
         }
         let mut value = Vec::with_capacity(size);
         value.extend_from_slice(&due.to_le_bytes());
+        value.extend_from_slice(&(i as u64).to_le_bytes());
         value.extend_from_slice(&filler);
+        due_at.push(due);
+        sent_at.push(now_ns());
         writer
             .feed(Message::new(value).with_timestamp((due / 1_000_000) as i64))
             .await?;
     }
     writer.flush().await?;
     let offered_secs = started.elapsed().as_secs_f64();
-    let produce_lat = acks
+    let acked = acks
         .await
         .map_err(|e| Error::protocol(format!("delivery task: {e}")))??;
-    let (e2e_lat, skew) = consumer
+    let (seen, skew) = consumer
         .await
         .map_err(|e| Error::protocol(format!("reader task: {e}")))??;
     writer.close().await?;
+    // Latencies from the due time (no coordinated omission) and from the actual send (what
+    // librdkafka's `rdkafka_performance -l` measures).
+    let since = |events: &[(usize, u64)], from: &[u64]| -> Vec<u64> {
+        events
+            .iter()
+            .filter_map(|&(i, t)| from.get(i).map(|&f| t.saturating_sub(f)))
+            .collect()
+    };
     println!(
         "{{\"client\":\"kafkapipe\",\"msgs\":{count},\"size\":{size},\"rate\":{rate},\
          \"achieved_rate\":{:.0},\"sent_over_1ms_late\":{late_sends},\
-         \"create_time_max_skew_ms\":{skew},\"produce\":{},\"e2e\":{}}}",
+         \"create_time_max_skew_ms\":{skew},\"produce\":{},\"e2e\":{},\
+         \"produce_from_send\":{},\"e2e_from_send\":{}}}",
         count as f64 / offered_secs,
-        percentiles(produce_lat),
-        percentiles(e2e_lat)
+        percentiles(since(&acked, &due_at)),
+        percentiles(since(&seen, &due_at)),
+        percentiles(since(&acked, &sent_at)),
+        percentiles(since(&seen, &sent_at)),
     );
     Ok(())
 }

@@ -423,6 +423,10 @@ impl Task {
             self.expire(now);
             self.request_metadata(now);
             self.dispatch(now);
+            // Batches held by `seal_expired` for a slot that this dispatch left free.
+            if self.seal_expired(now) {
+                self.dispatch(now);
+            }
             for (kept, e) in std::mem::take(&mut self.unreported) {
                 for (_, message, size) in kept {
                     let result = Err(e.clone());
@@ -509,7 +513,13 @@ impl Task {
             }
             for p in t.parts.values() {
                 if let Some(o) = &p.open {
-                    consider(o.deadline);
+                    // A batch past its linger waits for a free slot, which a produce
+                    // answer (an event) brings; its delivery timeout still wakes the loop.
+                    if o.deadline > now {
+                        consider(o.deadline);
+                    } else {
+                        consider(after(o.first_accepted, self.cfg.delivery_timeout));
+                    }
                 }
                 if let Some(at) = p.retry_at.filter(|at| *at > now) {
                     consider(at);
@@ -823,20 +833,41 @@ impl Task {
         }
     }
 
-    fn seal_expired(&mut self, now: Instant) {
+    /// Seal the open batches whose linger is over, except those that could not be sent
+    /// now anyway: a batch of a partition with queued batches, at its in-flight limit, or
+    /// led by a broker at its in-flight limit keeps taking messages until it can go (or
+    /// is full, or its delivery timeout is due), as the Java client appends to a batch
+    /// until its sender drains it. Sealing it at once would queue a train of small
+    /// batches, each then waiting for a request of its own. Whether anything was sealed.
+    fn seal_expired(&mut self, now: Instant) -> bool {
+        let per_partition = self.max_in_flight_per_partition();
+        let per_broker = self.cfg.max_in_flight_per_broker;
+        let delivery_timeout = self.cfg.delivery_timeout;
+        let mut sealed = false;
         for (name, t) in &mut self.topics {
             for (p, ps) in &mut t.parts {
-                if ps.open.as_ref().is_some_and(|o| o.deadline <= now) {
-                    self.unreported.extend(seal(
-                        ps,
-                        &self.shared,
-                        self.cfg.delivery_timeout,
-                        name,
-                        *p,
-                    ));
+                let Some(o) = ps.open.as_ref() else {
+                    continue;
+                };
+                if o.deadline > now {
+                    continue;
                 }
+                let blocked = ps.sealed.iter().any(|b| !b.in_flight)
+                    || ps.in_flight >= per_partition
+                    || self
+                        .cluster
+                        .cached_leader(name, *p)
+                        .and_then(|leader| self.in_flight.get(&leader))
+                        .is_some_and(|n| *n >= per_broker);
+                if blocked && after(o.first_accepted, delivery_timeout) > now {
+                    continue;
+                }
+                self.unreported
+                    .extend(seal(ps, &self.shared, self.cfg.delivery_timeout, name, *p));
+                sealed = true;
             }
         }
+        sealed
     }
 
     /// Ask for metadata of topics with messages waiting for it.
