@@ -74,6 +74,7 @@ mod state;
 mod task;
 
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -87,7 +88,7 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use handle::{TaskEnd, Tasks};
 pub(crate) use state::Shared;
-use state::{Counters, State};
+use state::{Counters, Lent, Loan, State};
 
 use crate::group::{Committer, GroupEvents, GroupShared, GroupTask};
 
@@ -180,6 +181,9 @@ pub struct ReaderStats {
 /// before it.
 pub struct Reader {
     handle: ReaderHandle,
+    /// Messages taken from one partition's buffer under one lock (see [`state::Loan`]).
+    loan: Loan,
+    lent: Arc<Lent>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -232,6 +236,7 @@ impl Reader {
                 state.assign(TopicPartition::new(&sel.topic, p), config.start_offset);
             }
         }
+        let lent = state.lent.clone();
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             wake_task: tokio::sync::Notify::new(),
@@ -265,6 +270,8 @@ impl Reader {
                 group,
                 tasks: Arc::new(Tasks::new(fetch, group_task)),
             },
+            loan: Loan::default(),
+            lent,
         })
     }
 
@@ -635,34 +642,48 @@ impl Stream for Reader {
         // Tokio's cooperative budget: a consumer loop over a full buffer would otherwise
         // never yield, starving the fetch and group tasks on a current-thread runtime.
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
-        let shared = &self.handle.shared;
-        if let Some(g) = &self.handle.group {
+        let this = self.get_mut();
+        let shared = &this.handle.shared;
+        if let Some(g) = &this.handle.group {
             // Every token dropped before this poll now counts as processed.
             g.pulse.polled();
         }
-        let mut st = shared.lock();
-        if st.closed {
-            coop.made_progress();
-            return Poll::Ready(None);
-        }
-        if let Some(e) = st.errors.pop_front() {
-            coop.made_progress();
-            return Poll::Ready(Some(Err(e)));
-        }
-        if let Some((m, freed)) = st.pop(&shared.config) {
-            drop(st);
-            if freed {
+        // Lent messages need no lock while nothing recalled them.
+        if let Some(m) = this.loan.next(&this.lent) {
+            // The fetch task waits for space: wake it once this message made some.
+            if this.lent.starved.load(Ordering::Relaxed) && !shared.lock().full(&shared.config) {
                 shared.wake_task.notify_one();
             }
             coop.made_progress();
             return Poll::Ready(Some(Ok(m)));
         }
-        match &st.consumer {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => st.consumer = Some(cx.waker().clone()),
+        let mut st = shared.lock();
+        let was_full = st.full(&shared.config);
+        st.settle(&mut this.loan);
+        if st.closed {
+            coop.made_progress();
+            return Poll::Ready(None);
+        }
+        let item = match st.errors.pop_front() {
+            Some(e) => Some(Err(e)),
+            None => st.pop_into(Some(&mut this.loan)).map(Ok),
+        };
+        let freed = was_full && !st.full(&shared.config);
+        if item.is_none() {
+            match &st.consumer {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => st.consumer = Some(cx.waker().clone()),
+            }
         }
         drop(st);
-        if let Some(g) = &self.handle.group {
+        if freed {
+            shared.wake_task.notify_one();
+        }
+        if item.is_some() {
+            coop.made_progress();
+            return Poll::Ready(item);
+        }
+        if let Some(g) = &this.handle.group {
             g.pulse.park(cx.waker());
         }
         Poll::Pending

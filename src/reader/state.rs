@@ -9,7 +9,7 @@
 //! the same lock, nothing fetched before a seek can be yielded after it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Instant;
@@ -147,9 +147,179 @@ pub(crate) struct State {
     pub(crate) buffered_bytes: usize,
     pub(crate) consumer: Option<Waker>,
     pub(crate) closed: bool,
+    /// What the consumer reads of its current [`Loan`] without the lock, and the
+    /// generation that tells it to come back to the lock.
+    pub(crate) lent: Arc<Lent>,
+    /// The partition (id, epoch) of the consumer's current [`Loan`], if any.
+    loan_of: Option<(u64, u64)>,
+    /// Messages and bytes of that loan (yielded ones included until it is settled):
+    /// they still count against the queue capacity.
+    lent_n: usize,
+    lent_bytes: usize,
+}
+
+/// The most messages [`State::pop_into`] lends the consumer from one partition at a time.
+pub(crate) const RUN: usize = 64;
+
+/// The part of the consumer's [`Loan`] shared with the handle, read without the lock.
+#[derive(Default)]
+pub(crate) struct Lent {
+    /// Bumped (under the state lock) by everything after which the consumer must not go
+    /// on yielding lent messages without the lock: a seek, reset, unassignment, pause,
+    /// re-tracking or close of the lent partition, and every error queued (errors are
+    /// yielded before the next message).
+    pub(crate) gen: AtomicU64,
+    /// Set by the fetch task while it waits for buffer space: the consumer then checks,
+    /// after each lent message, whether it freed enough to wake the task.
+    pub(crate) starved: AtomicBool,
+    /// The lent partition's position: the offset after the last message yielded.
+    pos: AtomicI64,
+    /// Messages and bytes of the loan yielded so far.
+    yielded: AtomicUsize,
+    yielded_bytes: AtomicUsize,
+}
+
+/// A run of up to [`RUN`] messages of one track-less partition, moved out of its buffer
+/// under the lock by [`State::pop_into`] and yielded by the consumer without locking
+/// while [`Lent::gen`] stays the same. They count as buffered until
+/// [`State::settle`] (the next time the consumer takes the lock), which puts back those
+/// not yielded — or drops them, if the partition was reset or unassigned meanwhile, so
+/// nothing fetched before a seek is yielded after it.
+#[derive(Default)]
+pub(crate) struct Loan {
+    msgs: VecDeque<Message>,
+    active: bool,
+    id: u64,
+    epoch: u64,
+    gen: u64,
+    n: usize,
+    bytes: usize,
+    yielded: usize,
+    yielded_bytes: usize,
+    /// The position after the last message lent (the next fetch's offset when it was
+    /// the last one buffered, as in [`State::pop`]).
+    tail_next: i64,
+    /// The position after the last message yielded.
+    next: i64,
+}
+
+impl Loan {
+    /// The next lent message, unless the loan is used up or [`Lent::gen`] moved on (then
+    /// the consumer takes the lock and [`State::settle`]s).
+    #[inline]
+    pub(crate) fn next(&mut self, lent: &Lent) -> Option<Message> {
+        if self.msgs.is_empty() || lent.gen.load(Ordering::Acquire) != self.gen {
+            return None;
+        }
+        let m = self.msgs.pop_front()?;
+        self.next = if self.msgs.is_empty() {
+            self.tail_next
+        } else {
+            m.offset.saturating_add(1)
+        };
+        self.yielded += 1;
+        self.yielded_bytes += m.size();
+        lent.pos.store(self.next, Ordering::Relaxed);
+        lent.yielded.store(self.yielded, Ordering::Relaxed);
+        lent.yielded_bytes
+            .store(self.yielded_bytes, Ordering::Relaxed);
+        Some(m)
+    }
 }
 
 impl State {
+    /// Tell the consumer to come back to the lock before yielding another lent message.
+    fn recall(&self) {
+        self.lent.gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Forget the consumer's loan (its partition is reset, unassigned or closed): its
+    /// messages are dropped when it settles, and stop counting now.
+    fn cancel_loan_of(&mut self, id: u64) {
+        if self.loan_of.is_some_and(|(l, _)| l == id) {
+            self.loan_of = None;
+            self.lent_n = 0;
+            self.lent_bytes = 0;
+            self.recall();
+        }
+    }
+
+    /// Queue `e` to be yielded before the next message.
+    pub(crate) fn push_error(&mut self, e: Error) {
+        self.errors.push_back(e);
+        self.recall();
+    }
+
+    /// Messages and bytes fetched and not yet yielded (lent ones included).
+    pub(crate) fn queued(&self) -> (usize, usize) {
+        if self.loan_of.is_none() {
+            return (self.buffered, self.buffered_bytes);
+        }
+        let n = self
+            .lent_n
+            .saturating_sub(self.lent.yielded.load(Ordering::Relaxed));
+        let bytes = self
+            .lent_bytes
+            .saturating_sub(self.lent.yielded_bytes.load(Ordering::Relaxed));
+        (self.buffered + n, self.buffered_bytes + bytes)
+    }
+
+    /// Partition `id`'s position: the offset after the last message yielded, counting
+    /// messages yielded from a loan.
+    pub(crate) fn position_of(&self, id: u64, p: &Part) -> i64 {
+        if self.loan_of == Some((id, p.epoch)) {
+            p.position.max(self.lent.pos.load(Ordering::Relaxed))
+        } else {
+            p.position
+        }
+    }
+
+    /// Settle the consumer's `loan` (under the lock): its yielded messages stop counting
+    /// and move the partition's position; the others go back to the front of the
+    /// partition's buffer, unless the loan was cancelled (reset, unassigned, closed) —
+    /// then they are dropped.
+    pub(crate) fn settle(&mut self, loan: &mut Loan) {
+        if !loan.active {
+            return;
+        }
+        loan.active = false;
+        if self.loan_of != Some((loan.id, loan.epoch)) {
+            loan.msgs.clear();
+            return;
+        }
+        self.loan_of = None;
+        self.lent_n = 0;
+        self.lent_bytes = 0;
+        let Some(p) = self.parts.get_mut(&loan.id) else {
+            loan.msgs.clear();
+            return;
+        };
+        p.position = p.position.max(loan.next);
+        let (n, bytes) = (
+            loan.msgs.len(),
+            loan.bytes.saturating_sub(loan.yielded_bytes),
+        );
+        while let Some(m) = loan.msgs.pop_back() {
+            p.buf.push_front(m);
+        }
+        p.buf_bytes += bytes;
+        self.buffered += n;
+        self.buffered_bytes += bytes;
+        if p.buf.is_empty() {
+            // Everything fetched is yielded: the position moves to the next fetch's
+            // offset (past control records), as `pop` does for the last message.
+            if let Position::Offset(f) = p.fetch {
+                p.position = p.position.max(f);
+            }
+            if let Some(e) = p.parked_error.take() {
+                self.errors.push_back(e);
+            }
+        } else if !p.in_ready && !p.paused {
+            p.in_ready = true;
+            self.ready.push_front(loan.id);
+        }
+    }
+
     /// Assign `tp` starting at `start`; an assigned partition is reset to `start`.
     pub(crate) fn assign(&mut self, tp: TopicPartition, start: StartOffset) {
         if let Some(id) = self.index.get(&tp).copied() {
@@ -179,8 +349,15 @@ impl State {
 
     /// Give the messages of `tp` (assigned) tokens of `track` from now on.
     pub(crate) fn set_track(&mut self, tp: &TopicPartition, track: Option<Arc<Track>>) {
-        if let Some(p) = self.index.get(tp).and_then(|id| self.parts.get_mut(id)) {
+        let Some(id) = self.index.get(tp).copied() else {
+            return;
+        };
+        if let Some(p) = self.parts.get_mut(&id) {
             p.track = track;
+        }
+        if self.loan_of.is_some_and(|(l, _)| l == id) {
+            // lent messages must get the new track's tokens: back to the buffer
+            self.recall();
         }
     }
 
@@ -191,6 +368,7 @@ impl State {
         };
         // A pause ends with the assignment (as in the Java client).
         self.paused.remove(&id);
+        self.cancel_loan_of(id);
         if let Some(p) = self.parts.remove(&id) {
             self.buffered = self.buffered.saturating_sub(p.buf.len());
             self.buffered_bytes = self.buffered_bytes.saturating_sub(p.buf_bytes);
@@ -201,6 +379,7 @@ impl State {
     /// Move partition `id` to `fetch`: bump its epoch (in-flight results become stale),
     /// drop its buffered messages, forget failures.
     pub(crate) fn reset(&mut self, id: u64, fetch: Position) {
+        self.cancel_loan_of(id);
         let Some(p) = self.parts.get_mut(&id) else {
             return;
         };
@@ -226,7 +405,7 @@ impl State {
     /// do not count: they hold at most what was buffered or in flight when the partition
     /// was paused, and must not stall the others.
     pub(crate) fn full(&self, config: &ReaderConfig) -> bool {
-        let (mut n, mut bytes) = (self.buffered, self.buffered_bytes);
+        let (mut n, mut bytes) = self.queued();
         for p in self.paused.iter().filter_map(|id| self.parts.get(id)) {
             n = n.saturating_sub(p.buf.len());
             bytes = bytes.saturating_sub(p.buf_bytes);
@@ -240,6 +419,10 @@ impl State {
             if let Some(p) = self.parts.get_mut(&id) {
                 p.paused = true;
                 self.paused.insert(id);
+            }
+            if self.loan_of.is_some_and(|(l, _)| l == id) {
+                // lent messages go back to the (paused) buffer
+                self.recall();
             }
         }
     }
@@ -278,6 +461,10 @@ impl State {
         }
         self.buffered = 0;
         self.buffered_bytes = 0;
+        self.loan_of = None;
+        self.lent_n = 0;
+        self.lent_bytes = 0;
+        self.recall();
         self.consumer.take()
     }
 
@@ -288,8 +475,10 @@ impl State {
             return false;
         };
         p.fetch = Position::Parked;
-        if p.buf.is_empty() {
-            self.errors.push_back(err);
+        // Lent messages were fetched before this point too: `settle` queues the error.
+        let lent = self.loan_of.is_some_and(|(l, _)| l == id);
+        if p.buf.is_empty() && !lent {
+            self.push_error(err);
             true
         } else {
             p.parked_error = Some(err);
@@ -355,8 +544,17 @@ impl State {
 
     /// The next message, round robin over partitions, and whether the buffer went from
     /// full to not full.
+    #[cfg(test)]
     pub(crate) fn pop(&mut self, config: &ReaderConfig) -> Option<(Message, bool)> {
         let was_full = self.full(config);
+        let m = self.pop_into(None)?;
+        Some((m, was_full && !self.full(config)))
+    }
+
+    /// The next message, round robin over partitions. With `loan` (settled, empty), a
+    /// track-less partition also lends up to [`RUN`]` - 1` messages after it, taken
+    /// one after another before the next partition's turn.
+    pub(crate) fn pop_into(&mut self, mut loan: Option<&mut Loan>) -> Option<Message> {
         if !self.blocked.is_empty() {
             let blocked = std::mem::take(&mut self.blocked);
             for id in blocked {
@@ -421,9 +619,63 @@ impl State {
             }
             self.buffered = self.buffered.saturating_sub(1);
             self.buffered_bytes = self.buffered_bytes.saturating_sub(size);
-            return Some((m, was_full && !self.full(config)));
+            if let Some(loan) = loan.take() {
+                self.lend(id, loan);
+            }
+            return Some(m);
         }
         None
+    }
+
+    /// Lend the consumer up to [`RUN`]` - 1` messages of partition `id` (just popped
+    /// from, in `ready` if it has more), when it has no track and is not parked.
+    fn lend(&mut self, id: u64, loan: &mut Loan) {
+        let Some(p) = self.parts.get_mut(&id) else {
+            return;
+        };
+        if p.buf.is_empty() || p.track.is_some() || p.parked_error.is_some() || loan.active {
+            return;
+        }
+        let k = p.buf.len().min(RUN - 1);
+        loan.msgs.clear();
+        let mut bytes = 0;
+        for m in p.buf.drain(..k) {
+            bytes += m.size();
+            loan.msgs.push_back(m);
+        }
+        let last = loan
+            .msgs
+            .back()
+            .map_or(p.position, |m| m.offset.saturating_add(1));
+        loan.tail_next = match p.fetch {
+            Position::Offset(f) if p.buf.is_empty() => last.max(f),
+            _ => last,
+        };
+        loan.active = true;
+        loan.id = id;
+        loan.epoch = p.epoch;
+        loan.n = k;
+        loan.bytes = bytes;
+        loan.yielded = 0;
+        loan.yielded_bytes = 0;
+        loan.next = p.position;
+        p.buf_bytes = p.buf_bytes.saturating_sub(bytes);
+        if p.buf.is_empty() && p.in_ready {
+            // it was queued again by `pop_into`: the loan is its turn
+            p.in_ready = false;
+            if let Some(i) = self.ready.iter().rposition(|r| *r == id) {
+                self.ready.remove(i);
+            }
+        }
+        self.buffered = self.buffered.saturating_sub(k);
+        self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
+        self.loan_of = Some((id, loan.epoch));
+        self.lent_n = k;
+        self.lent_bytes = bytes;
+        self.lent.pos.store(p.position, Ordering::Relaxed);
+        self.lent.yielded.store(0, Ordering::Relaxed);
+        self.lent.yielded_bytes.store(0, Ordering::Relaxed);
+        loan.gen = self.lent.gen.load(Ordering::Relaxed);
     }
 }
 
