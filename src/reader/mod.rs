@@ -364,11 +364,15 @@ impl Reader {
     /// # Cancellation safety
     ///
     /// Cancel safe: a dropped call loses no message.
-    pub async fn next_message(&mut self) -> Result<Message> {
-        match futures::StreamExt::next(self).await {
-            Some(r) => r,
-            None => Err(Error::closed("reader is closed")),
-        }
+    #[inline]
+    pub fn next_message(&mut self) -> impl std::future::Future<Output = Result<Message>> + '_ {
+        // A plain poll function rather than an `async fn` around `StreamExt::next`: one
+        // less state machine for every message to be moved through.
+        std::future::poll_fn(move |cx| {
+            Pin::new(&mut *self)
+                .poll_next(cx)
+                .map(|item| item.unwrap_or_else(|| Err(Error::closed("reader is closed"))))
+        })
     }
 
     /// A cloneable handle to control this reader (seek, lag, stats, pause/resume, close…)
@@ -638,35 +642,55 @@ impl Drop for Reader {
 impl Stream for Reader {
     type Item = Result<Message>;
 
+    #[inline]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         // Tokio's cooperative budget: a consumer loop over a full buffer would otherwise
         // never yield, starving the fetch and group tasks on a current-thread runtime.
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
         let this = self.get_mut();
-        let shared = &this.handle.shared;
         if let Some(g) = &this.handle.group {
             // Every token dropped before this poll now counts as processed.
             g.pulse.polled();
         }
         // Lent messages need no lock while nothing recalled them.
         if let Some(m) = this.loan.next(&this.lent) {
-            // The fetch task waits for space: wake it once this message made some.
-            if this.lent.starved.load(Ordering::Relaxed) && !shared.lock().full(&shared.config) {
-                shared.wake_task.notify_one();
+            if this.lent.starved.load(Ordering::Relaxed) {
+                this.wake_if_freed();
             }
             coop.made_progress();
             return Poll::Ready(Some(Ok(m)));
         }
+        let item = this.poll_locked(cx);
+        if item.is_ready() {
+            coop.made_progress();
+        }
+        item
+    }
+}
+
+impl Reader {
+    /// The fetch task waits for buffer space: wake it if the last lent message made some.
+    #[cold]
+    fn wake_if_freed(&self) {
+        let shared = &self.handle.shared;
+        if !shared.lock().full(&shared.config) {
+            shared.wake_task.notify_one();
+        }
+    }
+
+    /// `poll_next` under the lock: settle the loan, then the next error or message.
+    #[inline(never)]
+    fn poll_locked(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message>>> {
+        let shared = &self.handle.shared;
         let mut st = shared.lock();
         let was_full = st.full(&shared.config);
-        st.settle(&mut this.loan);
+        st.settle(&mut self.loan);
         if st.closed {
-            coop.made_progress();
             return Poll::Ready(None);
         }
         let item = match st.errors.pop_front() {
             Some(e) => Some(Err(e)),
-            None => st.pop_into(Some(&mut this.loan)).map(Ok),
+            None => st.pop_into(Some(&mut self.loan)).map(Ok),
         };
         let freed = was_full && !st.full(&shared.config);
         if item.is_none() {
@@ -680,10 +704,9 @@ impl Stream for Reader {
             shared.wake_task.notify_one();
         }
         if item.is_some() {
-            coop.made_progress();
             return Poll::Ready(item);
         }
-        if let Some(g) = &this.handle.group {
+        if let Some(g) = &self.handle.group {
             g.pulse.park(cx.waker());
         }
         Poll::Pending

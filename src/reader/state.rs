@@ -208,11 +208,11 @@ impl Loan {
     /// the consumer takes the lock and [`State::settle`]s).
     #[inline]
     pub(crate) fn next(&mut self, lent: &Lent) -> Option<Message> {
-        if self.msgs.is_empty() || lent.gen.load(Ordering::Acquire) != self.gen {
+        let m = self.msgs.front()?;
+        if lent.gen.load(Ordering::Acquire) != self.gen {
             return None;
         }
-        let m = self.msgs.pop_front()?;
-        self.next = if self.msgs.is_empty() {
+        self.next = if self.msgs.len() == 1 {
             self.tail_next
         } else {
             m.offset.saturating_add(1)
@@ -223,7 +223,7 @@ impl Loan {
         lent.yielded.store(self.yielded, Ordering::Relaxed);
         lent.yielded_bytes
             .store(self.yielded_bytes, Ordering::Relaxed);
-        Some(m)
+        self.msgs.pop_front()
     }
 }
 
