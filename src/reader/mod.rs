@@ -367,11 +367,12 @@ impl Reader {
     #[inline]
     pub fn next_message(&mut self) -> impl std::future::Future<Output = Result<Message>> + '_ {
         // A plain poll function rather than an `async fn` around `StreamExt::next`: one
-        // less state machine for every message to be moved through.
+        // less state machine, and fewer moves of each message.
         std::future::poll_fn(move |cx| {
-            Pin::new(&mut *self)
-                .poll_next(cx)
-                .map(|item| item.unwrap_or_else(|| Err(Error::closed("reader is closed"))))
+            self.poll_lent(cx, Ok, |this, cx| {
+                this.poll_locked(cx)
+                    .map(|item| item.unwrap_or_else(|| Err(Error::closed("reader is closed"))))
+            })
         })
     }
 
@@ -644,23 +645,37 @@ impl Stream for Reader {
 
     #[inline]
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        // Lent messages need no lock while nothing recalled them.
+        this.poll_lent(cx, |m| Some(Ok(m)), |this, cx| this.poll_locked(cx))
+    }
+}
+
+impl Reader {
+    /// The body of `poll_next` and `next_message`: a lent message if there is one (made
+    /// into the caller's item type by `lent`, so it is moved once), else `locked`.
+    #[inline]
+    fn poll_lent<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        lent: impl FnOnce(Message) -> T,
+        locked: impl FnOnce(&mut Self, &mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
         // Tokio's cooperative budget: a consumer loop over a full buffer would otherwise
         // never yield, starving the fetch and group tasks on a current-thread runtime.
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
-        let this = self.get_mut();
-        if let Some(g) = &this.handle.group {
+        if let Some(g) = &self.handle.group {
             // Every token dropped before this poll now counts as processed.
             g.pulse.polled();
         }
-        // Lent messages need no lock while nothing recalled them.
-        if let Some(m) = this.loan.next(&this.lent) {
-            if this.lent.starved.load(Ordering::Relaxed) {
-                this.wake_if_freed();
+        if let Some(m) = self.loan.next(&self.lent) {
+            if self.lent.starved.load(Ordering::Relaxed) {
+                self.wake_if_freed();
             }
             coop.made_progress();
-            return Poll::Ready(Some(Ok(m)));
+            return Poll::Ready(lent(m));
         }
-        let item = this.poll_locked(cx);
+        let item = locked(self, cx);
         if item.is_ready() {
             coop.made_progress();
         }

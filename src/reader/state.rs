@@ -638,11 +638,8 @@ impl State {
         }
         let k = p.buf.len().min(RUN - 1);
         loan.msgs.clear();
-        let mut bytes = 0;
-        for m in p.buf.drain(..k) {
-            bytes += m.size();
-            loan.msgs.push_back(m);
-        }
+        loan.msgs.extend(p.buf.drain(..k));
+        let bytes = loan.msgs.iter().map(Message::size).sum::<usize>();
         let last = loan
             .msgs
             .back()
