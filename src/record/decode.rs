@@ -322,6 +322,13 @@ struct RecordCtx {
 }
 
 #[cold]
+fn bad_length(what: &str, len: i32, left: usize) -> Error {
+    Error::protocol(format!(
+        "record {what} length {len} invalid with {left} bytes left"
+    ))
+}
+
+#[cold]
 fn truncated(what: &str) -> Error {
     Error::protocol(format!("truncated {what}: need 1 bytes, 0 left"))
 }
@@ -445,10 +452,7 @@ impl Cursor<'_> {
                 self.pos += n;
                 Ok(Some(payload.slice(start..self.pos)))
             }
-            _ => Err(Error::protocol(format!(
-                "record {what} length {len} invalid with {} bytes left",
-                self.remaining()
-            ))),
+            _ => Err(bad_length(what, len, self.remaining())),
         }
     }
 }
@@ -486,7 +490,12 @@ fn decode_record(payload: &Bytes, cur: &mut Cursor<'_>, ctx: &RecordCtx) -> Resu
                 r.remaining()
             ))
         })?;
-    let mut headers = Vec::with_capacity(capacity_for::<Header>(n_headers));
+    // Most records have no headers: no call into the allocator for them.
+    let mut headers = if n_headers == 0 {
+        Vec::new()
+    } else {
+        Vec::with_capacity(capacity_for::<Header>(n_headers))
+    };
     for _ in 0..n_headers {
         let key = r
             .varbytes(payload, "header key")?
