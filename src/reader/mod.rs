@@ -11,8 +11,12 @@
 //!   ListOffsets) run concurrently with fetches. Everything is a future inside that one
 //!   task, so closing the reader aborts one task and nothing is left running.
 //! - **Per-partition buffers, merged round robin.** Fetched messages go to their
-//!   partition's buffer; the stream takes one message from each partition with buffered
-//!   messages in turn, so a hot partition cannot starve the others.
+//!   partition's buffer; the stream takes from each partition with buffered messages in
+//!   turn, so a hot partition cannot starve the others: one message at a time from a
+//!   group reader's partitions, runs of up to 64 otherwise. A run is taken under one lock
+//!   and yielded without locking again; a seek, reset, pause, unassignment or close from
+//!   a [`ReaderHandle`], and every error queued, call back what is left of it (a
+//!   generation counter checked per message), so the guarantees below hold per message.
 //! - **Bounded prefetch.** No fetch is started while the buffers together hold
 //!   [`ReaderConfig::queue_capacity`] messages or
 //!   [`ReaderConfig::queue_capacity_bytes`] bytes. Memory is thus bounded by the

@@ -7,6 +7,10 @@
 //! it (or remove the partition), so a response that was in flight across such a change
 //! is recognised as stale and dropped. Because the partition's buffer is cleared under
 //! the same lock, nothing fetched before a seek can be yielded after it.
+//!
+//! The consumer takes runs of a partition's messages under one lock (a [`Loan`]); they
+//! count as buffered until it settles them, and anything that must stop them bumps
+//! [`Lent::gen`] under the lock, which the consumer checks before each lent message.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -134,7 +138,8 @@ pub(crate) struct State {
     pub(crate) parts: HashMap<u64, Part, Ids>,
     pub(crate) index: HashMap<TopicPartition, u64>,
     next_id: u64,
-    /// Partitions with buffered messages, served round robin one message at a time.
+    /// Partitions with buffered messages, served round robin: one message at a time, or
+    /// a run lent to the consumer (see [`Loan`]).
     pub(crate) ready: VecDeque<u64>,
     /// Partitions with buffered messages whose track is full
     /// ([`ReaderConfig::max_unacked`]): tried again at the next poll.
