@@ -26,7 +26,7 @@ use crate::bufpool::BufPool;
 use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::group::{AckToken, Track};
-use crate::record::Record;
+use crate::record::RecordBatch;
 
 /// Where the next fetch of a partition starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -507,13 +507,15 @@ impl State {
         bytes as u64
     }
 
-    /// Append fetched records to partition `id`'s buffer as messages (moved straight into
-    /// it, no intermediate `Vec`) and queue it for the consumer. Returns how many messages
-    /// and bytes were added.
-    pub(crate) fn push_records(
+    /// Append the records of fetched `batches` from offset `from` on to partition `id`'s
+    /// buffer as messages (moved straight into it, room for all of them reserved at
+    /// once) and queue it for the consumer. Returns how many messages and bytes were
+    /// added.
+    pub(crate) fn push_batches(
         &mut self,
         id: u64,
-        records: impl Iterator<Item = Record>,
+        batches: Vec<RecordBatch>,
+        from: i64,
         high_watermark: i64,
     ) -> (u64, u64) {
         let Some(p) = self.parts.get_mut(&id) else {
@@ -521,11 +523,18 @@ impl State {
         };
         let mut bytes = 0;
         let before = p.buf.len();
-        p.buf.reserve(records.size_hint().0);
-        for r in records {
-            let m = Message::from_record(&p.topic, p.partition, high_watermark, r);
-            bytes += m.size();
-            p.buf.push_back(m);
+        p.buf
+            .reserve(batches.iter().map(|b| b.records.len()).sum::<usize>());
+        for b in batches {
+            for r in b.records {
+                // a compressed batch starts before the offset asked for
+                if r.offset < from {
+                    continue;
+                }
+                let m = Message::from_record(&p.topic, p.partition, high_watermark, r);
+                bytes += m.size();
+                p.buf.push_back(m);
+            }
         }
         let n = p.buf.len() - before;
         self.added(id, n, bytes);

@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 use super::retry;
 use super::state::{Position, Shared};
 use super::{OffsetReset, StartOffset};
-use crate::conn::{decode_fetch_batches, visible_in, Conn};
+use crate::conn::{decode_fetch_batches, Conn};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
     FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic,
@@ -439,7 +439,7 @@ fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Fetch
                     p.position = j.offset;
                 }
                 let hw = p.high_watermark;
-                let (n, bytes) = st.push_records(j.id, visible_in(f.batches, j.offset), hw);
+                let (n, bytes) = st.push_batches(j.id, f.batches, j.offset, hw);
                 // Nothing yieldable (control records, an aborted transaction): with
                 // nothing buffered, the position moves past it.
                 if n == 0 {
