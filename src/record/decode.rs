@@ -287,7 +287,7 @@ fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>) -> Result<
         end: payload.len(),
     };
     for _ in 0..count {
-        records.push(decode_record(&payload, &mut cur, &ctx).map_err(at)?);
+        decode_record(&payload, &mut cur, &ctx, &mut records).map_err(at)?;
     }
     if cur.pos != payload.len() {
         return Err(at(Error::protocol(format!(
@@ -457,8 +457,14 @@ impl Cursor<'_> {
     }
 }
 
-/// Decode one record at `cur` (a cursor over `payload`), leaving `cur` after it.
-fn decode_record(payload: &Bytes, cur: &mut Cursor<'_>, ctx: &RecordCtx) -> Result<Record> {
+/// Decode one record at `cur` (a cursor over `payload`) onto `out`, leaving `cur` after
+/// it. (Pushed here rather than returned: a `Result<Record>` is one more move of it.)
+fn decode_record(
+    payload: &Bytes,
+    cur: &mut Cursor<'_>,
+    ctx: &RecordCtx,
+    out: &mut Vec<Record>,
+) -> Result<()> {
     let len = cur.varint()?;
     let len = usize::try_from(len)
         .ok()
@@ -512,7 +518,7 @@ fn decode_record(payload: &Bytes, cur: &mut Cursor<'_>, ctx: &RecordCtx) -> Resu
         )));
     }
     cur.pos = end;
-    Ok(Record {
+    out.push(Record {
         offset: ctx.base_offset.wrapping_add(i64::from(offset_delta)),
         timestamp: ctx
             .log_append_time
@@ -520,7 +526,8 @@ fn decode_record(payload: &Bytes, cur: &mut Cursor<'_>, ctx: &RecordCtx) -> Resu
         key,
         value,
         headers,
-    })
+    });
+    Ok(())
 }
 
 #[cfg(test)]
