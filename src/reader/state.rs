@@ -184,9 +184,9 @@ pub(crate) struct Lent {
     yielded_bytes: AtomicUsize,
 }
 
-/// A run of up to [`RUN`] messages of one track-less partition, moved out of its buffer
-/// under the lock by [`State::pop_into`] and yielded by the consumer without locking
-/// while [`Lent::gen`] stays the same. They count as buffered until
+/// The buffer of one track-less partition, moved out of it (swapped, not copied) under
+/// the lock by [`State::pop_into`], of which the consumer yields up to [`RUN`]` - 1`
+/// messages without locking while [`Lent::gen`] stays the same. They count as buffered until
 /// [`State::settle`] (the next time the consumer takes the lock), which puts back those
 /// not yielded — or drops them, if the partition was reset or unassigned meanwhile, so
 /// nothing fetched before a seek is yielded after it.
@@ -201,6 +201,8 @@ pub(crate) struct Loan {
     bytes: usize,
     yielded: usize,
     yielded_bytes: usize,
+    /// How many more may be yielded before the next partition's turn.
+    left: usize,
     /// The position after the last message lent (the next fetch's offset when it was
     /// the last one buffered, as in [`State::pop`]).
     tail_next: i64,
@@ -213,10 +215,14 @@ impl Loan {
     /// the consumer takes the lock and [`State::settle`]s).
     #[inline]
     pub(crate) fn next(&mut self, lent: &Lent) -> Option<Message> {
+        if self.left == 0 {
+            return None;
+        }
         let m = self.msgs.front()?;
         if lent.gen.load(Ordering::Acquire) != self.gen {
             return None;
         }
+        self.left -= 1;
         self.next = if self.msgs.len() == 1 {
             self.tail_next
         } else {
@@ -304,8 +310,14 @@ impl State {
             loan.msgs.len(),
             loan.bytes.saturating_sub(loan.yielded_bytes),
         );
-        while let Some(m) = loan.msgs.pop_back() {
-            p.buf.push_front(m);
+        // The rest goes before what was fetched meanwhile: move the shorter of the two.
+        if n <= p.buf.len() {
+            while let Some(m) = loan.msgs.pop_back() {
+                p.buf.push_front(m);
+            }
+        } else {
+            loan.msgs.append(&mut p.buf);
+            std::mem::swap(&mut loan.msgs, &mut p.buf);
         }
         p.buf_bytes += bytes;
         self.buffered += n;
@@ -320,8 +332,9 @@ impl State {
                 self.errors.push_back(e);
             }
         } else if !p.in_ready && !p.paused {
+            // behind the partitions that waited during the run
             p.in_ready = true;
-            self.ready.push_front(loan.id);
+            self.ready.push_back(loan.id);
         }
     }
 
@@ -566,8 +579,9 @@ impl State {
     }
 
     /// The next message, round robin over partitions. With `loan` (settled, empty), a
-    /// track-less partition also lends up to [`RUN`]` - 1` messages after it, taken
-    /// one after another before the next partition's turn.
+    /// track-less partition also lends the rest of its buffer, of which up to
+    /// [`RUN`]` - 1` messages are taken one after another before the next partition's
+    /// turn.
     pub(crate) fn pop_into(&mut self, mut loan: Option<&mut Loan>) -> Option<Message> {
         if !self.blocked.is_empty() {
             let blocked = std::mem::take(&mut self.blocked);
@@ -641,8 +655,8 @@ impl State {
         None
     }
 
-    /// Lend the consumer up to [`RUN`]` - 1` messages of partition `id` (just popped
-    /// from, in `ready` if it has more), when it has no track and is not parked.
+    /// Lend the consumer the rest of partition `id`'s buffer (just popped from, so in
+    /// `ready` if it has more), when it has no track and is not parked.
     fn lend(&mut self, id: u64, loan: &mut Loan) {
         let Some(p) = self.parts.get_mut(&id) else {
             return;
@@ -650,16 +664,15 @@ impl State {
         if p.buf.is_empty() || p.track.is_some() || p.parked_error.is_some() || loan.active {
             return;
         }
-        let k = p.buf.len().min(RUN - 1);
         loan.msgs.clear();
-        loan.msgs.extend(p.buf.drain(..k));
-        let bytes = loan.msgs.iter().map(Message::size).sum::<usize>();
+        std::mem::swap(&mut loan.msgs, &mut p.buf);
+        let (k, bytes) = (loan.msgs.len(), p.buf_bytes);
         let last = loan
             .msgs
             .back()
             .map_or(p.position, |m| m.offset.saturating_add(1));
         loan.tail_next = match p.fetch {
-            Position::Offset(f) if p.buf.is_empty() => last.max(f),
+            Position::Offset(f) => last.max(f),
             _ => last,
         };
         loan.active = true;
@@ -669,10 +682,11 @@ impl State {
         loan.bytes = bytes;
         loan.yielded = 0;
         loan.yielded_bytes = 0;
+        loan.left = RUN - 1;
         loan.next = p.position;
-        p.buf_bytes = p.buf_bytes.saturating_sub(bytes);
-        if p.buf.is_empty() && p.in_ready {
-            // it was queued again by `pop_into`: the loan is its turn
+        p.buf_bytes = 0;
+        if p.in_ready {
+            // it was queued again by `pop_into`: `settle` queues it after this run
             p.in_ready = false;
             if let Some(i) = self.ready.iter().rposition(|r| *r == id) {
                 self.ready.remove(i);
