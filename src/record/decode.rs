@@ -440,7 +440,7 @@ impl Cursor<'_> {
 
     /// A varint-length-prefixed nullable byte field, as a zero-copy slice of `payload`
     /// (the bytes this cursor reads).
-    #[inline]
+    #[inline(always)]
     fn varbytes(&mut self, payload: &Bytes, what: &str) -> Result<Option<Bytes>> {
         let len = self.varint()?;
         if len == -1 {
