@@ -711,7 +711,11 @@ impl Reader {
             Some(e) => Some(Err(e)),
             None => st.pop_into(Some(&mut self.loan)).map(Ok),
         };
-        let freed = was_full && !st.full(&shared.config);
+        // `starved` is read under the lock the fetch task set it under: a lent message that
+        // freed space unseen by the lock-free check above is caught here at the latest,
+        // before the consumer could wait.
+        let freed =
+            (was_full || st.lent.starved.load(Ordering::Relaxed)) && !st.full(&shared.config);
         if item.is_none() {
             match &st.consumer {
                 Some(w) if w.will_wake(cx.waker()) => {}
