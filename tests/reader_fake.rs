@@ -644,3 +644,132 @@ async fn undecodable_records_are_yielded_once_after_what_precedes_them_and_park_
     assert_eq!(reader.stats().parked_partitions, 0);
     reader.close().await;
 }
+
+// The consumer takes up to 64 messages of a partition under one lock and yields them
+// without locking again. Whatever another task does to that partition meanwhile must
+// hold as if every message were taken under the lock on its own.
+
+/// A reader of `partitions` partitions of 300 records each, all of them buffered.
+async fn buffered_reader(mock: &MockCluster, partitions: i32) -> Reader {
+    for p in 0..partitions {
+        fill(mock, p, 300);
+    }
+    let reader = Reader::new(
+        ReaderConfig::new(mock.bootstrap())
+            .topic("t")
+            .max_wait(Duration::from_millis(20)),
+    )
+    .await
+    .unwrap();
+    let all = 300 * partitions as usize;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while reader.stats().queue_length < all {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            reader.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    reader
+}
+
+#[tokio::test]
+async fn a_seek_from_another_task_drops_the_messages_taken_with_the_last_one() {
+    let mock = cluster(1, 1).await;
+    let mut reader = buffered_reader(&mock, 1).await;
+    assert_eq!(offsets(&mut reader, 2).await, vec![0, 1]);
+    let handle = reader.handle();
+    tokio::spawn(async move { handle.seek("t", 0, 200).unwrap() })
+        .await
+        .unwrap();
+    assert_eq!(offsets(&mut reader, 3).await, vec![200, 201, 202]);
+    assert_eq!(reader.position("t", 0), Some(203));
+    reader.close().await;
+}
+
+#[tokio::test]
+async fn an_unassign_from_another_task_stops_the_partition_at_once() {
+    let mock = cluster(1, 2).await;
+    let mut reader = buffered_reader(&mock, 2).await;
+    let first = next(&mut reader).await;
+    let handle = reader.handle();
+    let tp = kafkapipe::reader::TopicPartition::new("t", first.partition);
+    tokio::spawn(async move { handle.unassign(&[tp]) })
+        .await
+        .unwrap();
+    let rest: Vec<Message> = {
+        let mut v = Vec::new();
+        for _ in 0..300 {
+            v.push(next(&mut reader).await);
+        }
+        v
+    };
+    assert!(rest.iter().all(|m| m.partition != first.partition));
+    assert_eq!(rest.last().map(|m| m.offset), Some(299));
+    assert_eq!(reader.stats().queue_length, 0);
+    reader.close().await;
+}
+
+#[tokio::test]
+async fn a_pause_from_another_task_stops_yielding_and_resume_goes_on_without_gap() {
+    let mock = cluster(1, 2).await;
+    let mut reader = buffered_reader(&mock, 2).await;
+    let first = next(&mut reader).await;
+    let p = first.partition;
+    let handle = reader.handle();
+    let tp = kafkapipe::reader::TopicPartition::new("t", p);
+    let h = handle.clone();
+    let paused = tp.clone();
+    tokio::spawn(async move { h.pause(&[paused]) })
+        .await
+        .unwrap();
+    let mut seen: Vec<Vec<i64>> = vec![Vec::new(), Vec::new()];
+    seen[p as usize].push(first.offset);
+    for _ in 0..300 {
+        let m = next(&mut reader).await;
+        assert_ne!(m.partition, p, "paused partition yielded {}", m.offset);
+        seen[m.partition as usize].push(m.offset);
+    }
+    handle.resume(&[tp]);
+    for _ in 0..299 {
+        let m = next(&mut reader).await;
+        seen[m.partition as usize].push(m.offset);
+    }
+    let want: Vec<i64> = (0..300).collect();
+    assert_eq!(seen[0], want);
+    assert_eq!(seen[1], want);
+    reader.close().await;
+}
+
+#[tokio::test]
+async fn position_lag_and_queue_length_follow_every_message() {
+    let mock = cluster(1, 1).await;
+    let mut reader = buffered_reader(&mock, 1).await;
+    for o in 0..150 {
+        assert_eq!(next(&mut reader).await.offset, o);
+        assert_eq!(reader.position("t", 0), Some(o + 1));
+        assert_eq!(reader.lag(), 300 - (o + 1));
+        assert_eq!(reader.partition_lag("t", 0), Some(300 - (o + 1)));
+        let s = reader.stats();
+        assert_eq!(s.queue_length as i64, 300 - (o + 1));
+        // key "k{offset}" and value "v{offset}"
+        let bytes: usize = (o + 1..300).map(|x| 2 * (1 + x.to_string().len())).sum();
+        assert_eq!(s.queue_bytes, bytes);
+    }
+    reader.close().await;
+}
+
+#[tokio::test]
+async fn a_close_from_another_task_ends_the_stream_at_once() {
+    let mock = cluster(1, 1).await;
+    let mut reader = buffered_reader(&mock, 1).await;
+    assert_eq!(offsets(&mut reader, 1).await, vec![0]);
+    let handle = reader.handle();
+    tokio::spawn(async move { handle.close().await })
+        .await
+        .unwrap();
+    let end = reader.next_message().await;
+    assert!(end.as_ref().is_err_and(|e| e.is_closed()), "{end:?}");
+    reader.close().await;
+}

@@ -722,7 +722,7 @@ impl GroupTask {
         let waker = {
             let mut st = self.reader.lock();
             if st.errors.len() < 16 {
-                st.errors.push_back(e);
+                st.push_error(e);
             }
             st.consumer.take()
         };

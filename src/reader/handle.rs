@@ -387,7 +387,10 @@ impl ReaderHandle {
     pub fn position(&self, topic: &str, partition: i32) -> Option<i64> {
         let st = self.shared.lock();
         let id = st.index.get(&TopicPartition::new(topic, partition))?;
-        st.parts.get(id).map(|p| p.position).filter(|p| *p >= 0)
+        st.parts
+            .get(id)
+            .map(|p| st.position_of(*id, p))
+            .filter(|p| *p >= 0)
     }
 
     /// Messages not yet yielded, summed over the assigned partitions: the last high-water
@@ -412,11 +415,11 @@ impl ReaderHandle {
     /// ```
     pub fn partition_lag(&self, topic: &str, partition: i32) -> Option<i64> {
         let st = self.shared.lock();
-        let p = st
-            .parts
-            .get(st.index.get(&TopicPartition::new(topic, partition))?)?;
-        (p.high_watermark >= 0 && p.position >= 0)
-            .then(|| p.high_watermark.saturating_sub(p.position).max(0))
+        let id = *st.index.get(&TopicPartition::new(topic, partition))?;
+        let p = st.parts.get(&id)?;
+        let position = st.position_of(id, p);
+        (p.high_watermark >= 0 && position >= 0)
+            .then(|| p.high_watermark.saturating_sub(position).max(0))
     }
 
     /// Like [`ReaderHandle::lag`], but asks each partition's leader for its end offset
@@ -439,9 +442,10 @@ impl ReaderHandle {
         let positions: Vec<(String, i32, i64)> = {
             let st = self.shared.lock();
             st.parts
-                .values()
-                .filter(|p| p.position >= 0)
-                .map(|p| (p.topic.to_string(), p.partition, p.position))
+                .iter()
+                .map(|(id, p)| (p, st.position_of(*id, p)))
+                .filter(|(_, position)| *position >= 0)
+                .map(|(p, position)| (p.topic.to_string(), p.partition, position))
                 .collect()
         };
         let cluster = &self.shared.cluster;
@@ -481,8 +485,8 @@ impl ReaderHandle {
             retries: c.retries.load(Ordering::Relaxed),
             last_error: c.last_error.get(),
             partitions: st.parts.len(),
-            queue_length: st.buffered,
-            queue_bytes: st.buffered_bytes,
+            queue_length: st.queued().0,
+            queue_bytes: st.queued().1,
             queue_capacity: config.queue_capacity,
             queue_capacity_bytes: config.queue_capacity_bytes,
             lag: lag_of(&st),
@@ -586,8 +590,9 @@ impl ReaderHandle {
 
 pub(crate) fn lag_of(st: &State) -> i64 {
     st.parts
-        .values()
-        .filter(|p| p.high_watermark >= 0 && p.position >= 0)
-        .map(|p| p.high_watermark.saturating_sub(p.position).max(0))
+        .iter()
+        .map(|(id, p)| (p.high_watermark, st.position_of(*id, p)))
+        .filter(|(hw, position)| *hw >= 0 && *position >= 0)
+        .map(|(hw, position)| hw.saturating_sub(position).max(0))
         .fold(0i64, i64::saturating_add)
 }

@@ -79,6 +79,7 @@ impl PartialEq for Message {
 impl Eq for Message {}
 
 impl Message {
+    #[inline]
     pub(crate) fn from_record(
         topic: &Arc<str>,
         partition: i32,
@@ -161,6 +162,7 @@ impl Message {
     /// m.value = Some("vv".into());
     /// assert_eq!(m.size(), 3);
     /// ```
+    #[inline]
     pub fn size(&self) -> usize {
         self.key.as_ref().map_or(0, Bytes::len)
             + self.value.as_ref().map_or(0, Bytes::len)

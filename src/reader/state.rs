@@ -7,9 +7,13 @@
 //! it (or remove the partition), so a response that was in flight across such a change
 //! is recognised as stale and dropped. Because the partition's buffer is cleared under
 //! the same lock, nothing fetched before a seek can be yielded after it.
+//!
+//! The consumer takes runs of a partition's messages under one lock (a [`Loan`]); they
+//! count as buffered until it settles them, and anything that must stop them bumps
+//! [`Lent::gen`] under the lock, which the consumer checks before each lent message.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Instant;
@@ -22,7 +26,7 @@ use crate::bufpool::BufPool;
 use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::group::{AckToken, Track};
-use crate::record::Record;
+use crate::record::RecordBatch;
 
 /// Where the next fetch of a partition starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,7 +138,8 @@ pub(crate) struct State {
     pub(crate) parts: HashMap<u64, Part, Ids>,
     pub(crate) index: HashMap<TopicPartition, u64>,
     next_id: u64,
-    /// Partitions with buffered messages, served round robin one message at a time.
+    /// Partitions with buffered messages, served round robin: one message at a time, or
+    /// a run lent to the consumer (see [`Loan`]).
     pub(crate) ready: VecDeque<u64>,
     /// Partitions with buffered messages whose track is full
     /// ([`ReaderConfig::max_unacked`]): tried again at the next poll.
@@ -147,9 +152,192 @@ pub(crate) struct State {
     pub(crate) buffered_bytes: usize,
     pub(crate) consumer: Option<Waker>,
     pub(crate) closed: bool,
+    /// What the consumer reads of its current [`Loan`] without the lock, and the
+    /// generation that tells it to come back to the lock.
+    pub(crate) lent: Arc<Lent>,
+    /// The partition (id, epoch) of the consumer's current [`Loan`], if any.
+    loan_of: Option<(u64, u64)>,
+    /// Messages and bytes of that loan (yielded ones included until it is settled):
+    /// they still count against the queue capacity.
+    lent_n: usize,
+    lent_bytes: usize,
+}
+
+/// The most messages [`State::pop_into`] lends the consumer from one partition at a time.
+pub(crate) const RUN: usize = 64;
+
+/// The part of the consumer's [`Loan`] shared with the handle, read without the lock.
+#[derive(Default)]
+pub(crate) struct Lent {
+    /// Bumped (under the state lock) by everything after which the consumer must not go
+    /// on yielding lent messages without the lock: a seek, reset, unassignment, pause,
+    /// re-tracking or close of the lent partition, and every error queued (errors are
+    /// yielded before the next message).
+    pub(crate) gen: AtomicU64,
+    /// Set by the fetch task while it waits for buffer space: the consumer then checks,
+    /// after each lent message, whether it freed enough to wake the task.
+    pub(crate) starved: AtomicBool,
+    /// The lent partition's position: the offset after the last message yielded.
+    pos: AtomicI64,
+    /// Messages and bytes of the loan yielded so far.
+    yielded: AtomicUsize,
+    yielded_bytes: AtomicUsize,
+}
+
+/// The buffer of one track-less partition, moved out of it (swapped, not copied) under
+/// the lock by [`State::pop_into`], of which the consumer yields up to [`RUN`]` - 1`
+/// messages without locking while [`Lent::gen`] stays the same. They count as buffered until
+/// [`State::settle`] (the next time the consumer takes the lock), which puts back those
+/// not yielded — or drops them, if the partition was reset or unassigned meanwhile, so
+/// nothing fetched before a seek is yielded after it.
+#[derive(Default)]
+pub(crate) struct Loan {
+    msgs: VecDeque<Message>,
+    active: bool,
+    id: u64,
+    epoch: u64,
+    gen: u64,
+    n: usize,
+    bytes: usize,
+    yielded: usize,
+    yielded_bytes: usize,
+    /// How many more may be yielded before the next partition's turn.
+    left: usize,
+    /// The position after the last message lent (the next fetch's offset when it was
+    /// the last one buffered, as in [`State::pop`]).
+    tail_next: i64,
+    /// The position after the last message yielded.
+    next: i64,
+}
+
+impl Loan {
+    /// The next lent message, unless the loan is used up or [`Lent::gen`] moved on (then
+    /// the consumer takes the lock and [`State::settle`]s).
+    #[inline]
+    pub(crate) fn next(&mut self, lent: &Lent) -> Option<Message> {
+        if self.left == 0 {
+            return None;
+        }
+        let m = self.msgs.front()?;
+        if lent.gen.load(Ordering::Acquire) != self.gen {
+            return None;
+        }
+        self.left -= 1;
+        self.next = if self.msgs.len() == 1 {
+            self.tail_next
+        } else {
+            m.offset.saturating_add(1)
+        };
+        self.yielded += 1;
+        self.yielded_bytes += m.size();
+        lent.pos.store(self.next, Ordering::Relaxed);
+        lent.yielded.store(self.yielded, Ordering::Relaxed);
+        lent.yielded_bytes
+            .store(self.yielded_bytes, Ordering::Relaxed);
+        self.msgs.pop_front()
+    }
 }
 
 impl State {
+    /// Tell the consumer to come back to the lock before yielding another lent message.
+    fn recall(&self) {
+        self.lent.gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Forget the consumer's loan (its partition is reset, unassigned or closed): its
+    /// messages are dropped when it settles, and stop counting now.
+    fn cancel_loan_of(&mut self, id: u64) {
+        if self.loan_of.is_some_and(|(l, _)| l == id) {
+            self.loan_of = None;
+            self.lent_n = 0;
+            self.lent_bytes = 0;
+            self.recall();
+        }
+    }
+
+    /// Queue `e` to be yielded before the next message.
+    pub(crate) fn push_error(&mut self, e: Error) {
+        self.errors.push_back(e);
+        self.recall();
+    }
+
+    /// Messages and bytes fetched and not yet yielded (lent ones included).
+    pub(crate) fn queued(&self) -> (usize, usize) {
+        if self.loan_of.is_none() {
+            return (self.buffered, self.buffered_bytes);
+        }
+        let n = self
+            .lent_n
+            .saturating_sub(self.lent.yielded.load(Ordering::Relaxed));
+        let bytes = self
+            .lent_bytes
+            .saturating_sub(self.lent.yielded_bytes.load(Ordering::Relaxed));
+        (self.buffered + n, self.buffered_bytes + bytes)
+    }
+
+    /// Partition `id`'s position: the offset after the last message yielded, counting
+    /// messages yielded from a loan.
+    pub(crate) fn position_of(&self, id: u64, p: &Part) -> i64 {
+        if self.loan_of == Some((id, p.epoch)) {
+            p.position.max(self.lent.pos.load(Ordering::Relaxed))
+        } else {
+            p.position
+        }
+    }
+
+    /// Settle the consumer's `loan` (under the lock): its yielded messages stop counting
+    /// and move the partition's position; the others go back to the front of the
+    /// partition's buffer, unless the loan was cancelled (reset, unassigned, closed) —
+    /// then they are dropped.
+    pub(crate) fn settle(&mut self, loan: &mut Loan) {
+        if !loan.active {
+            return;
+        }
+        loan.active = false;
+        if self.loan_of != Some((loan.id, loan.epoch)) {
+            loan.msgs.clear();
+            return;
+        }
+        self.loan_of = None;
+        self.lent_n = 0;
+        self.lent_bytes = 0;
+        let Some(p) = self.parts.get_mut(&loan.id) else {
+            loan.msgs.clear();
+            return;
+        };
+        p.position = p.position.max(loan.next);
+        let (n, bytes) = (
+            loan.msgs.len(),
+            loan.bytes.saturating_sub(loan.yielded_bytes),
+        );
+        // The rest goes before what was fetched meanwhile: move the shorter of the two.
+        if n <= p.buf.len() {
+            while let Some(m) = loan.msgs.pop_back() {
+                p.buf.push_front(m);
+            }
+        } else {
+            loan.msgs.append(&mut p.buf);
+            std::mem::swap(&mut loan.msgs, &mut p.buf);
+        }
+        p.buf_bytes += bytes;
+        self.buffered += n;
+        self.buffered_bytes += bytes;
+        if p.buf.is_empty() {
+            // Everything fetched is yielded: the position moves to the next fetch's
+            // offset (past control records), as `pop` does for the last message.
+            if let Position::Offset(f) = p.fetch {
+                p.position = p.position.max(f);
+            }
+            if let Some(e) = p.parked_error.take() {
+                self.errors.push_back(e);
+            }
+        } else if !p.in_ready && !p.paused {
+            // behind the partitions that waited during the run
+            p.in_ready = true;
+            self.ready.push_back(loan.id);
+        }
+    }
+
     /// Assign `tp` starting at `start`; an assigned partition is reset to `start`.
     pub(crate) fn assign(&mut self, tp: TopicPartition, start: StartOffset) {
         if let Some(id) = self.index.get(&tp).copied() {
@@ -179,8 +367,15 @@ impl State {
 
     /// Give the messages of `tp` (assigned) tokens of `track` from now on.
     pub(crate) fn set_track(&mut self, tp: &TopicPartition, track: Option<Arc<Track>>) {
-        if let Some(p) = self.index.get(tp).and_then(|id| self.parts.get_mut(id)) {
+        let Some(id) = self.index.get(tp).copied() else {
+            return;
+        };
+        if let Some(p) = self.parts.get_mut(&id) {
             p.track = track;
+        }
+        if self.loan_of.is_some_and(|(l, _)| l == id) {
+            // lent messages must get the new track's tokens: back to the buffer
+            self.recall();
         }
     }
 
@@ -191,6 +386,7 @@ impl State {
         };
         // A pause ends with the assignment (as in the Java client).
         self.paused.remove(&id);
+        self.cancel_loan_of(id);
         if let Some(p) = self.parts.remove(&id) {
             self.buffered = self.buffered.saturating_sub(p.buf.len());
             self.buffered_bytes = self.buffered_bytes.saturating_sub(p.buf_bytes);
@@ -201,6 +397,7 @@ impl State {
     /// Move partition `id` to `fetch`: bump its epoch (in-flight results become stale),
     /// drop its buffered messages, forget failures.
     pub(crate) fn reset(&mut self, id: u64, fetch: Position) {
+        self.cancel_loan_of(id);
         let Some(p) = self.parts.get_mut(&id) else {
             return;
         };
@@ -226,7 +423,7 @@ impl State {
     /// do not count: they hold at most what was buffered or in flight when the partition
     /// was paused, and must not stall the others.
     pub(crate) fn full(&self, config: &ReaderConfig) -> bool {
-        let (mut n, mut bytes) = (self.buffered, self.buffered_bytes);
+        let (mut n, mut bytes) = self.queued();
         for p in self.paused.iter().filter_map(|id| self.parts.get(id)) {
             n = n.saturating_sub(p.buf.len());
             bytes = bytes.saturating_sub(p.buf_bytes);
@@ -240,6 +437,10 @@ impl State {
             if let Some(p) = self.parts.get_mut(&id) {
                 p.paused = true;
                 self.paused.insert(id);
+            }
+            if self.loan_of.is_some_and(|(l, _)| l == id) {
+                // lent messages go back to the (paused) buffer
+                self.recall();
             }
         }
     }
@@ -278,6 +479,10 @@ impl State {
         }
         self.buffered = 0;
         self.buffered_bytes = 0;
+        self.loan_of = None;
+        self.lent_n = 0;
+        self.lent_bytes = 0;
+        self.recall();
         self.consumer.take()
     }
 
@@ -288,8 +493,10 @@ impl State {
             return false;
         };
         p.fetch = Position::Parked;
-        if p.buf.is_empty() {
-            self.errors.push_back(err);
+        // Lent messages were fetched before this point too: `settle` queues the error.
+        let lent = self.loan_of.is_some_and(|(l, _)| l == id);
+        if p.buf.is_empty() && !lent {
+            self.push_error(err);
             true
         } else {
             p.parked_error = Some(err);
@@ -313,13 +520,15 @@ impl State {
         bytes as u64
     }
 
-    /// Append fetched records to partition `id`'s buffer as messages (moved straight into
-    /// it, no intermediate `Vec`) and queue it for the consumer. Returns how many messages
-    /// and bytes were added.
-    pub(crate) fn push_records(
+    /// Append the records of fetched `batches` from offset `from` on to partition `id`'s
+    /// buffer as messages (moved straight into it, room for all of them reserved at
+    /// once) and queue it for the consumer. Returns how many messages and bytes were
+    /// added.
+    pub(crate) fn push_batches(
         &mut self,
         id: u64,
-        records: impl Iterator<Item = Record>,
+        batches: Vec<RecordBatch>,
+        from: i64,
         high_watermark: i64,
     ) -> (u64, u64) {
         let Some(p) = self.parts.get_mut(&id) else {
@@ -327,11 +536,18 @@ impl State {
         };
         let mut bytes = 0;
         let before = p.buf.len();
-        p.buf.reserve(records.size_hint().0);
-        for r in records {
-            let m = Message::from_record(&p.topic, p.partition, high_watermark, r);
-            bytes += m.size();
-            p.buf.push_back(m);
+        p.buf
+            .reserve(batches.iter().map(|b| b.records.len()).sum::<usize>());
+        for b in batches {
+            for r in b.records {
+                // a compressed batch starts before the offset asked for
+                if r.offset < from {
+                    continue;
+                }
+                let m = Message::from_record(&p.topic, p.partition, high_watermark, r);
+                bytes += m.size();
+                p.buf.push_back(m);
+            }
         }
         let n = p.buf.len() - before;
         self.added(id, n, bytes);
@@ -355,8 +571,18 @@ impl State {
 
     /// The next message, round robin over partitions, and whether the buffer went from
     /// full to not full.
+    #[cfg(test)]
     pub(crate) fn pop(&mut self, config: &ReaderConfig) -> Option<(Message, bool)> {
         let was_full = self.full(config);
+        let m = self.pop_into(None)?;
+        Some((m, was_full && !self.full(config)))
+    }
+
+    /// The next message, round robin over partitions. With `loan` (settled, empty), a
+    /// track-less partition also lends the rest of its buffer, of which up to
+    /// [`RUN`]` - 1` messages are taken one after another before the next partition's
+    /// turn.
+    pub(crate) fn pop_into(&mut self, mut loan: Option<&mut Loan>) -> Option<Message> {
         if !self.blocked.is_empty() {
             let blocked = std::mem::take(&mut self.blocked);
             for id in blocked {
@@ -421,9 +647,60 @@ impl State {
             }
             self.buffered = self.buffered.saturating_sub(1);
             self.buffered_bytes = self.buffered_bytes.saturating_sub(size);
-            return Some((m, was_full && !self.full(config)));
+            if let Some(loan) = loan.take() {
+                self.lend(id, loan);
+            }
+            return Some(m);
         }
         None
+    }
+
+    /// Lend the consumer the rest of partition `id`'s buffer (just popped from, so in
+    /// `ready` if it has more), when it has no track and is not parked.
+    fn lend(&mut self, id: u64, loan: &mut Loan) {
+        let Some(p) = self.parts.get_mut(&id) else {
+            return;
+        };
+        if p.buf.is_empty() || p.track.is_some() || p.parked_error.is_some() || loan.active {
+            return;
+        }
+        loan.msgs.clear();
+        std::mem::swap(&mut loan.msgs, &mut p.buf);
+        let (k, bytes) = (loan.msgs.len(), p.buf_bytes);
+        let last = loan
+            .msgs
+            .back()
+            .map_or(p.position, |m| m.offset.saturating_add(1));
+        loan.tail_next = match p.fetch {
+            Position::Offset(f) => last.max(f),
+            _ => last,
+        };
+        loan.active = true;
+        loan.id = id;
+        loan.epoch = p.epoch;
+        loan.n = k;
+        loan.bytes = bytes;
+        loan.yielded = 0;
+        loan.yielded_bytes = 0;
+        loan.left = RUN - 1;
+        loan.next = p.position;
+        p.buf_bytes = 0;
+        if p.in_ready {
+            // it was queued again by `pop_into`: `settle` queues it after this run
+            p.in_ready = false;
+            if let Some(i) = self.ready.iter().rposition(|r| *r == id) {
+                self.ready.remove(i);
+            }
+        }
+        self.buffered = self.buffered.saturating_sub(k);
+        self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
+        self.loan_of = Some((id, loan.epoch));
+        self.lent_n = k;
+        self.lent_bytes = bytes;
+        self.lent.pos.store(p.position, Ordering::Relaxed);
+        self.lent.yielded.store(0, Ordering::Relaxed);
+        self.lent.yielded_bytes.store(0, Ordering::Relaxed);
+        loan.gen = self.lent.gen.load(Ordering::Relaxed);
     }
 }
 

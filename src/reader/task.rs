@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 use super::retry;
 use super::state::{Position, Shared};
 use super::{OffsetReset, StartOffset};
-use crate::conn::{decode_fetch_batches, visible_in, Conn};
+use crate::conn::{decode_fetch_batches, Conn};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
     FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic,
@@ -122,6 +122,7 @@ fn plan(shared: &Shared, busy_brokers: &HashSet<i32>, resolving: bool) -> Plan {
     let now = Instant::now();
     let mut st = shared.lock();
     let space = !st.full(&shared.config);
+    st.lent.starved.store(!space, Ordering::Relaxed);
     let mut lookups = Vec::new();
     let mut fetches: HashMap<i32, Vec<Job>> = HashMap::new();
     let mut next_retry: Option<Instant> = None;
@@ -346,7 +347,7 @@ fn fail(shared: &Shared, id: u64, epoch: u64, err: Error) {
         .iter()
         .any(|e| e.partition() == Some(partition) && e.topic() == Some(&*topic));
     if !queued {
-        st.errors.push_back(err);
+        st.push_error(err);
     }
     if let Some(w) = st.consumer.take() {
         drop(st);
@@ -438,7 +439,7 @@ fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Fetch
                     p.position = j.offset;
                 }
                 let hw = p.high_watermark;
-                let (n, bytes) = st.push_records(j.id, visible_in(f.batches, j.offset), hw);
+                let (n, bytes) = st.push_batches(j.id, f.batches, j.offset, hw);
                 // Nothing yieldable (control records, an aborted transaction): with
                 // nothing buffered, the position moves past it.
                 if n == 0 {
@@ -464,7 +465,7 @@ fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Fetch
                 warn!(topic = %topic, partition = j.partition, offset = j.offset, policy = ?config.offset_reset, "offset out of range; resetting");
                 p.fetch = to;
                 if to == Position::Parked {
-                    st.errors.push_back(
+                    st.push_error(
                         e.with_topic(&*topic)
                             .with_partition(j.partition)
                             .with_message(format!("offset {} is out of range", j.offset)),

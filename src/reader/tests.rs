@@ -376,3 +376,94 @@ fn group_protocol_validation() {
         .validate()
         .is_err());
 }
+
+/// Take the next message as the consumer does: from its loan while that holds, else
+/// under the lock (settling the loan first).
+fn take(st: &mut State, loan: &mut state::Loan) -> Option<Result<Message>> {
+    let lent = st.lent.clone();
+    if let Some(m) = loan.next(&lent) {
+        return Some(Ok(m));
+    }
+    st.settle(loan);
+    if let Some(e) = st.errors.pop_front() {
+        return Some(Err(e));
+    }
+    st.pop_into(Some(loan)).map(Ok)
+}
+
+fn offset_of(r: Option<Result<Message>>) -> i64 {
+    r.expect("an item").expect("a message").offset
+}
+
+#[test]
+fn runs_of_one_partition_are_lent_and_partitions_take_turns() {
+    let cfg = ReaderConfig::new(["b:9092"]);
+    let (mut st, ids) = state_with(&[("t", 0), ("t", 1)]);
+    st.push(ids[0], (0..100).map(|o| msg("t", 0, o, 1)).collect());
+    st.push(ids[1], (0..3).map(|o| msg("t", 1, o, 1)).collect());
+    let mut loan = state::Loan::default();
+    let order: Vec<(i32, i64)> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.map(|m| (m.partition, m.offset)).expect("a message"))
+        .collect();
+    let mut want: Vec<(i32, i64)> = (0..state::RUN as i64).map(|o| (0, o)).collect();
+    want.extend((0..3).map(|o| (1, o)));
+    want.extend((state::RUN as i64..100).map(|o| (0, o)));
+    assert_eq!(order, want);
+    st.settle(&mut loan);
+    assert_eq!(st.queued(), (0, 0));
+    assert!(!st.full(&cfg));
+    assert_eq!(st.parts[&ids[0]].position, 100);
+    assert_eq!(st.parts[&ids[1]].position, 3);
+}
+
+#[test]
+fn an_error_queued_while_lent_comes_before_the_rest_of_the_loan() {
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    st.push(ids[0], (0..10).map(|o| msg("t", 0, o, 1)).collect());
+    let mut loan = state::Loan::default();
+    assert_eq!(offset_of(take(&mut st, &mut loan)), 0);
+    assert_eq!(offset_of(take(&mut st, &mut loan)), 1);
+    st.push_error(Error::config("failed"));
+    let e = take(&mut st, &mut loan).expect("an item");
+    assert!(e.is_err(), "{e:?}");
+    // the rest went back to the buffer, in order, and counts again
+    assert_eq!(st.queued(), (8, 8));
+    assert_eq!(st.parts[&ids[0]].position, 2);
+    let rest: Vec<i64> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.expect("a message").offset)
+        .collect();
+    assert_eq!(rest, (2..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_partition_parked_while_lent_yields_its_error_after_the_lent_messages() {
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    st.push(ids[0], (0..3).map(|o| msg("t", 0, o, 1)).collect());
+    let mut loan = state::Loan::default();
+    assert_eq!(offset_of(take(&mut st, &mut loan)), 0);
+    assert!(
+        !st.park(ids[0], Error::config("corrupt")),
+        "queued after the loan"
+    );
+    assert_eq!(offset_of(take(&mut st, &mut loan)), 1);
+    assert_eq!(offset_of(take(&mut st, &mut loan)), 2);
+    let e = take(&mut st, &mut loan).expect("an item");
+    assert!(e.is_err(), "{e:?}");
+    assert!(take(&mut st, &mut loan).is_none());
+}
+
+#[test]
+fn a_reset_while_lent_drops_the_loan_and_its_count() {
+    let cfg = ReaderConfig::new(["b:9092"]).queue_capacity(10);
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    st.push(ids[0], (0..10).map(|o| msg("t", 0, o, 1)).collect());
+    let mut loan = state::Loan::default();
+    assert_eq!(offset_of(take(&mut st, &mut loan)), 0);
+    assert_eq!(st.queued(), (9, 9));
+    st.reset(ids[0], Position::Offset(50));
+    assert_eq!(st.queued(), (0, 0));
+    assert!(!st.full(&cfg));
+    assert!(take(&mut st, &mut loan).is_none());
+    assert_eq!(st.queued(), (0, 0));
+    assert_eq!(st.parts[&ids[0]].position, 50);
+}
