@@ -20,6 +20,6 @@ pub use client::{
     ProduceOptions, RequiredAcks, TopicInfo,
 };
 
-pub(crate) use client::decode_fetch_batches;
 #[cfg(test)]
 pub(crate) use client::decode_fetch_partition;
+pub(crate) use client::{decode_fetch_batches, FetchedBatches};

@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 use super::retry;
 use super::state::{Position, Shared};
 use super::{OffsetReset, StartOffset};
-use crate::conn::{decode_fetch_batches, Conn};
+use crate::conn::{decode_fetch_batches, Conn, FetchedBatches};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
     FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic,
@@ -50,7 +50,9 @@ enum Event {
     Fetched {
         broker: i32,
         jobs: Vec<Job>,
-        result: Result<FetchResponse>,
+        /// Per job, in order: its partition's decoded data, `None` when the response
+        /// left the partition out.
+        result: Result<Vec<Option<Result<FetchedBatches>>>>,
     },
     Resolved(Vec<(Job, Lookup)>),
 }
@@ -213,12 +215,80 @@ async fn resolve_one(shared: &Shared, job: &Job) -> Lookup {
 
 /// One Fetch request to `broker` for all `jobs`.
 async fn fetch(shared: Arc<Shared>, broker: i32, jobs: Vec<Job>) -> Event {
-    let result = fetch_request(&shared, broker, &jobs).await;
+    let result = match fetch_request(&shared, broker, &jobs).await {
+        Ok(resp) => decode_response(&shared, resp, &jobs).await,
+        Err(e) => Err(e),
+    };
     Event::Fetched {
         broker,
         jobs,
         result,
     }
+}
+
+/// Compressed record bytes in one response from which decoding moves to Tokio's blocking
+/// pool: 1 MiB of zstd can hold a hundred MiB of records, tens of milliseconds of work
+/// that would otherwise hold up every other task of the runtime thread (group heartbeats,
+/// the application's own tasks; all of them on a current-thread runtime).
+const OFF_RUNTIME_DECODE_BYTES: usize = 256 << 10;
+
+/// The compressed record bytes of `resp`: the record sets whose first batch is
+/// compressed (a record batch's attributes are bytes 21-22; codec in the low 3 bits).
+fn compressed_bytes(resp: &FetchResponse) -> usize {
+    resp.responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .filter_map(|p| p.records.as_ref())
+        .filter(|r| r.get(22).is_some_and(|attributes| attributes & 0x07 != 0))
+        .map(|r| r.len())
+        .sum()
+}
+
+/// Decode every job's partition of `resp` (in job order), on the blocking pool when the
+/// response holds [`OFF_RUNTIME_DECODE_BYTES`] or more of compressed records.
+async fn decode_response(
+    shared: &Arc<Shared>,
+    resp: FetchResponse,
+    jobs: &[Job],
+) -> Result<Vec<Option<Result<FetchedBatches>>>> {
+    let wanted: Vec<(Arc<str>, i32, i64)> = jobs
+        .iter()
+        .map(|j| (j.topic.clone(), j.partition, j.offset))
+        .collect();
+    if compressed_bytes(&resp) < OFF_RUNTIME_DECODE_BYTES {
+        return Ok(decode_all(shared, resp, &wanted));
+    }
+    let shared = shared.clone();
+    tokio::task::spawn_blocking(move || decode_all(&shared, resp, &wanted))
+        .await
+        .map_err(|e| Error::protocol(format!("decoding a fetch response failed: {e}")))
+}
+
+fn decode_all(
+    shared: &Shared,
+    resp: FetchResponse,
+    wanted: &[(Arc<str>, i32, i64)],
+) -> Vec<Option<Result<FetchedBatches>>> {
+    let mut data: HashMap<(String, i32), FetchPartitionData> = HashMap::new();
+    for t in resp.responses {
+        for p in t.partitions {
+            data.insert((t.topic.clone(), p.partition_index), p);
+        }
+    }
+    let config = &shared.config;
+    wanted
+        .iter()
+        .map(|(topic, partition, offset)| {
+            let pd = data.remove(&(topic.to_string(), *partition))?;
+            Some(decode_fetch_batches(
+                pd,
+                *offset,
+                config.isolation_level,
+                config.max_partition_bytes,
+                Some(&shared.pool),
+            ))
+        })
+        .collect()
 }
 
 async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<FetchResponse> {
@@ -382,9 +452,14 @@ fn on_resolved(shared: &Shared, results: Vec<(Job, Lookup)>) {
     }
 }
 
-fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<FetchResponse>) {
-    let resp = match result {
-        Ok(r) => r,
+fn on_fetched(
+    shared: &Shared,
+    broker: i32,
+    jobs: Vec<Job>,
+    result: Result<Vec<Option<Result<FetchedBatches>>>>,
+) {
+    let decoded = match result {
+        Ok(d) => d,
         Err(e) => {
             debug!(broker_id = broker, error = %e, "fetch request failed");
             for j in jobs {
@@ -393,26 +468,10 @@ fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Fetch
             return;
         }
     };
-    let mut data: HashMap<(String, i32), FetchPartitionData> = HashMap::new();
-    for t in resp.responses {
-        for p in t.partitions {
-            data.insert((t.topic.clone(), p.partition_index), p);
-        }
-    }
     let config = &shared.config;
     let mut wake = None;
-    for j in jobs {
-        let pd = data.remove(&(j.topic.to_string(), j.partition));
-        // Decode outside the lock; a stale result is simply dropped below.
-        let decoded = pd.map(|pd| {
-            decode_fetch_batches(
-                pd,
-                j.offset,
-                config.isolation_level,
-                config.max_partition_bytes,
-                Some(&shared.pool),
-            )
-        });
+    // Decoded outside the lock; a stale result is simply dropped below.
+    for (j, decoded) in jobs.into_iter().zip(decoded) {
         let mut st = shared.lock();
         let Some(p) = st.parts.get_mut(&j.id) else {
             continue;
@@ -512,5 +571,109 @@ fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Fetch
     }
     if let Some(w) = wake {
         w.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::compression::Compression;
+    use crate::conn::ConnectionConfig;
+    use crate::protocol::messages::FetchableTopicResponse;
+    use crate::reader::state::{Counters, State};
+    use crate::reader::ReaderConfig;
+    use crate::record::RecordBatchBuilder;
+
+    fn shared() -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake_task: tokio::sync::Notify::new(),
+            config: ReaderConfig::new(["127.0.0.1:1"]).topic("t"),
+            cluster: Cluster::new(["127.0.0.1:1"], ConnectionConfig::default()).unwrap(),
+            counters: Counters::default(),
+            pool: crate::bufpool::BufPool::for_fetches(),
+        })
+    }
+
+    /// One partition of topic `t` holding `n` records of 1 KiB of incompressible bytes.
+    fn response(n: usize, compression: Compression) -> FetchResponse {
+        let mut b = RecordBatchBuilder::new(compression);
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for o in 0..n {
+            let value: Vec<u8> = (0..1024)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            b.append(o as i64, None, Some(&value), &[]).unwrap();
+        }
+        FetchResponse {
+            responses: vec![FetchableTopicResponse {
+                topic: "t".into(),
+                partitions: vec![FetchPartitionData {
+                    high_watermark: n as i64,
+                    records: Some(b.build().unwrap()),
+                    ..FetchPartitionData::default()
+                }],
+                ..FetchableTopicResponse::default()
+            }],
+            ..FetchResponse::default()
+        }
+    }
+
+    fn job() -> Job {
+        Job {
+            id: 0,
+            epoch: 0,
+            topic: Arc::from("t"),
+            partition: 0,
+            offset: 0,
+            start: None,
+        }
+    }
+
+    /// Decodes `resp` while another task on the same current-thread runtime waits to
+    /// run; whether it ran before the decoding finished, and the records decoded.
+    async fn decode_beside_a_task(resp: FetchResponse) -> (bool, usize) {
+        let shared = shared();
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+        let decoded = decode_response(&shared, resp, &[job()]).await.unwrap();
+        let ran = ran.load(Ordering::SeqCst);
+        let records = match decoded.into_iter().next() {
+            Some(Some(Ok(f))) => f.batches.iter().map(|b| b.records.len()).sum(),
+            _ => panic!("partition not decoded"),
+        };
+        (ran, records)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_large_compressed_response_is_decoded_off_the_runtime_thread() {
+        let resp = response(400, Compression::Zstd);
+        assert!(compressed_bytes(&resp) >= OFF_RUNTIME_DECODE_BYTES);
+        let (ran, records) = decode_beside_a_task(resp).await;
+        assert_eq!(records, 400);
+        assert!(ran, "the runtime thread was held for the whole decoding");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn small_or_uncompressed_responses_are_decoded_in_place() {
+        for resp in [
+            response(400, Compression::None),
+            response(10, Compression::Zstd),
+        ] {
+            assert!(compressed_bytes(&resp) < OFF_RUNTIME_DECODE_BYTES);
+            let (ran, records) = decode_beside_a_task(resp).await;
+            assert!(records > 0);
+            assert!(!ran, "a cheap decoding went through the blocking pool");
+        }
     }
 }
