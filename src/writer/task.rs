@@ -39,16 +39,35 @@ pub(crate) struct Msg {
     pub(crate) group: Arc<Group>,
     /// The consumed messages this one was made from: acked when it is written.
     pub(crate) ack: HeldAck,
-    /// When the handle accepted it: its delivery timeout runs from here.
+    /// When the handle accepted it (or the task took it off the queue, a moment later):
+    /// its delivery timeout runs from here.
     pub(crate) accepted: Instant,
+}
+
+impl Msg {
+    /// A message taken off the queue at `accepted`, of the flush group `group` (one
+    /// that nobody waits for if no `Cmd::Group` came, which the senders never do).
+    fn taken(mut msg: Message, group: &mut Option<Arc<Group>>, accepted: Instant) -> Msg {
+        let ack = HeldAck::new(std::mem::take(&mut msg.ack));
+        Msg {
+            size: msg.size(),
+            group: group.get_or_insert_with(Group::open).clone(),
+            ack,
+            accepted,
+            msg,
+        }
+    }
 }
 
 /// What the writer handle tells its task.
 // `One` is the per-message hot path: boxing it would cost an allocation per message, and
-// the channel's slots hold one `Cmd` either way.
+// the queue's slots hold one `Cmd` either way.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Cmd {
-    One(Msg),
+    /// A message of the group of the last `Group` before it (its ack token still in it).
+    One(Message),
+    /// The `One`s after this belong to this flush group.
+    Group(Arc<Group>),
     Batch(Vec<Msg>),
     /// Seal every open batch now.
     Flush,
@@ -173,6 +192,9 @@ struct PartState {
     retry_at: Option<Instant>,
     /// Id of the next batch sealed.
     next_id: u64,
+    /// Encoded size of the last batch sealed (before compression): the next one's
+    /// buffer starts that large, so a busy partition's batches rarely grow theirs.
+    last_len: usize,
     /// Idempotence: the producer id and epoch the sequence numbers below count under.
     /// When the writer's producer differs (an epoch bump or a new id), the partition
     /// restarts at sequence 0 once none of its batches numbered under this one is left
@@ -263,7 +285,8 @@ pub(crate) struct Task {
     cfg: Arc<WriterConfig>,
     cluster: Cluster,
     shared: Arc<Shared>,
-    cmds: mpsc::UnboundedReceiver<Cmd>,
+    /// The flush group of the messages taken next (from the last `Cmd::Group`).
+    group: Option<Arc<Group>>,
     events_tx: mpsc::UnboundedSender<Event>,
     events_rx: mpsc::UnboundedReceiver<Event>,
     topics: HashMap<Arc<str>, TopicState>,
@@ -303,18 +326,13 @@ enum Wake {
 }
 
 impl Task {
-    pub(crate) fn new(
-        cfg: Arc<WriterConfig>,
-        cluster: Cluster,
-        shared: Arc<Shared>,
-        cmds: mpsc::UnboundedReceiver<Cmd>,
-    ) -> Task {
+    pub(crate) fn new(cfg: Arc<WriterConfig>, cluster: Cluster, shared: Arc<Shared>) -> Task {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         Task {
             cfg,
             cluster,
             shared,
-            cmds,
+            group: None,
             events_tx,
             events_rx,
             topics: HashMap::new(),
@@ -397,7 +415,8 @@ impl Task {
     }
 
     pub(crate) async fn run(mut self) {
-        let mut buf = Vec::with_capacity(512);
+        let mut segments = Vec::new();
+        let shared = self.shared.clone();
         loop {
             let deadline = self.next_deadline(Instant::now());
             let timer = async {
@@ -409,13 +428,21 @@ impl Task {
             let wake = tokio::select! {
                 biased;
                 Some(ev) = self.events_rx.recv() => Wake::Event(ev),
-                n = self.cmds.recv_many(&mut buf, 512), if !self.closing => Wake::Cmds(n),
+                n = std::future::poll_fn(|cx| shared.poll_take(cx, &mut segments)), if !self.closing => {
+                    Wake::Cmds(n)
+                }
                 () = timer => Wake::Timer,
             };
             match wake {
                 Wake::Event(ev) => self.on_event(ev),
                 Wake::Cmds(0) => self.start_closing(),
-                Wake::Cmds(_) => self.on_cmds(&mut buf, now_ms()),
+                Wake::Cmds(_) => {
+                    let ts = now_ms();
+                    for segment in &mut segments {
+                        self.on_cmds(segment, ts);
+                    }
+                    self.shared.give_back(&mut segments);
+                }
                 Wake::Timer => {}
             }
             let now = Instant::now();
@@ -610,8 +637,12 @@ impl Task {
 
     /// Handle the commands received in one wake. Each run of messages is placed without
     /// a lookup per message: a topic's state is found once per change of topic.
+    ///
+    /// The messages' delivery timeouts count from now (one clock read for all of them):
+    /// they were accepted at most one turn of the task's loop earlier.
     fn on_cmds(&mut self, buf: &mut Vec<Cmd>, ts: i64) {
         let keep = self.keeps_reports();
+        let accepted = Instant::now();
         let mut cmds = std::mem::take(buf);
         let mut it = cmds.drain(..);
         let mut rejected: Vec<(Msg, Error)> = Vec::new();
@@ -623,6 +654,7 @@ impl Task {
                     shared,
                     unreported,
                     topics,
+                    group,
                     ..
                 } = &mut *self;
                 let cfg: &WriterConfig = cfg;
@@ -635,7 +667,11 @@ impl Task {
                 let mut cur: Option<(Arc<str>, &mut TopicState)> = None;
                 for cmd in it.by_ref() {
                     let m = match cmd {
-                        Cmd::One(m) => m,
+                        Cmd::One(msg) => Msg::taken(msg, group, accepted),
+                        Cmd::Group(g) => {
+                            *group = Some(g);
+                            continue;
+                        }
                         cmd => {
                             other = Some(cmd);
                             break;
@@ -685,7 +721,11 @@ impl Task {
 
     fn on_cmd(&mut self, cmd: Cmd, ts: i64) {
         match cmd {
-            Cmd::One(m) => self.accept(m, ts),
+            Cmd::One(msg) => {
+                let m = Msg::taken(msg, &mut self.group, Instant::now());
+                self.accept(m, ts);
+            }
+            Cmd::Group(g) => self.group = Some(g),
             Cmd::Batch(ms) => {
                 for m in ms {
                     self.accept(m, ts);
@@ -1889,6 +1929,7 @@ impl Drop for Task {
     /// However the task ends — closed, or unwinding from a panic (say in a user's
     /// `Balancer`) — callers waiting for buffer space must wake up and see it is gone.
     fn drop(&mut self) {
+        self.shared.queue_ended();
         self.shared.task_gone();
     }
 }
@@ -1978,10 +2019,14 @@ fn place(
                 .extend(seal(ps, cx.shared, cfg.delivery_timeout, topic, partition));
         }
     }
+    let last_len = ps.last_len;
     let open = ps.open.get_or_insert_with(|| OpenBatch {
         builder: RecordBatchBuilder::with_capacity(
             cfg.compression,
-            cfg.batch_size.saturating_mul(64).min(cfg.batch_bytes),
+            cfg.batch_size
+                .saturating_mul(64)
+                .max(last_len)
+                .min(cfg.batch_bytes),
         ),
         runs: Vec::new(),
         kept: Vec::new(),
@@ -2269,6 +2314,7 @@ fn seal(
     partition: i32,
 ) -> Option<(Kept, Error)> {
     let open = ps.open.take()?;
+    ps.last_len = open.builder.estimated_size();
     match open.builder.build() {
         Ok(data) => {
             let id = ps.next_id;
@@ -2599,8 +2645,7 @@ mod idempotence_tests {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared, rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared);
         assert!(task.idle());
         task.producer_pending = true;
         assert!(!task.idle(), "an InitProducerId lookup is running");
@@ -2640,8 +2685,7 @@ mod idempotence_tests {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared, rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared);
         let mut builder = RecordBatchBuilder::new(Compression::None);
         builder.append(1, None, Some(b"v"), &[]).unwrap();
         let data = stamp(&builder.build().unwrap(), 7, i16::MAX, 40, false).unwrap();
@@ -2701,8 +2745,7 @@ mod idempotence_tests {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
         let batch = |id: u64, seq: i32| {
             let mut builder = RecordBatchBuilder::new(Compression::None);
             builder.append(1, None, Some(b"v"), &[]).unwrap();
@@ -2765,8 +2808,7 @@ mod idempotence_tests {
         let timeout = cfg.delivery_timeout;
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
         let now = Instant::now();
         let Some(early) = now.checked_sub(timeout + Duration::from_secs(1)) else {
             return; // the clock started too recently to go back that far
@@ -2799,19 +2841,12 @@ mod idempotence_tests {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
         let msg = |topic: Option<&str>| {
-            shared.reserve(1);
             let mut msg = Message::new("v");
             msg.topic = topic.map(str::to_string);
-            Cmd::One(Msg {
-                msg,
-                size: 1,
-                group: Group::open(),
-                ack: HeldAck::new(Default::default()),
-                accepted: Instant::now(),
-            })
+            shared.reserve(msg.size());
+            Cmd::One(msg)
         };
         let mut buf = vec![
             msg(Some("a")),
@@ -2843,8 +2878,7 @@ mod idempotence_tests {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
         let mut builder = RecordBatchBuilder::new(Compression::None);
         builder.append(1, None, Some(b"v"), &[]).unwrap();
         let mut ps = PartState {
