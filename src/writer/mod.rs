@@ -16,6 +16,8 @@
 //!   per-partition order survives retries.
 //! * [`poll_ready`](futures::Sink::poll_ready) is pending while the bytes accepted but not
 //!   yet acknowledged exceed [`WriterConfig::max_buffered_bytes`]; acknowledgements wake it.
+//!   It also waits while the background task is more than 16384 messages behind taking
+//!   what was accepted (the task wakes it as it catches up).
 //! * [`poll_ready`](futures::Sink::poll_ready) also returns, once, the first delivery
 //!   failure among the messages accepted since the last flush, so a `forward` stops soon
 //!   after a message fails for good rather than at the final flush (which reports it too).
@@ -234,6 +236,8 @@ struct Shared {
     queue: Mutex<Queue>,
     /// `queue.closed`, readable without the lock (`poll_ready` asks for every message).
     closed: AtomicBool,
+    /// `queue.len`, readable without the lock.
+    backlog: AtomicUsize,
     /// Writer clones not closed or dropped yet.
     writers: AtomicUsize,
 }
@@ -243,6 +247,11 @@ struct Shared {
 const SEGMENT: usize = 256;
 /// Emptied segments kept for reuse.
 const SPARE_SEGMENTS: usize = 64;
+/// Commands queued and not taken by the task yet beyond which senders wait (as for
+/// buffer space) until the task takes them: a sender faster than the task does not pile
+/// up megabytes of queue (fresh memory, a page fault each 4 KiB) ahead of it, and the
+/// queue fits the spare segments.
+const BACKLOG_MAX: usize = SEGMENT * SPARE_SEGMENTS;
 
 /// The commands on their way to the task, in the order they were sent, in segments of
 /// [`SEGMENT`]. The task takes all of them at once and gives the emptied segments back
@@ -257,6 +266,8 @@ struct Queue {
     full: Vec<Vec<Cmd>>,
     /// Empty segments to fill next.
     spare: Vec<Vec<Cmd>>,
+    /// Commands in `full` and `cmds`.
+    len: usize,
     /// Closed by a [`WriterHandle`] or the last open clone, or every clone dropped: no
     /// command is taken any more; the task still takes those queued.
     closed: bool,
@@ -284,6 +295,7 @@ impl Queue {
             self.full.push(full);
         }
         self.cmds.push(cmd);
+        self.len += 1;
     }
 }
 
@@ -297,6 +309,7 @@ impl Shared {
             stats: Counters::default(),
             queue: Mutex::new(Queue::default()),
             closed: AtomicBool::new(false),
+            backlog: AtomicUsize::new(0),
             writers: AtomicUsize::new(0),
         }
     }
@@ -315,6 +328,7 @@ impl Shared {
         }
         let was_empty = q.is_empty();
         q.push(cmd);
+        self.backlog.store(q.len, Ordering::Release);
         let waker = if was_empty { q.waker.take() } else { None };
         drop(q);
         if let Some(w) = waker {
@@ -336,6 +350,7 @@ impl Shared {
             q.push(Cmd::Group(group.clone()));
         }
         q.push(Cmd::One(msg));
+        self.backlog.store(q.len, Ordering::Release);
         let waker = if was_empty { q.waker.take() } else { None };
         drop(q);
         if let Some(w) = waker {
@@ -356,6 +371,12 @@ impl Shared {
             if !q.cmds.is_empty() {
                 let next = q.spare.pop().unwrap_or_else(|| Vec::with_capacity(SEGMENT));
                 segments.push(std::mem::replace(&mut q.cmds, next));
+            }
+            let was_full = q.len >= BACKLOG_MAX;
+            q.len = 0;
+            self.backlog.store(0, Ordering::Release);
+            if was_full {
+                self.space.notify_waiters();
             }
             return Poll::Ready(segments.len() - before);
         }
@@ -512,8 +533,10 @@ impl Shared {
         }
     }
 
+    /// Within the byte budget, and the task not too far behind.
     fn has_space(&self) -> bool {
         self.buffered.load(Ordering::Acquire) <= self.max_buffered
+            && self.backlog.load(Ordering::Acquire) < BACKLOG_MAX
     }
 
     fn task_gone(&self) {
@@ -1185,6 +1208,44 @@ mod tests {
         let (tx, mut rx) = oneshot::channel();
         g.seal(0, tx);
         assert!(rx.try_recv().unwrap().is_ok());
+    }
+
+    /// Senders wait while the task is `BACKLOG_MAX` commands behind, and are woken when
+    /// it takes them; the queue hands them over in order, in segments.
+    #[tokio::test]
+    async fn a_full_backlog_waits_for_the_task_to_take_it() {
+        let shared = Arc::new(Shared::new(usize::MAX));
+        let group = Group::open();
+        // The first message comes after its group's marker: BACKLOG_MAX commands in all.
+        for i in 0..BACKLOG_MAX - 1 {
+            assert!(shared.has_space(), "room before message {i}");
+            let msg = Message::new(i.to_string());
+            assert!(shared.send_msg(&group, msg).is_ok());
+        }
+        assert!(!shared.has_space(), "the backlog is full");
+        let waiting = tokio::spawn(shared.clone().wait_for_space());
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        let mut segments = Vec::new();
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(shared.poll_take(&mut cx, &mut segments).is_ready());
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("the sender was not woken")
+            .unwrap();
+        assert!(shared.has_space());
+        let mut values = segments.iter().flatten().filter_map(|c| match c {
+            Cmd::One(m) => m.value.clone(),
+            _ => None,
+        });
+        assert!(matches!(segments[0].first(), Some(Cmd::Group(_))));
+        for i in 0..BACKLOG_MAX - 1 {
+            assert_eq!(values.next().as_deref(), Some(i.to_string().as_bytes()));
+        }
+        assert_eq!(values.next(), None);
+        shared.give_back(&mut segments);
+        assert!(shared.queue().spare.len() <= SPARE_SEGMENTS);
     }
 
     #[tokio::test]

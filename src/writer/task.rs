@@ -1378,6 +1378,9 @@ impl Task {
                 // sent (or dropped) once the earlier request's answer is in
                 let _ = previous.await;
             }
+            // Let go of the batches' bytes before the task hears of the answer, so an
+            // acknowledged batch's buffer is the task's alone (and can be reused).
+            drop(batches);
             let _ = tx.send(Event::Produced {
                 broker,
                 parts,
