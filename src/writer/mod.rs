@@ -339,6 +339,8 @@ impl Shared {
 
     /// Hand one message of the flush group `group` to the task; gives it back if the
     /// writer is closed.
+    // The message comes back only when refused; boxing it would cost every send.
+    #[allow(clippy::result_large_err)]
     fn send_msg(&self, group: &Arc<Group>, msg: Message) -> std::result::Result<(), Message> {
         let mut q = self.queue();
         if q.closed || q.ended {
