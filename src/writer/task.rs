@@ -283,7 +283,8 @@ impl std::hash::Hasher for PartitionHasher {
     }
 
     fn write_i32(&mut self, n: i32) {
-        self.0 = (self.0 ^ u64::from(n.cast_unsigned())).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = (self.0 ^ u64::from(u32::from_ne_bytes(n.to_ne_bytes())))
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 
