@@ -611,3 +611,95 @@ async fn a_batch_waiting_for_an_in_flight_slot_keeps_filling() {
         started.elapsed()
     );
 }
+
+/// Several clones feed one writer from separate tasks (on a multi-thread runtime, so the
+/// writer's task drains while they push), each flushing now and then; a handle closes the
+/// writer after the last feeds, which were never flushed. Every message arrives, each
+/// clone's in its own order, each flush returns only once that clone's messages so far
+/// are written, and sends after the close fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_feeding_at_once_keep_their_order_and_lose_nothing() {
+    use futures::SinkExt;
+    const CLONES: usize = 4;
+    const EACH: usize = 3000;
+    let fake = std::sync::Arc::new(Fake::start(1).await);
+    let writer = fake.writer(|c| c.batch_size(100).max_buffered_bytes(20_000));
+    let handle = writer.handle();
+    let mut tasks = Vec::new();
+    for c in 0..CLONES {
+        let mut w = writer.clone();
+        let accepted = {
+            let fake = fake.clone();
+            let prefix = format!("c{c}-");
+            move || {
+                fake.accepted(0)
+                    .iter()
+                    .filter(|v| v.starts_with(prefix.as_bytes()))
+                    .count()
+            }
+        };
+        tasks.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                w.feed(Message::new(format!("c{c}-{i:06}")).with_partition(0))
+                    .await
+                    .unwrap();
+                if i % 700 == 699 {
+                    w.flush().await.unwrap();
+                    assert!(
+                        accepted() > i,
+                        "clone {c}: flush returned before message {i} was written"
+                    );
+                }
+                if i % 97 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            w // unflushed tail
+        }));
+    }
+    let mut clones = Vec::new();
+    for t in tasks {
+        clones.push(t.await.unwrap());
+    }
+    drop(writer);
+    tokio::time::timeout(Duration::from_secs(20), handle.close())
+        .await
+        .expect("close hung");
+    let values = fake.accepted(0);
+    assert_eq!(values.len(), CLONES * EACH, "lost or duplicated messages");
+    for c in 0..CLONES {
+        let prefix = format!("c{c}-");
+        let mine: Vec<&Bytes> = values
+            .iter()
+            .filter(|v| v.starts_with(prefix.as_bytes()))
+            .collect();
+        assert_eq!(mine.len(), EACH, "clone {c}");
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "clone {c}'s messages out of order"
+        );
+    }
+    for mut w in clones {
+        assert!(w.feed(Message::new("late")).await.unwrap_err().is_closed());
+        w.close().await.unwrap();
+    }
+}
+
+/// A message fed and never flushed is still written, after the linger.
+#[tokio::test]
+async fn a_fed_message_is_written_without_a_flush() {
+    use futures::SinkExt;
+    let fake = Fake::start(1).await;
+    let mut writer = fake.writer(|c| c);
+    writer
+        .feed(Message::new("lone").with_partition(0))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while fake.accepted(0).is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never written");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(fake.accepted(0), vec![Bytes::from("lone")]);
+    writer.close().await.unwrap();
+}

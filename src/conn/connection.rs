@@ -314,6 +314,7 @@ impl Connection {
             pending: Mutex::new(HashMap::new()),
             unanswered: Mutex::new(std::collections::VecDeque::new()),
             failure: Mutex::new(None),
+            spare_frames: Mutex::new(Vec::new()),
             shutdown: Notify::new(),
         });
         let span = tracing::debug_span!("kafka_connection", broker = %broker);
@@ -650,7 +651,7 @@ impl Connection {
     /// Encode the whole frame with correlation id 0; [`Connection::prepare`] stamps the
     /// real one.
     fn encode_frame<R: Request>(&self, req: &R, version: i16) -> Result<BytesMut> {
-        let mut buf = BytesMut::with_capacity(128);
+        let mut buf = self.shared.state.frame_buffer();
         buf.put_i32(0); // size, patched below
         RequestHeader {
             api_key: R::API_KEY,
@@ -791,10 +792,43 @@ struct State {
     /// rather than treated as garbage. Bounded to [`UNANSWERED_MEMORY`] entries.
     unanswered: Mutex<std::collections::VecDeque<i32>>,
     failure: Mutex<Option<Failure>>,
+    /// Buffers of large frames already written, for the next requests (at most
+    /// [`SPARE_FRAMES`]): a stream of megabyte produce requests then fills memory it
+    /// touched before instead of fresh pages.
+    spare_frames: Mutex<Vec<BytesMut>>,
     shutdown: Notify,
 }
 
+/// Frame buffers kept per connection for reuse.
+const SPARE_FRAMES: usize = 2;
+/// Only frames at least this large are kept.
+const SPARE_FRAME_MIN: usize = 64 * 1024;
+
 impl State {
+    /// An empty buffer for a frame: a reused one if any.
+    fn frame_buffer(&self) -> BytesMut {
+        match lock(&self.spare_frames).pop() {
+            Some(mut buf) => {
+                buf.clear();
+                buf
+            }
+            None => BytesMut::with_capacity(128),
+        }
+    }
+
+    /// A frame is written: keep its buffer if it is large and nothing else holds it.
+    fn recycle(&self, frame: Bytes) {
+        if frame.len() < SPARE_FRAME_MIN {
+            return;
+        }
+        let mut spare = lock(&self.spare_frames);
+        if spare.len() < SPARE_FRAMES {
+            if let Ok(buf) = frame.try_into_mut() {
+                spare.push(buf);
+            }
+        }
+    }
+
     fn failure(&self) -> Option<Failure> {
         lock(&self.failure).clone()
     }
@@ -1033,12 +1067,14 @@ async fn write_one<W: AsyncWrite + Unpin>(
                 );
             }
             writer.write_all(&frame).await.map_err(write_failure)?;
+            state.recycle(frame);
         }
         Reply::Written(tx) => {
             let written = match writer.write_all(&frame).await {
                 Ok(()) => writer.flush().await,
                 Err(e) => Err(e),
             };
+            state.recycle(frame);
             drop(permit);
             match written {
                 Ok(()) => {

@@ -59,7 +59,16 @@ impl RecordBatchBuilder {
 
     /// Like [`RecordBatchBuilder::new`], reserving room for `bytes` of encoded records.
     pub fn with_capacity(compression: Compression, bytes: usize) -> Self {
-        let mut buf = BytesMut::with_capacity(BATCH_HEADER_LEN + bytes);
+        Self::with_buffer(
+            compression,
+            BytesMut::with_capacity(BATCH_HEADER_LEN + bytes),
+        )
+    }
+
+    /// Like [`RecordBatchBuilder::new`], writing into `buf` (cleared first): a buffer
+    /// reused from an earlier batch.
+    pub(crate) fn with_buffer(compression: Compression, mut buf: BytesMut) -> Self {
+        buf.clear();
         buf.put_bytes(0, BATCH_HEADER_LEN);
         RecordBatchBuilder {
             compression,

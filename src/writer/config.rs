@@ -65,7 +65,9 @@ pub struct WriterConfig {
     /// broker, which the broker handles after every earlier produce on that connection.
     pub required_acks: RequiredAcks,
     /// How long a message may take from its acceptance (`start_send` or
-    /// [`Writer::write_messages`](super::Writer::write_messages)) to its acknowledgement:
+    /// [`Writer::write_messages`](super::Writer::write_messages); for `start_send`, counted
+    /// from when the writer's task takes it off its queue, at most one turn of the task
+    /// later) to its acknowledgement:
     /// until then retriable errors (leader elections, broker restarts, broken connections,
     /// a topic not in metadata yet, …) are retried with [`backoff_min`](Self::backoff_min)
     /// doubling up to [`backoff_max`](Self::backoff_max); at the deadline the message fails

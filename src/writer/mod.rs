@@ -16,6 +16,8 @@
 //!   per-partition order survives retries.
 //! * [`poll_ready`](futures::Sink::poll_ready) is pending while the bytes accepted but not
 //!   yet acknowledged exceed [`WriterConfig::max_buffered_bytes`]; acknowledgements wake it.
+//!   It also waits while the background task is more than 16384 messages behind taking
+//!   what was accepted (the task wakes it as it catches up).
 //! * [`poll_ready`](futures::Sink::poll_ready) also returns, once, the first delivery
 //!   failure among the messages accepted since the last flush, so a `forward` stops soon
 //!   after a message fails for good rather than at the final flush (which reports it too).
@@ -93,8 +95,8 @@ mod txn_tests;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::task::{ready, Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll, Waker};
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -228,13 +230,73 @@ struct Shared {
     /// The background task has ended (closed, or died): nothing will free space any more.
     gone: AtomicBool,
     stats: Counters,
-    /// The way to the task, `None` once the writer is closed (by a [`WriterHandle`] or its
-    /// last open clone) or every clone is dropped. Senders hold the read lock while they
-    /// send and the close takes the write lock, so every message accepted before the
-    /// close is in the channel ahead of `Close`, and none after it.
-    cmds: RwLock<Option<mpsc::UnboundedSender<Cmd>>>,
+    /// The way to the task. Senders push under its lock and the close marks it closed
+    /// under the same lock, so every message accepted before the close is queued ahead
+    /// of `Close`, and none after it.
+    queue: Mutex<Queue>,
+    /// `queue.closed`, readable without the lock (`poll_ready` asks for every message).
+    closed: AtomicBool,
+    /// `queue.len`, readable without the lock.
+    backlog: AtomicUsize,
     /// Writer clones not closed or dropped yet.
     writers: AtomicUsize,
+}
+
+/// Commands per segment of the [`Queue`]: small enough to come from the allocator's heap
+/// (a few tens of KiB), large enough that a segment change is rare.
+const SEGMENT: usize = 256;
+/// Emptied segments kept for reuse.
+const SPARE_SEGMENTS: usize = 64;
+/// Commands queued and not taken by the task yet beyond which senders wait (as for
+/// buffer space) until the task takes them: a sender faster than the task does not pile
+/// up megabytes of queue (fresh memory, a page fault each 4 KiB) ahead of it, and the
+/// queue fits the spare segments.
+const BACKLOG_MAX: usize = SEGMENT * SPARE_SEGMENTS;
+
+/// The commands on their way to the task, in the order they were sent, in segments of
+/// [`SEGMENT`]. The task takes all of them at once and gives the emptied segments back
+/// for reuse, so neither side allocates (nor touches fresh memory) in the steady state;
+/// a sender wakes the task only when the queue was empty: while the task is busy,
+/// messages pile up without a wake-up or a cross-thread handoff each.
+#[derive(Default)]
+struct Queue {
+    /// The segment being filled.
+    cmds: Vec<Cmd>,
+    /// Full segments, oldest first, all before `cmds`.
+    full: Vec<Vec<Cmd>>,
+    /// Empty segments to fill next.
+    spare: Vec<Vec<Cmd>>,
+    /// Commands in `full` and `cmds`.
+    len: usize,
+    /// Closed by a [`WriterHandle`] or the last open clone, or every clone dropped: no
+    /// command is taken any more; the task still takes those queued.
+    closed: bool,
+    /// The task has ended (closed, or it panicked): nothing is taken.
+    ended: bool,
+    /// The group of the last [`Cmd::One`] queued: a [`Cmd::Group`] announces a change,
+    /// so a message does not carry its group (nor bump its reference count).
+    group: Option<Arc<Group>>,
+    /// The task, waiting for the queue to fill.
+    waker: Option<Waker>,
+}
+
+impl Queue {
+    fn is_empty(&self) -> bool {
+        self.cmds.is_empty() && self.full.is_empty()
+    }
+
+    fn push(&mut self, cmd: Cmd) {
+        if self.cmds.len() >= SEGMENT {
+            let next = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(SEGMENT));
+            let full = std::mem::replace(&mut self.cmds, next);
+            self.full.push(full);
+        }
+        self.cmds.push(cmd);
+        self.len += 1;
+    }
 }
 
 impl Shared {
@@ -245,48 +307,152 @@ impl Shared {
             space: Notify::new(),
             gone: AtomicBool::new(false),
             stats: Counters::default(),
-            cmds: RwLock::new(None),
+            queue: Mutex::new(Queue::default()),
+            closed: AtomicBool::new(false),
+            backlog: AtomicUsize::new(0),
             writers: AtomicUsize::new(0),
         }
     }
 
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Hand `cmd` to the task; gives it back if the writer is closed.
     fn send(&self, cmd: Cmd) -> std::result::Result<(), Box<Cmd>> {
-        let cmds = self
-            .cmds
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match cmds.as_ref() {
-            Some(tx) => tx.send(cmd).map_err(|e| Box::new(e.0)),
-            None => Err(Box::new(cmd)),
+        let mut q = self.queue();
+        if q.closed || q.ended {
+            return Err(Box::new(cmd));
         }
+        let was_empty = q.is_empty();
+        q.push(cmd);
+        self.backlog.store(q.len, Ordering::Release);
+        let waker = if was_empty { q.waker.take() } else { None };
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    /// Hand one message of the flush group `group` to the task; gives it back if the
+    /// writer is closed.
+    // The message comes back only when refused; boxing it would cost every send.
+    #[allow(clippy::result_large_err)]
+    fn send_msg(&self, group: &Arc<Group>, msg: Message) -> std::result::Result<(), Message> {
+        let mut q = self.queue();
+        if q.closed || q.ended {
+            return Err(msg);
+        }
+        let was_empty = q.is_empty();
+        if !q.group.as_ref().is_some_and(|g| Arc::ptr_eq(g, group)) {
+            q.group = Some(group.clone());
+            q.push(Cmd::Group(group.clone()));
+        }
+        q.push(Cmd::One(msg));
+        self.backlog.store(q.len, Ordering::Release);
+        let waker = if was_empty { q.waker.take() } else { None };
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    /// The task takes every queued command, as segments appended to `segments`: how
+    /// many segments, 0 once the writer is closed and nothing is left; pending while
+    /// nothing is queued.
+    fn poll_take(&self, cx: &mut Context<'_>, segments: &mut Vec<Vec<Cmd>>) -> Poll<usize> {
+        let mut q = self.queue();
+        if !q.is_empty() {
+            let before = segments.len();
+            let q = &mut *q;
+            segments.append(&mut q.full);
+            if !q.cmds.is_empty() {
+                let next = q.spare.pop().unwrap_or_else(|| Vec::with_capacity(SEGMENT));
+                segments.push(std::mem::replace(&mut q.cmds, next));
+            }
+            let was_full = q.len >= BACKLOG_MAX;
+            q.len = 0;
+            self.backlog.store(0, Ordering::Release);
+            if was_full {
+                self.space.notify_waiters();
+            }
+            return Poll::Ready(segments.len() - before);
+        }
+        if q.closed {
+            return Poll::Ready(0);
+        }
+        if !q.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            q.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    /// The task gives back segments it emptied, for reuse.
+    fn give_back(&self, segments: &mut Vec<Vec<Cmd>>) {
+        let mut q = self.queue();
+        for mut segment in segments.drain(..) {
+            if q.spare.len() >= SPARE_SEGMENTS || segment.capacity() != SEGMENT {
+                break;
+            }
+            segment.clear();
+            q.spare.push(segment);
+        }
+        drop(q);
+        segments.clear();
+    }
+
+    /// Stop accepting commands, after `last` if given; whether this closed the queue
+    /// (false if it was closed already).
+    fn close_queue(&self, last: Option<Cmd>) -> bool {
+        let mut q = self.queue();
+        if q.closed {
+            return false;
+        }
+        q.closed = true;
+        self.closed.store(true, Ordering::Release);
+        if let Some(cmd) = last {
+            if !q.ended {
+                q.push(cmd);
+            }
+        }
+        let waker = q.waker.take();
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        true
+    }
+
+    /// The task ended: refuse commands from now on and drop those it never took (a
+    /// message's ack token fails, its flush group learns it is lost when dropped).
+    fn queue_ended(&self) {
+        let mut q = self.queue();
+        q.ended = true;
+        let mut cmds = std::mem::take(&mut q.full);
+        cmds.push(std::mem::take(&mut q.cmds));
+        q.spare.clear();
+        let group = q.group.take();
+        drop(q);
+        for cmd in cmds.into_iter().flatten() {
+            if let Cmd::One(mut m) = cmd {
+                std::mem::take(&mut m.ack).fail();
+            }
+        }
+        drop(group);
     }
 
     /// Whether messages are still accepted: not closed, and the task alive.
     fn accepting(&self) -> bool {
-        !self.is_gone()
-            && self
-                .cmds
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .is_some()
+        !self.is_gone() && !self.closed.load(Ordering::Acquire)
     }
 
     /// The task ended without being closed (it panicked).
     fn died(&self) -> bool {
-        self.is_gone()
-            && self
-                .cmds
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .is_some()
-    }
-
-    fn take_cmds(&self) -> Option<mpsc::UnboundedSender<Cmd>> {
-        self.cmds
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
+        self.is_gone() && !self.closed.load(Ordering::Acquire)
     }
 
     /// A clone is closed or dropped; whether it was the last open one.
@@ -302,10 +468,8 @@ impl Shared {
     /// Stop accepting, let the task deliver what was accepted and stop; wait for that.
     /// Closing again, or concurrently, waits for the same end.
     async fn close_all(self: Arc<Self>) {
-        if let Some(tx) = self.take_cmds() {
-            let (done, _) = oneshot::channel();
-            let _ = tx.send(Cmd::Close(done));
-        }
+        let (done, _) = oneshot::channel();
+        self.close_queue(Some(Cmd::Close(done)));
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
@@ -371,8 +535,10 @@ impl Shared {
         }
     }
 
+    /// Within the byte budget, and the task not too far behind.
     fn has_space(&self) -> bool {
         self.buffered.load(Ordering::Acquire) <= self.max_buffered
+            && self.backlog.load(Ordering::Acquire) < BACKLOG_MAX
     }
 
     fn task_gone(&self) {
@@ -401,10 +567,15 @@ impl Shared {
 /// flushes, or one `write_messages` call.
 pub(crate) struct Group {
     state: Mutex<GroupState>,
+    /// An error was recorded and not surfaced yet: `poll_ready` asks for every message
+    /// and takes the lock only then.
+    unsurfaced: AtomicBool,
 }
 
 struct GroupState {
-    pending: usize,
+    /// Messages not done: those counted at the seal less those done (negative until the
+    /// seal, as the sink counts its messages itself and tells the group only then).
+    pending: isize,
     sealed: bool,
     error: Option<Error>,
     /// The error was already returned early by `poll_ready`.
@@ -422,6 +593,7 @@ impl Group {
                 surfaced: false,
                 waiter: None,
             }),
+            unsurfaced: AtomicBool::new(false),
         })
     }
 
@@ -431,13 +603,13 @@ impl Group {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn add(&self, n: usize) {
-        self.lock().pending += n;
-    }
-
-    /// No more messages join; `waiter` hears once all are done.
-    fn seal(&self, waiter: oneshot::Sender<Result<()>>) {
+    /// No more messages join: the group has `count` in all; `waiter` hears once all are
+    /// done.
+    fn seal(&self, count: usize, waiter: oneshot::Sender<Result<()>>) {
         let mut s = self.lock();
+        s.pending = s
+            .pending
+            .saturating_add(isize::try_from(count).unwrap_or(isize::MAX));
         s.sealed = true;
         s.waiter = Some(waiter);
         s.finish_if_done();
@@ -445,7 +617,11 @@ impl Group {
 
     /// The group's first error, the first time it is asked for.
     fn surface_error(&self) -> Option<Error> {
+        if !self.unsurfaced.load(Ordering::Acquire) {
+            return None;
+        }
         let mut s = self.lock();
+        self.unsurfaced.store(false, Ordering::Release);
         if s.surfaced {
             return None;
         }
@@ -457,9 +633,12 @@ impl Group {
     /// `n` messages finished, successfully or with `error`.
     pub(crate) fn done(&self, n: usize, error: Option<&Error>) {
         let mut s = self.lock();
-        s.pending = s.pending.saturating_sub(n);
+        s.pending = s
+            .pending
+            .saturating_sub(isize::try_from(n).unwrap_or(isize::MAX));
         if let (Some(e), None) = (error, &s.error) {
             s.error = Some(e.clone());
+            self.unsurfaced.store(true, Ordering::Release);
         }
         s.finish_if_done();
     }
@@ -467,7 +646,7 @@ impl Group {
 
 impl GroupState {
     fn finish_if_done(&mut self) {
-        if self.sealed && self.pending == 0 {
+        if self.sealed && self.pending <= 0 {
             if let Some(w) = self.waiter.take() {
                 let _ = w.send(self.error.take().map_or(Ok(()), Err));
             }
@@ -564,6 +743,8 @@ type SpaceFuture = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
 pub struct Writer {
     shared: Arc<Shared>,
     sink_group: Option<Arc<Group>>,
+    /// Messages accepted into `sink_group`: the group learns the count when sealed.
+    sink_count: usize,
     space: Option<SpaceFuture>,
     flushing: Option<oneshot::Receiver<Result<()>>>,
     /// The last open clone's close, stopping the task.
@@ -598,7 +779,7 @@ impl Drop for Writer {
     fn drop(&mut self) {
         // The last open clone gone: the task delivers what it has and ends.
         if !self.closed && self.shared.detach() {
-            drop(self.shared.take_cmds());
+            self.shared.close_queue(None);
         }
     }
 }
@@ -729,13 +910,8 @@ impl Writer {
             .with_auto_create_topics(config.allow_auto_topic_creation)
             .with_metadata_max_age(config.metadata_max_age);
         let shared = Arc::new(Shared::new(config.max_buffered_bytes));
-        let (tx, rx) = mpsc::unbounded_channel();
-        *shared
-            .cmds
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tx);
         shared.writers.store(1, Ordering::Release);
-        let mut task = Task::new(config.clone(), cluster.clone(), shared.clone(), rx);
+        let mut task = Task::new(config.clone(), cluster.clone(), shared.clone());
         let coordinator = txn.map(|txn| {
             let coordinator = Arc::new(Coordinator::transaction(
                 txn.id.to_string(),
@@ -753,6 +929,7 @@ impl Writer {
         Writer {
             shared,
             sink_group: None,
+            sink_count: 0,
             space: None,
             flushing: None,
             closing: None,
@@ -824,9 +1001,8 @@ impl Writer {
             return Err(closed_error());
         }
         let group = Group::open();
-        group.add(msgs.len());
         let (tx, rx) = oneshot::channel();
-        group.seal(tx);
+        group.seal(msgs.len(), tx);
         let accepted = std::time::Instant::now();
         let batch: Vec<Msg> = msgs
             .into_iter()
@@ -914,6 +1090,7 @@ impl Writer {
         if self.shared.died() {
             self.flushing = None;
             self.sink_group = None;
+            self.sink_count = 0;
             return Poll::Ready(Err(closed_error()));
         }
         loop {
@@ -926,7 +1103,7 @@ impl Writer {
                 return Poll::Ready(Ok(()));
             };
             let (tx, rx) = oneshot::channel();
-            group.seal(tx);
+            group.seal(std::mem::take(&mut self.sink_count), tx);
             tracing::debug!("writer flush");
             // Refused once closed: the close seals every batch anyway.
             let _ = self.shared.send(Cmd::Flush);
@@ -962,29 +1139,22 @@ impl futures::Sink<Message> for Writer {
         Poll::Ready(Ok(()))
     }
 
-    fn start_send(self: Pin<&mut Self>, mut msg: Message) -> Result<()> {
+    fn start_send(self: Pin<&mut Self>, msg: Message) -> Result<()> {
         let this = self.get_mut();
         if this.closed {
             return Err(closed_error());
         }
+        // The task counts the message's delivery timeout from when it takes it off the
+        // queue (one clock read per batch of commands), and computes the same size.
         let size = msg.size();
-        let group = this.sink_group.get_or_insert_with(Group::open).clone();
-        group.add(1);
+        let group = this.sink_group.get_or_insert_with(Group::open);
         this.shared.reserve(size);
-        let ack = HeldAck::new(std::mem::take(&mut msg.ack));
-        if let Err(cmd) = this.shared.send(Cmd::One(Msg {
-            msg,
-            size,
-            group,
-            ack,
-            accepted: std::time::Instant::now(),
-        })) {
-            if let Cmd::One(m) = *cmd {
-                m.group.done(1, Some(&closed_error()));
-            }
+        if let Err(mut msg) = this.shared.send_msg(group, msg) {
+            std::mem::take(&mut msg.ack).fail();
             this.shared.release_messages(1, size);
             return Err(closed_error());
         }
+        this.sink_count += 1;
         Ok(())
     }
 
@@ -1024,9 +1194,8 @@ mod tests {
     #[test]
     fn group_reports_the_first_error_once_all_are_done() {
         let g = Group::open();
-        g.add(3);
         let (tx, mut rx) = oneshot::channel();
-        g.seal(tx);
+        g.seal(3, tx);
         g.done(1, None);
         g.done(1, Some(&Error::config("first")));
         assert!(rx.try_recv().is_err(), "one message still pending");
@@ -1039,8 +1208,46 @@ mod tests {
     fn sealing_an_empty_group_answers_at_once() {
         let g = Group::open();
         let (tx, mut rx) = oneshot::channel();
-        g.seal(tx);
+        g.seal(0, tx);
         assert!(rx.try_recv().unwrap().is_ok());
+    }
+
+    /// Senders wait while the task is `BACKLOG_MAX` commands behind, and are woken when
+    /// it takes them; the queue hands them over in order, in segments.
+    #[tokio::test]
+    async fn a_full_backlog_waits_for_the_task_to_take_it() {
+        let shared = Arc::new(Shared::new(usize::MAX));
+        let group = Group::open();
+        // The first message comes after its group's marker: BACKLOG_MAX commands in all.
+        for i in 0..BACKLOG_MAX - 1 {
+            assert!(shared.has_space(), "room before message {i}");
+            let msg = Message::new(i.to_string());
+            assert!(shared.send_msg(&group, msg).is_ok());
+        }
+        assert!(!shared.has_space(), "the backlog is full");
+        let waiting = tokio::spawn(shared.clone().wait_for_space());
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        let mut segments = Vec::new();
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(shared.poll_take(&mut cx, &mut segments).is_ready());
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("the sender was not woken")
+            .unwrap();
+        assert!(shared.has_space());
+        let mut values = segments.iter().flatten().filter_map(|c| match c {
+            Cmd::One(m) => m.value.clone(),
+            _ => None,
+        });
+        assert!(matches!(segments[0].first(), Some(Cmd::Group(_))));
+        for i in 0..BACKLOG_MAX - 1 {
+            assert_eq!(values.next().as_deref(), Some(i.to_string().as_bytes()));
+        }
+        assert_eq!(values.next(), None);
+        shared.give_back(&mut segments);
+        assert!(shared.queue().spare.len() <= SPARE_SEGMENTS);
     }
 
     #[tokio::test]

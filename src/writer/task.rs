@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, trace, warn, Instrument};
 
@@ -29,6 +29,9 @@ use crate::record::{decode_batches, RecordBatchBuilder};
 
 /// Size of a RecordBatch v2 header (everything before the records).
 const BATCH_OVERHEAD: usize = 61;
+/// Buffers of acknowledged batches kept for the next batches: a busy writer then fills
+/// memory it touched before instead of fresh pages (a page fault each 4 KiB).
+const SPARE_BATCH_BUFFERS: usize = 4;
 /// Highest Produce version used: v13 addresses topics by id, which buys nothing here.
 const MAX_PRODUCE_VERSION: i16 = 12;
 
@@ -39,16 +42,35 @@ pub(crate) struct Msg {
     pub(crate) group: Arc<Group>,
     /// The consumed messages this one was made from: acked when it is written.
     pub(crate) ack: HeldAck,
-    /// When the handle accepted it: its delivery timeout runs from here.
+    /// When the handle accepted it (or the task took it off the queue, a moment later):
+    /// its delivery timeout runs from here.
     pub(crate) accepted: Instant,
+}
+
+impl Msg {
+    /// A message taken off the queue at `accepted`, of the flush group `group` (one
+    /// that nobody waits for if no `Cmd::Group` came, which the senders never do).
+    fn taken(mut msg: Message, group: &mut Option<Arc<Group>>, accepted: Instant) -> Msg {
+        let ack = HeldAck::new(std::mem::take(&mut msg.ack));
+        Msg {
+            size: msg.size(),
+            group: group.get_or_insert_with(Group::open).clone(),
+            ack,
+            accepted,
+            msg,
+        }
+    }
 }
 
 /// What the writer handle tells its task.
 // `One` is the per-message hot path: boxing it would cost an allocation per message, and
-// the channel's slots hold one `Cmd` either way.
+// the queue's slots hold one `Cmd` either way.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Cmd {
-    One(Msg),
+    /// A message of the group of the last `Group` before it (its ack token still in it).
+    One(Message),
+    /// The `One`s after this belong to this flush group.
+    Group(Arc<Group>),
     Batch(Vec<Msg>),
     /// Seal every open batch now.
     Flush,
@@ -173,6 +195,9 @@ struct PartState {
     retry_at: Option<Instant>,
     /// Id of the next batch sealed.
     next_id: u64,
+    /// Encoded size of the last batch sealed (before compression): the next one's
+    /// buffer starts that large, so a busy partition's batches rarely grow theirs.
+    last_len: usize,
     /// Idempotence: the producer id and epoch the sequence numbers below count under.
     /// When the writer's producer differs (an epoch bump or a new id), the partition
     /// restarts at sequence 0 once none of its batches numbered under this one is left
@@ -236,11 +261,38 @@ impl MsgQueue {
     }
 }
 
+/// A map by partition id, hashed with one multiplication (every message looks its
+/// partition up) rather than SipHash: the ids come from the cluster's metadata and are
+/// as many as the topic's partitions, so colliding ids could only slow the lookups of
+/// that bounded set.
+type PartMap<V> = HashMap<i32, V, std::hash::BuildHasherDefault<PartitionHasher>>;
+
+/// Fibonacci hashing of an `i32` (any other input is folded in byte by byte).
+#[derive(Default)]
+struct PartitionHasher(u64);
+
+impl std::hash::Hasher for PartitionHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_i32(&mut self, n: i32) {
+        self.0 = (self.0 ^ u64::from(u32::from_ne_bytes(n.to_ne_bytes())))
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 #[derive(Default)]
 struct TopicState {
     meta: Option<Arc<TopicMetadata>>,
     ids: Vec<i32>,
-    parts: HashMap<i32, PartState>,
+    parts: PartMap<PartState>,
     /// Messages waiting for the topic's first metadata.
     waiting: MsgQueue,
     /// Messages for partitions `ids` lacks, waiting for metadata asked for after they
@@ -263,7 +315,8 @@ pub(crate) struct Task {
     cfg: Arc<WriterConfig>,
     cluster: Cluster,
     shared: Arc<Shared>,
-    cmds: mpsc::UnboundedReceiver<Cmd>,
+    /// The flush group of the messages taken next (from the last `Cmd::Group`).
+    group: Option<Arc<Group>>,
     events_tx: mpsc::UnboundedSender<Event>,
     events_rx: mpsc::UnboundedReceiver<Event>,
     topics: HashMap<Arc<str>, TopicState>,
@@ -294,6 +347,8 @@ pub(crate) struct Task {
     renew_for_bump: bool,
     /// Transactional writers only.
     txn: Option<TaskTxn>,
+    /// Buffers of acknowledged batches, for new batches (at most [`SPARE_BATCH_BUFFERS`]).
+    spare_buffers: Vec<BytesMut>,
 }
 
 enum Wake {
@@ -303,18 +358,13 @@ enum Wake {
 }
 
 impl Task {
-    pub(crate) fn new(
-        cfg: Arc<WriterConfig>,
-        cluster: Cluster,
-        shared: Arc<Shared>,
-        cmds: mpsc::UnboundedReceiver<Cmd>,
-    ) -> Task {
+    pub(crate) fn new(cfg: Arc<WriterConfig>, cluster: Cluster, shared: Arc<Shared>) -> Task {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         Task {
             cfg,
             cluster,
             shared,
-            cmds,
+            group: None,
             events_tx,
             events_rx,
             topics: HashMap::new(),
@@ -333,6 +383,7 @@ impl Task {
             producer_error: None,
             renew_for_bump: false,
             txn: None,
+            spare_buffers: Vec::new(),
         }
     }
 
@@ -397,7 +448,8 @@ impl Task {
     }
 
     pub(crate) async fn run(mut self) {
-        let mut buf = Vec::with_capacity(512);
+        let mut segments = Vec::new();
+        let shared = self.shared.clone();
         loop {
             let deadline = self.next_deadline(Instant::now());
             let timer = async {
@@ -409,13 +461,21 @@ impl Task {
             let wake = tokio::select! {
                 biased;
                 Some(ev) = self.events_rx.recv() => Wake::Event(ev),
-                n = self.cmds.recv_many(&mut buf, 512), if !self.closing => Wake::Cmds(n),
+                n = std::future::poll_fn(|cx| shared.poll_take(cx, &mut segments)), if !self.closing => {
+                    Wake::Cmds(n)
+                }
                 () = timer => Wake::Timer,
             };
             match wake {
                 Wake::Event(ev) => self.on_event(ev),
                 Wake::Cmds(0) => self.start_closing(),
-                Wake::Cmds(_) => self.on_cmds(&mut buf, now_ms()),
+                Wake::Cmds(_) => {
+                    let ts = now_ms();
+                    for segment in &mut segments {
+                        self.on_cmds(segment, ts);
+                    }
+                    self.shared.give_back(&mut segments);
+                }
                 Wake::Timer => {}
             }
             let now = Instant::now();
@@ -620,8 +680,12 @@ impl Task {
 
     /// Handle the commands received in one wake. Each run of messages is placed without
     /// a lookup per message: a topic's state is found once per change of topic.
+    ///
+    /// The messages' delivery timeouts count from now (one clock read for all of them):
+    /// they were accepted at most one turn of the task's loop earlier.
     fn on_cmds(&mut self, buf: &mut Vec<Cmd>, ts: i64) {
         let keep = self.keeps_reports();
+        let accepted = Instant::now();
         let mut cmds = std::mem::take(buf);
         let mut it = cmds.drain(..);
         let mut rejected: Vec<(Msg, Error)> = Vec::new();
@@ -633,6 +697,8 @@ impl Task {
                     shared,
                     unreported,
                     topics,
+                    group,
+                    spare_buffers,
                     ..
                 } = &mut *self;
                 let cfg: &WriterConfig = cfg;
@@ -641,11 +707,16 @@ impl Task {
                     shared,
                     unreported,
                     keep,
+                    spare_buffers,
                 };
                 let mut cur: Option<(Arc<str>, &mut TopicState)> = None;
                 for cmd in it.by_ref() {
                     let m = match cmd {
-                        Cmd::One(m) => m,
+                        Cmd::One(msg) => Msg::taken(msg, group, accepted),
+                        Cmd::Group(g) => {
+                            *group = Some(g);
+                            continue;
+                        }
                         cmd => {
                             other = Some(cmd);
                             break;
@@ -695,7 +766,11 @@ impl Task {
 
     fn on_cmd(&mut self, cmd: Cmd, ts: i64) {
         match cmd {
-            Cmd::One(m) => self.accept(m, ts),
+            Cmd::One(msg) => {
+                let m = Msg::taken(msg, &mut self.group, Instant::now());
+                self.accept(m, ts);
+            }
+            Cmd::Group(g) => self.group = Some(g),
             Cmd::Batch(ms) => {
                 for m in ms {
                     self.accept(m, ts);
@@ -802,6 +877,7 @@ impl Task {
             shared: &self.shared,
             unreported: &mut self.unreported,
             keep,
+            spare_buffers: &mut self.spare_buffers,
         };
         if let Err(rejected) = place(&mut cx, topic, t, m, ts) {
             let (m, e) = *rejected;
@@ -1123,14 +1199,11 @@ impl Task {
                     let Some(b) = ps.sealed.get_mut(i) else {
                         continue;
                     };
-                    match stamp(&b.data, id, epoch, seq, transactional) {
-                        Some(data) => {
-                            b.data = data;
-                            b.stamp = Some((id, epoch, seq));
-                            ps.next_seq = next_sequence(seq, b.count);
-                        }
-                        None => continue,
+                    if !stamp(&mut b.data, id, epoch, seq, transactional) {
+                        continue;
                     }
+                    b.stamp = Some((id, epoch, seq));
+                    ps.next_seq = next_sequence(seq, b.count);
                 }
             }
             let Some(b) = ps.sealed.get_mut(i) else {
@@ -1261,8 +1334,7 @@ impl Task {
                 }
                 let mut seq = 0;
                 for b in ps.sealed.iter_mut().filter(|b| b.stamp.is_some()) {
-                    if let Some(data) = stamp(&b.data, producer.0, producer.1, seq, false) {
-                        b.data = data;
+                    if stamp(&mut b.data, producer.0, producer.1, seq, false) {
                         b.stamp = Some((producer.0, producer.1, seq));
                         seq = next_sequence(seq, b.count);
                     }
@@ -1364,6 +1436,9 @@ impl Task {
                 // sent (or dropped) once the earlier request's answer is in
                 let _ = previous.await;
             }
+            // Let go of the batches' bytes before the task hears of the answer, so an
+            // acknowledged batch's buffer is the task's alone (and can be reused).
+            drop(batches);
             let _ = tx.send(Event::Produced {
                 broker,
                 parts,
@@ -1763,9 +1838,7 @@ impl Task {
                             let transactional = self.txn.is_some();
                             let seq2 = next_sequence(seq, first.count);
                             for (half, s) in [(&mut first, seq), (&mut second, seq2)] {
-                                if let Some(data) = stamp(&half.data, pid, epoch, s, transactional)
-                                {
-                                    half.data = data;
+                                if stamp(&mut half.data, pid, epoch, s, transactional) {
                                     half.stamp = Some((pid, epoch, s));
                                 }
                                 half.sent = true;
@@ -1902,6 +1975,11 @@ impl Task {
                 ack.ack();
             }
         }
+        if self.spare_buffers.len() < SPARE_BATCH_BUFFERS {
+            if let Ok(buf) = b.data.try_into_mut() {
+                self.spare_buffers.push(buf);
+            }
+        }
         let kept_bytes: usize = b.kept.iter().map(|(_, _, size)| size).sum();
         self.shared
             .release_messages(b.count, b.bytes.saturating_sub(kept_bytes));
@@ -1920,6 +1998,7 @@ impl Drop for Task {
     /// However the task ends — closed, or unwinding from a panic (say in a user's
     /// `Balancer`) — callers waiting for buffer space must wake up and see it is gone.
     fn drop(&mut self) {
+        self.shared.queue_ended();
         self.shared.task_gone();
     }
 }
@@ -1934,6 +2013,8 @@ struct Placing<'a> {
     unreported: &'a mut Vec<(Kept, Error)>,
     /// Keep the messages for delivery reports.
     keep: bool,
+    /// Buffers for new batches.
+    spare_buffers: &'a mut Vec<BytesMut>,
 }
 
 /// Put a message of topic `topic` (state `t`, partitions known) into its partition's open
@@ -2009,11 +2090,22 @@ fn place(
                 .extend(seal(ps, cx.shared, cfg.delivery_timeout, topic, partition));
         }
     }
+    let last_len = ps.last_len;
+    let spare = &mut *cx.spare_buffers;
     let open = ps.open.get_or_insert_with(|| OpenBatch {
-        builder: RecordBatchBuilder::with_capacity(
-            cfg.compression,
-            cfg.batch_size.saturating_mul(64).min(cfg.batch_bytes),
-        ),
+        builder: {
+            let want = cfg
+                .batch_size
+                .saturating_mul(64)
+                .max(last_len)
+                .min(cfg.batch_bytes);
+            match spare.pop() {
+                Some(buf) if buf.capacity() >= want => {
+                    RecordBatchBuilder::with_buffer(cfg.compression, buf)
+                }
+                _ => RecordBatchBuilder::with_capacity(cfg.compression, want),
+            }
+        },
         runs: Vec::new(),
         kept: Vec::new(),
         acks: Vec::new(),
@@ -2128,20 +2220,36 @@ fn may_have_been_written(e: &Error) -> bool {
     }
 }
 
-/// `data` (one RecordBatch v2) with producer id, epoch and base sequence set (and the
-/// transactional attribute, for transactional writers) and the CRC-32C recomputed;
-/// `None` if it is too short to be a batch.
+/// Set producer id, epoch and base sequence in `data` (one RecordBatch v2; and the
+/// transactional attribute, for transactional writers) and recompute its CRC-32C; false
+/// (and `data` unchanged) if it is too short to be a batch. The bytes are changed in
+/// place when nothing else holds them (a batch not sent yet), else copied first.
 fn stamp(
-    data: &Bytes,
+    data: &mut Bytes,
     producer_id: i64,
     epoch: i16,
     base_sequence: i32,
     transactional: bool,
-) -> Option<Bytes> {
+) -> bool {
     if data.len() < BATCH_OVERHEAD {
-        return None;
+        return false;
     }
-    let mut b = bytes::BytesMut::from(&data[..]);
+    let mut b = match std::mem::take(data).try_into_mut() {
+        Ok(b) => b,
+        Err(shared) => bytes::BytesMut::from(&shared[..]),
+    };
+    let stamped = stamp_fields(&mut b, producer_id, epoch, base_sequence, transactional);
+    *data = b.freeze();
+    stamped.is_some()
+}
+
+fn stamp_fields(
+    b: &mut bytes::BytesMut,
+    producer_id: i64,
+    epoch: i16,
+    base_sequence: i32,
+    transactional: bool,
+) -> Option<()> {
     if transactional {
         let attributes = i16::from_be_bytes([*b.get(21)?, *b.get(22)?]) | 0x10;
         b.get_mut(21..23)?
@@ -2154,7 +2262,7 @@ fn stamp(
         .copy_from_slice(&base_sequence.to_be_bytes());
     let crc = crc32c::crc32c(b.get(21..)?);
     b.get_mut(17..21)?.copy_from_slice(&crc.to_be_bytes());
-    Some(b.freeze())
+    Some(())
 }
 
 /// Ask broker `broker` for a producer id (idempotent, not transactional).
@@ -2300,6 +2408,7 @@ fn seal(
     partition: i32,
 ) -> Option<(Kept, Error)> {
     let open = ps.open.take()?;
+    ps.last_len = open.builder.estimated_size();
     match open.builder.build() {
         Ok(data) => {
             let id = ps.next_id;
@@ -2625,13 +2734,24 @@ mod tests {
 mod idempotence_tests {
     use super::*;
 
+    /// `stamp` on a copy of `data` (which is shared meanwhile, so it is copied first).
+    fn stamped(
+        data: &Bytes,
+        producer_id: i64,
+        epoch: i16,
+        base_sequence: i32,
+        transactional: bool,
+    ) -> Option<Bytes> {
+        let mut d = data.clone();
+        stamp(&mut d, producer_id, epoch, base_sequence, transactional).then_some(d)
+    }
+
     #[tokio::test]
     async fn close_waits_for_background_lookups() {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared, rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared);
         assert!(task.idle());
         task.producer_pending = true;
         assert!(!task.idle(), "an InitProducerId lookup is running");
@@ -2650,8 +2770,8 @@ mod idempotence_tests {
         b.append(1, Some(b"k"), Some(b"v"), &[]).unwrap();
         b.append(2, None, Some(b"w"), &[]).unwrap();
         let data = b.build().unwrap();
-        let stamped = stamp(&data, 4242, 3, 17, false).unwrap();
-        let decoded = decode_batches(stamped, 1 << 20).unwrap();
+        let once = stamped(&data, 4242, 3, 17, false).unwrap();
+        let decoded = decode_batches(once, 1 << 20).unwrap();
         let batch = &decoded.batches[0];
         assert_eq!(
             (batch.producer_id, batch.producer_epoch, batch.base_sequence),
@@ -2659,11 +2779,25 @@ mod idempotence_tests {
         );
         assert_eq!(batch.records.len(), 2);
         assert!(!batch.is_transactional);
-        let stamped = stamp(&data, 4242, 3, 17, true).unwrap();
-        let decoded = decode_batches(stamped, 1 << 20).unwrap();
+        let txn = stamped(&data, 4242, 3, 17, true).unwrap();
+        let decoded = decode_batches(txn, 1 << 20).unwrap();
         assert!(decoded.batches[0].is_transactional);
         assert_eq!(decoded.batches[0].records.len(), 2, "the CRC still matches");
-        assert!(stamp(&Bytes::from_static(b"short"), 1, 1, 1, false).is_none());
+        assert!(stamped(&Bytes::from_static(b"short"), 1, 1, 1, false).is_none());
+        // The shared original was copied, not changed.
+        let original = decode_batches(data.clone(), 1 << 20).unwrap();
+        assert_eq!(original.batches[0].producer_id, -1);
+        // Held by nothing else, the batch is stamped in place, twice (a renumbering).
+        let mut own = data;
+        assert!(stamp(&mut own, 9, 1, 5, false));
+        assert!(stamp(&mut own, 9, 2, 0, false));
+        let decoded = decode_batches(own, 1 << 20).unwrap();
+        let batch = &decoded.batches[0];
+        assert_eq!(
+            (batch.producer_id, batch.producer_epoch, batch.base_sequence),
+            (9, 2, 0)
+        );
+        assert_eq!(batch.records.len(), 2, "the CRC still matches");
     }
 
     #[tokio::test]
@@ -2671,11 +2805,10 @@ mod idempotence_tests {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared, rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared);
         let mut builder = RecordBatchBuilder::new(Compression::None);
         builder.append(1, None, Some(b"v"), &[]).unwrap();
-        let data = stamp(&builder.build().unwrap(), 7, i16::MAX, 40, false).unwrap();
+        let data = stamped(&builder.build().unwrap(), 7, i16::MAX, 40, false).unwrap();
         let mut ps = PartState {
             producer: Some((7, i16::MAX)),
             next_seq: 41,
@@ -2732,14 +2865,13 @@ mod idempotence_tests {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
         let batch = |id: u64, seq: i32| {
             let mut builder = RecordBatchBuilder::new(Compression::None);
             builder.append(1, None, Some(b"v"), &[]).unwrap();
             Sealed {
                 id,
-                data: stamp(&builder.build().unwrap(), 7, 0, seq, false).unwrap(),
+                data: stamped(&builder.build().unwrap(), 7, 0, seq, false).unwrap(),
                 runs: Vec::new(),
                 kept: Vec::new(),
                 acks: Vec::new(),
@@ -2796,8 +2928,7 @@ mod idempotence_tests {
         let timeout = cfg.delivery_timeout;
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
         let now = Instant::now();
         let Some(early) = now.checked_sub(timeout + Duration::from_secs(1)) else {
             return; // the clock started too recently to go back that far
@@ -2830,19 +2961,12 @@ mod idempotence_tests {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
         let msg = |topic: Option<&str>| {
-            shared.reserve(1);
             let mut msg = Message::new("v");
             msg.topic = topic.map(str::to_string);
-            Cmd::One(Msg {
-                msg,
-                size: 1,
-                group: Group::open(),
-                ack: HeldAck::new(Default::default()),
-                accepted: Instant::now(),
-            })
+            shared.reserve(msg.size());
+            Cmd::One(msg)
         };
         let mut buf = vec![
             msg(Some("a")),
@@ -2874,8 +2998,7 @@ mod idempotence_tests {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
-        let (_tx, rx) = mpsc::unbounded_channel();
-        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone(), rx);
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
         let mut builder = RecordBatchBuilder::new(Compression::None);
         builder.append(1, None, Some(b"v"), &[]).unwrap();
         let mut ps = PartState {
@@ -2887,7 +3010,7 @@ mod idempotence_tests {
         };
         ps.sealed.push_back(Sealed {
             id: 1,
-            data: stamp(&builder.build().unwrap(), 7, 0, 0, false).unwrap(),
+            data: stamped(&builder.build().unwrap(), 7, 0, 0, false).unwrap(),
             runs: Vec::new(),
             kept: Vec::new(),
             acks: Vec::new(),

@@ -1013,6 +1013,7 @@ impl TransactionalWriter {
         rx.await.map_err(|_| closed_error())?;
         // Everything this sink accepted is done; its failures are in the state machine.
         self.inner.sink_group = None;
+        self.inner.sink_count = 0;
         self.inner.flushing = None;
         Ok(())
     }

@@ -65,6 +65,21 @@ impl Encode for ProduceRequest {
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<()> {
         check_version::<Self>(version)?;
         let flexible = version >= 9;
+        // The record batches dominate: room for all of them at once, rather than growing
+        // (and copying) the buffer several times on the way to a megabyte or more.
+        let records: usize = self
+            .topic_data
+            .iter()
+            .map(|t| {
+                t.name.len()
+                    + 32
+                    + t.partition_data
+                        .iter()
+                        .map(|p| p.records.as_ref().map_or(0, Bytes::len) + 16)
+                        .sum::<usize>()
+            })
+            .sum();
+        buf.reserve(records.saturating_add(64));
         put_nullable_string(buf, self.transactional_id.as_deref(), flexible)?;
         buf.put_i16(self.acks);
         buf.put_i32(self.timeout_ms);
