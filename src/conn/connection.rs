@@ -816,16 +816,19 @@ impl State {
         }
     }
 
-    /// A frame is written: keep its buffer if it is large and nothing else holds it.
+    /// A frame is written: keep its buffer if it is large and nothing else holds it. The
+    /// buffer's capacity counts, not the frame's length: a small request written into a
+    /// reused large buffer hands that buffer back.
     fn recycle(&self, frame: Bytes) {
-        if frame.len() < SPARE_FRAME_MIN {
+        let Ok(buf) = frame.try_into_mut() else {
+            return;
+        };
+        if buf.capacity() < SPARE_FRAME_MIN {
             return;
         }
         let mut spare = lock(&self.spare_frames);
         if spare.len() < SPARE_FRAMES {
-            if let Ok(buf) = frame.try_into_mut() {
-                spare.push(buf);
-            }
+            spare.push(buf);
         }
     }
 

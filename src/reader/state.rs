@@ -244,6 +244,12 @@ impl State {
         self.lent.gen.fetch_add(1, Ordering::Release);
     }
 
+    /// Whether the consumer holds partition `id`'s buffer on loan (its `buf` then looks
+    /// empty although messages are still to be yielded).
+    pub(crate) fn is_lent(&self, id: u64) -> bool {
+        self.loan_of.is_some_and(|(l, _)| l == id)
+    }
+
     /// Forget the consumer's loan (its partition is reset, unassigned or closed): its
     /// messages are dropped when it settles, and stop counting now.
     fn cancel_loan_of(&mut self, id: u64) {

@@ -431,6 +431,7 @@ fn on_resolved(shared: &Shared, results: Vec<(Job, Lookup)>) {
             Err(e) => fail(shared, job.id, job.epoch, e),
             Ok((leader, offset)) => {
                 let mut st = shared.lock();
+                let lent = st.is_lent(job.id);
                 let Some(p) = st.parts.get_mut(&job.id) else {
                     continue;
                 };
@@ -443,7 +444,9 @@ fn on_resolved(shared: &Shared, results: Vec<(Job, Lookup)>) {
                 p.leader = Some(leader);
                 if let (Some(o), Position::Start(_)) = (offset, p.fetch) {
                     p.fetch = Position::Offset(o);
-                    if p.buf.is_empty() {
+                    // Messages still to be yielded (buffered or on loan) set the
+                    // position as they go.
+                    if p.buf.is_empty() && !lent {
                         p.position = o;
                     }
                 }
@@ -653,6 +656,49 @@ mod tests {
             _ => panic!("partition not decoded"),
         };
         (ran, records)
+    }
+
+    /// An out-of-range reset whose new start offset is looked up while the consumer holds
+    /// the partition's buffer on loan: the position stays with the messages still to be
+    /// yielded (it jumped to the looked-up offset, then went back as they were yielded).
+    #[test]
+    fn a_start_offset_resolved_during_a_loan_leaves_the_position_to_the_loan() {
+        let shared = shared();
+        let tp = crate::reader::TopicPartition::new("t", 0);
+        let mut loan = crate::reader::state::Loan::default();
+        let (id, epoch) = {
+            let mut st = shared.lock();
+            st.assign(tp.clone(), StartOffset::At(0));
+            let id = st.index[&tp];
+            st.push(
+                id,
+                (0..10)
+                    .map(|o| super::super::Message::new("t", 0, o))
+                    .collect(),
+            );
+            let first = st.pop_into(Some(&mut loan)).map(|m| m.offset);
+            assert_eq!(first, Some(0));
+            let p = st.parts.get_mut(&id).unwrap();
+            p.fetch = Position::Start(StartOffset::Last);
+            (id, p.epoch)
+        };
+        let job = Job {
+            id,
+            epoch,
+            topic: Arc::from("t"),
+            partition: 0,
+            offset: -1,
+            start: Some(StartOffset::Last),
+        };
+        on_resolved(&shared, vec![(job, Ok((1, Some(500))))]);
+        let st = shared.lock();
+        let p = &st.parts[&id];
+        assert_eq!(p.fetch, Position::Offset(500));
+        assert!(
+            st.position_of(id, p) <= 10,
+            "position {}",
+            st.position_of(id, p)
+        );
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -155,6 +155,9 @@ struct OpenBatch {
     deadline: Instant,
     /// Acceptance time of its oldest message: the batch's delivery timeout runs from here.
     first_accepted: Instant,
+    /// Past its linger but kept open by [`Task::seal_expired`] until it can be sent: the
+    /// loop's timer then waits for its delivery timeout, not the deadline.
+    held: bool,
 }
 
 struct Sealed {
@@ -575,10 +578,12 @@ impl Task {
                 if let Some(o) = &p.open {
                     // A batch past its linger waits for a free slot, which a produce
                     // answer (an event) brings; its delivery timeout still wakes the loop.
-                    if o.deadline > now {
-                        consider(o.deadline);
-                    } else {
+                    // A linger that ended after the last `seal_expired` still fires
+                    // (at once) and seals the batch there.
+                    if o.held {
                         consider(after(o.first_accepted, self.cfg.delivery_timeout));
+                    } else {
+                        consider(o.deadline);
                     }
                 }
                 if let Some(at) = p.retry_at.filter(|at| *at > now) {
@@ -922,7 +927,7 @@ impl Task {
         let mut sealed = false;
         for (name, t) in &mut self.topics {
             for (p, ps) in &mut t.parts {
-                let Some(o) = ps.open.as_ref() else {
+                let Some(o) = ps.open.as_mut() else {
                     continue;
                 };
                 if o.deadline > now {
@@ -935,6 +940,7 @@ impl Task {
                         .cached_leader(name, *p)
                         .and_then(|leader| self.in_flight.get(&leader))
                         .is_some_and(|n| *n >= per_broker);
+                o.held = blocked;
                 if blocked && after(o.first_accepted, delivery_timeout) > now {
                     continue;
                 }
@@ -2113,6 +2119,7 @@ fn place(
         bytes: 0,
         deadline: after(Instant::now(), cfg.batch_timeout),
         first_accepted: m.accepted,
+        held: false,
     });
     open.first_accepted = open.first_accepted.min(m.accepted);
     if let Err(e) = open.builder.append(ts, key, value, headers) {
@@ -2951,6 +2958,51 @@ mod idempotence_tests {
         assert_eq!(task.shared.stats.errors.load(Ordering::Relaxed), 1);
         assert!(!task.topics[&Arc::from("t")].waiting.is_empty());
         assert_eq!(task.next_deadline(now), Some(now + timeout));
+    }
+
+    /// A batch whose linger ended after the loop's last `seal_expired` (so it was not held
+    /// for an in-flight slot) makes the timer fire at once; only a held batch waits for an
+    /// event or its delivery timeout. Before, any batch past its linger waited for its
+    /// delivery timeout, so an idle writer's last batch could sit for 120 s and then fail
+    /// unsent.
+    #[tokio::test]
+    async fn a_linger_that_ends_between_seals_fires_the_timer() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]).topic("t");
+        let timeout = cfg.delivery_timeout;
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let mut task = Task::new(Arc::new(cfg), cluster, shared);
+        let now = Instant::now();
+        let Some(deadline) = now.checked_sub(Duration::from_millis(1)) else {
+            return;
+        };
+        let ps = PartState {
+            open: Some(OpenBatch {
+                builder: RecordBatchBuilder::new(Compression::None),
+                runs: Runs::new(),
+                kept: Kept::new(),
+                acks: Acks::new(),
+                count: 0,
+                bytes: 0,
+                deadline,
+                first_accepted: deadline,
+                held: false,
+            }),
+            ..PartState::default()
+        };
+        let mut topic = TopicState::default();
+        topic.parts.insert(0, ps);
+        task.topics.insert(Arc::from("t"), topic);
+        assert_eq!(task.next_deadline(now), Some(deadline));
+        if let Some(o) = task
+            .topics
+            .get_mut("t")
+            .and_then(|t| t.parts.get_mut(&0))
+            .and_then(|p| p.open.as_mut())
+        {
+            o.held = true;
+        }
+        assert_eq!(task.next_deadline(now), Some(deadline + timeout));
     }
 
     /// One wake's commands: runs of messages to alternating topics each reach their own
