@@ -74,7 +74,8 @@ async fn stalled_broker_applies_backpressure_then_resumes() {
 
     proxy.pause(true);
     let value = vec![b'v'; 1000];
-    let msg_size = Message::new(value.clone()).size();
+    // The bound counts each message's size plus the message struct itself.
+    let msg_size = Message::new(value.clone()).size() + std::mem::size_of::<Message>();
     let mut accepted = 0usize;
     loop {
         let feed = writer.feed(Message::new(value.clone()));

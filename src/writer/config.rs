@@ -53,9 +53,11 @@ pub struct WriterConfig {
     /// Java 4.0's `linger.ms`; kafka-go's `BatchTimeout` is the same knob with a 1 s
     /// default, which makes lone writes slow.
     pub batch_timeout: Duration,
-    /// Bound on bytes (see [`Message::size`](super::Message::size)) accepted but not yet
-    /// acknowledged; while it is exceeded `poll_ready` is pending (backpressure).
-    /// Default 32 MiB (Java `buffer.memory`).
+    /// Bound on the memory of messages accepted but not yet acknowledged: each counts its
+    /// [`Message::size`](super::Message::size) plus the size of the message struct
+    /// (`size_of::<Message>()`, about 170 bytes). While it is exceeded `poll_ready` is
+    /// pending (backpressure). Default 32 MiB (Java `buffer.memory`): about 120 000
+    /// messages of 100 bytes (librdkafka's default queue holds 100 000).
     pub max_buffered_bytes: usize,
     /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java `acks=all`;
     /// kafka-go's default is none). Setting `Leader` or `None` turns the default

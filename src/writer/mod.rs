@@ -112,6 +112,12 @@ use crate::group::coordinator::Coordinator;
 use crate::group::HeldAck;
 use task::{Cmd, Msg, Task};
 
+/// What [`WriterConfig::max_buffered_bytes`] counts for each message beyond its
+/// [`Message::size`]: the memory of the message itself, so that the bound is one on memory
+/// and not only on payload (a 32 MiB bound held over 300 000 messages of 100 bytes, and
+/// several times that in memory).
+pub(crate) const MESSAGE_OVERHEAD: usize = std::mem::size_of::<Message>();
+
 /// The outcome of one message, from [`Writer::deliveries`].
 #[derive(Debug, Clone)]
 pub struct Delivery {
@@ -188,7 +194,9 @@ pub struct WriterStats {
     pub errors: u64,
     /// Batch retries after retriable errors.
     pub retries: u64,
-    /// Bytes accepted and not yet acknowledged or failed (the backpressure gauge).
+    /// Bytes accepted and not yet acknowledged or failed, each message counting its
+    /// [`Message::size`] plus the size of the message struct (the backpressure gauge of
+    /// [`WriterConfig::max_buffered_bytes`]).
     pub buffered_bytes: u64,
     /// Messages accepted and not yet acknowledged or failed (kafka-go `QueueLength`).
     pub queued_messages: u64,
@@ -504,17 +512,22 @@ impl Shared {
         }
     }
 
+    /// One message of `bytes` bytes ([`Message::size`]) is accepted: it counts
+    /// [`MESSAGE_OVERHEAD`] more, for the message itself.
     fn reserve(&self, bytes: usize) {
-        self.buffered.fetch_add(bytes, Ordering::AcqRel);
+        self.buffered
+            .fetch_add(bytes.saturating_add(MESSAGE_OVERHEAD), Ordering::AcqRel);
         self.stats.queued.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `messages` messages of `bytes` bytes are done (delivered or failed).
+    /// `messages` messages of `bytes` bytes are done (delivered or failed); their
+    /// overhead is released with them (the bytes of a message kept for a delivery report
+    /// may be released later, with [`release`](Self::release)).
     fn release_messages(&self, messages: usize, bytes: usize) {
         self.stats
             .queued
             .fetch_sub(messages as u64, Ordering::Relaxed);
-        self.release(bytes);
+        self.release(bytes.saturating_add(messages.saturating_mul(MESSAGE_OVERHEAD)));
     }
 
     fn release(&self, bytes: usize) {
