@@ -66,7 +66,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
         }
         let value = format!(r#"{{"sensor":{},"reading":{i}}}"#, i % 7);
         let m = Message::keyed(format!("sensor-{}", i % 7), value);
-        largest = largest.max(m.size());
+        // What the writer's bound counts for it: its bytes plus the message struct.
+        largest = largest.max(m.size() + std::mem::size_of::<Message>());
         Ok(m)
     });
     writer.send_all(&mut readings).await?;
