@@ -105,36 +105,13 @@ impl Part {
     }
 }
 
-/// The hasher of the maps keyed by partition id, looked up for every message yielded:
-/// ids are this reader's own sequential counter, never input from the network or the
-/// application, so they need no SipHash (whose cost showed in `Reader::poll_next`); a
-/// multiplicative hash (Fibonacci hashing) spreads them over the table.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used for `u64` keys; anything else still hashes correctly.
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-/// [`BuildHasher`](std::hash::BuildHasher) of [`IdHasher`].
-pub(crate) type Ids = std::hash::BuildHasherDefault<IdHasher>;
+/// The hasher of the maps keyed by partition id (this reader's own sequential counter),
+/// looked up for every message yielded.
+pub(crate) type Ids = crate::util::Fib;
 
 #[derive(Default)]
 pub(crate) struct State {
-    /// By partition id: a sequential counter of this reader (see [`IdHasher`]).
+    /// By partition id: a sequential counter of this reader (see [`Ids`]).
     pub(crate) parts: HashMap<u64, Part, Ids>,
     pub(crate) index: HashMap<TopicPartition, u64>,
     next_id: u64,

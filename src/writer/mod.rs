@@ -328,20 +328,34 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Hand `cmd` to the task; gives it back if the writer is closed.
-    fn send(&self, cmd: Cmd) -> std::result::Result<(), Box<Cmd>> {
-        let mut q = self.queue();
+    /// The locked queue if it still takes commands, and whether it is empty.
+    fn open_queue(&self) -> Option<(std::sync::MutexGuard<'_, Queue>, bool)> {
+        let q = self.queue();
         if q.closed || q.ended {
-            return Err(Box::new(cmd));
+            return None;
         }
         let was_empty = q.is_empty();
-        q.push(cmd);
+        Some((q, was_empty))
+    }
+
+    /// After pushing onto `q`: publish the backlog, unlock, and wake the task if the queue
+    /// was empty (otherwise it is awake or already woken).
+    fn pushed(&self, mut q: std::sync::MutexGuard<'_, Queue>, was_empty: bool) {
         self.backlog.store(q.len, Ordering::Release);
         let waker = if was_empty { q.waker.take() } else { None };
         drop(q);
         if let Some(w) = waker {
             w.wake();
         }
+    }
+
+    /// Hand `cmd` to the task; gives it back if the writer is closed.
+    fn send(&self, cmd: Cmd) -> std::result::Result<(), Box<Cmd>> {
+        let Some((mut q, was_empty)) = self.open_queue() else {
+            return Err(Box::new(cmd));
+        };
+        q.push(cmd);
+        self.pushed(q, was_empty);
         Ok(())
     }
 
@@ -350,22 +364,15 @@ impl Shared {
     // The message comes back only when refused; boxing it would cost every send.
     #[allow(clippy::result_large_err)]
     fn send_msg(&self, group: &Arc<Group>, msg: Message) -> std::result::Result<(), Message> {
-        let mut q = self.queue();
-        if q.closed || q.ended {
+        let Some((mut q, was_empty)) = self.open_queue() else {
             return Err(msg);
-        }
-        let was_empty = q.is_empty();
+        };
         if !q.group.as_ref().is_some_and(|g| Arc::ptr_eq(g, group)) {
             q.group = Some(group.clone());
             q.push(Cmd::Group(group.clone()));
         }
         q.push(Cmd::One(msg));
-        self.backlog.store(q.len, Ordering::Release);
-        let waker = if was_empty { q.waker.take() } else { None };
-        drop(q);
-        if let Some(w) = waker {
-            w.wake();
-        }
+        self.pushed(q, was_empty);
         Ok(())
     }
 

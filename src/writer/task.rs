@@ -272,28 +272,7 @@ impl MsgQueue {
 /// partition up) rather than SipHash: the ids come from the cluster's metadata and are
 /// as many as the topic's partitions, so colliding ids could only slow the lookups of
 /// that bounded set.
-type PartMap<V> = HashMap<i32, V, std::hash::BuildHasherDefault<PartitionHasher>>;
-
-/// Fibonacci hashing of an `i32` (any other input is folded in byte by byte).
-#[derive(Default)]
-struct PartitionHasher(u64);
-
-impl std::hash::Hasher for PartitionHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_i32(&mut self, n: i32) {
-        self.0 = (self.0 ^ u64::from(u32::from_ne_bytes(n.to_ne_bytes())))
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
+type PartMap<V> = HashMap<i32, V, crate::util::Fib>;
 
 #[derive(Default)]
 struct TopicState {
