@@ -1809,10 +1809,16 @@ async fn rebalance_pause_comparison() {
             p.gap, p.baseline_gap, p.settled, p.b_first, p.rate_during, p.rate_before
         );
     }
-    for (name, p) in &rows {
+    // the incremental protocols keep a reading while the group rebalances. The eager one
+    // revokes everything: a may process nothing in a rebalance shorter than its usual
+    // gap between records (50 ms against 70 ms happened), so it is not held to this.
+    for (name, p) in [
+        ("classic cooperative-sticky", &coop),
+        ("KIP-848 consumer (uniform)", &kip848),
+    ] {
         assert!(
             p.rate_during > 0.0,
-            "{name}: a processed nothing while the group rebalanced"
+            "{name}: a processed nothing while the group rebalanced: {rows:?}"
         );
     }
     // the incremental protocols never take every partition from the member that keeps
