@@ -44,7 +44,8 @@ use crate::sasl::Mechanism;
 
 mod auth;
 use crate::protocol::{
-    check_version, ApiKey, Decode, ErrorCode, Request, RequestHeader, ResponseHeader, TaggedFields,
+    check_version, ApiKey, Decode, ErrorCode, Request, RequestHeader, ResponseHeader, Splices,
+    TaggedFields,
 };
 
 /// Settings of one [`Connection`].
@@ -522,15 +523,18 @@ impl Connection {
         if self.is_closed() {
             return Err(self.err(self.shared.state.error()));
         }
-        let mut frame = self.encode_frame(req, version)?;
+        let (mut head, splices) = self.encode_frame(req, version)?;
         let correlation_id = self.next_correlation_id();
-        if let Some(slot) = frame.get_mut(8..12) {
+        if let Some(slot) = head.get_mut(8..12) {
             slot.copy_from_slice(&correlation_id.to_be_bytes());
         }
         let (tx, rx) = oneshot::channel();
         self.submit(Command {
             correlation_id,
-            frame: frame.freeze(),
+            frame: Frame {
+                head: head.freeze(),
+                splices,
+            },
             permit: None,
             reply: Reply::Response {
                 api_key: R::API_KEY,
@@ -648,10 +652,12 @@ impl Connection {
         self.timed(R::API_KEY, version, work).await
     }
 
-    /// Encode the whole frame with correlation id 0; [`Connection::prepare`] stamps the
-    /// real one.
-    fn encode_frame<R: Request>(&self, req: &R, version: i16) -> Result<BytesMut> {
+    /// Encode the whole frame with correlation id 0 ([`Connection::prepare`] stamps the
+    /// real one): the buffer, and the large byte strings left out of it (record batches),
+    /// which are written from their own memory.
+    fn encode_frame<R: Request>(&self, req: &R, version: i16) -> Result<(BytesMut, Splices)> {
         let mut buf = self.shared.state.frame_buffer();
+        let mut splices = Splices::new();
         buf.put_i32(0); // size, patched below
         RequestHeader {
             api_key: R::API_KEY,
@@ -662,25 +668,26 @@ impl Connection {
         }
         .encode(&mut buf, R::request_header_version(version))
         .map_err(|e| self.err(e))?;
-        req.encode(&mut buf, version).map_err(|e| self.err(e))?;
-        let size = i32::try_from(buf.len() - 4).map_err(|_| {
+        req.encode_spliced(&mut buf, &mut splices, version)
+            .map_err(|e| self.err(e))?;
+        let len = (buf.len() - 4).saturating_add(splices.len());
+        let size = i32::try_from(len).map_err(|_| {
             self.err(Error::encode(format!(
-                "{} request of {} bytes exceeds the frame size limit",
+                "{} request of {len} bytes exceeds the frame size limit",
                 R::API_KEY,
-                buf.len()
             )))
         })?;
         buf[..4].copy_from_slice(&size.to_be_bytes());
-        Ok(buf)
+        Ok((buf, splices))
     }
 
     /// Wait for an in-flight slot (unless `exclusive`: the caller holds every slot), then
     /// stamp a fresh correlation id into `frame`.
     async fn prepare(
         &self,
-        mut frame: BytesMut,
+        (mut head, splices): (BytesMut, Splices),
         exclusive: bool,
-    ) -> Result<(Option<OwnedSemaphorePermit>, i32, Bytes)> {
+    ) -> Result<(Option<OwnedSemaphorePermit>, i32, Frame)> {
         if self.is_closed() {
             return Err(self.shared.state.error());
         }
@@ -697,10 +704,14 @@ impl Connection {
         let correlation_id = self.next_correlation_id();
         // Every request header starts with api_key (2), api_version (2), correlation_id (4),
         // right after the 4-byte size prefix.
-        if let Some(slot) = frame.get_mut(8..12) {
+        if let Some(slot) = head.get_mut(8..12) {
             slot.copy_from_slice(&correlation_id.to_be_bytes());
         }
-        Ok((permit, correlation_id, frame.freeze()))
+        let frame = Frame {
+            head: head.freeze(),
+            splices,
+        };
+        Ok((permit, correlation_id, frame))
     }
 
     fn submit(&self, command: Command) -> Result<()> {
@@ -945,10 +956,56 @@ struct Pending {
     _permit: Option<OwnedSemaphorePermit>,
 }
 
+/// A request frame: its encoded buffer and the byte strings spliced into it.
+struct Frame {
+    head: Bytes,
+    splices: Splices,
+}
+
+/// The most pieces handed to one vectored write.
+const MAX_PIECES: usize = 64;
+
+impl Frame {
+    /// Write the whole frame: one write of its buffer, or vectored writes of the buffer's
+    /// pieces and the splices between them (nothing is copied into one buffer first).
+    async fn write_to<W: AsyncWrite + Unpin>(&self, writer: &mut W) -> std::io::Result<()> {
+        if self.splices.is_empty() {
+            return writer.write_all(&self.head).await;
+        }
+        let mut pieces: Vec<&[u8]> = self.splices.pieces(&self.head).collect();
+        let mut first = 0;
+        let mut slices = Vec::with_capacity(pieces.len().min(MAX_PIECES));
+        while first < pieces.len() {
+            slices.clear();
+            slices.extend(
+                pieces[first..]
+                    .iter()
+                    .take(MAX_PIECES)
+                    .map(|p| std::io::IoSlice::new(p)),
+            );
+            let mut n = writer.write_vectored(&slices).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            while n > 0 {
+                let piece = pieces[first];
+                if n >= piece.len() {
+                    n -= piece.len();
+                    first += 1;
+                } else {
+                    pieces[first] = &piece[n..];
+                    n = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A frame handed from a caller to the driver.
 struct Command {
     correlation_id: i32,
-    frame: Bytes,
+    frame: Frame,
     permit: Option<OwnedSemaphorePermit>,
     reply: Reply,
 }
@@ -1069,15 +1126,15 @@ async fn write_one<W: AsyncWrite + Unpin>(
                     },
                 );
             }
-            writer.write_all(&frame).await.map_err(write_failure)?;
-            state.recycle(frame);
+            frame.write_to(writer).await.map_err(write_failure)?;
+            state.recycle(frame.head);
         }
         Reply::Written(tx) => {
-            let written = match writer.write_all(&frame).await {
+            let written = match frame.write_to(writer).await {
                 Ok(()) => writer.flush().await,
                 Err(e) => Err(e),
             };
-            state.recycle(frame);
+            state.recycle(frame.head);
             drop(permit);
             match written {
                 Ok(()) => {
@@ -1351,6 +1408,127 @@ mod tests {
             serve
         );
         (conn.unwrap(), peer)
+    }
+
+    /// Takes at most `limit` bytes per write, cutting pieces anywhere; with `vectored`
+    /// a write spans several pieces.
+    struct Trickle {
+        out: Vec<u8>,
+        limit: usize,
+        vectored: bool,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.limit);
+            self.out.extend_from_slice(&buf[..n]);
+            std::task::Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            if !self.vectored {
+                let first = bufs
+                    .iter()
+                    .find(|b| !b.is_empty())
+                    .map_or(&[][..], |b| &b[..]);
+                return self.poll_write(cx, first);
+            }
+            let mut left = self.limit;
+            for b in bufs {
+                let n = b.len().min(left);
+                self.out.extend_from_slice(&b[..n]);
+                left -= n;
+            }
+            std::task::Poll::Ready(Ok(self.limit - left))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A produce frame's record batches are written from their own buffers, through short
+    /// and vectored writes, and the peer receives exactly the plain encoding.
+    #[tokio::test]
+    async fn spliced_record_batches_reach_the_wire_whole() {
+        use crate::protocol::messages::produce::{
+            ProducePartitionData, ProduceRequest, ProduceTopicData,
+        };
+        let batch = |n: usize, seed: u8| -> Bytes {
+            (0..n).map(|i| (i as u8).wrapping_mul(seed)).collect()
+        };
+        // more partitions than one vectored write takes
+        let partitions = (0..100)
+            .map(|i| ProducePartitionData {
+                index: i,
+                records: Some(batch([20_000, 10, 9_000][i as usize % 3], i as u8 | 1)),
+                ..Default::default()
+            })
+            .collect();
+        let req = ProduceRequest {
+            acks: -1,
+            timeout_ms: 1000,
+            topic_data: vec![ProduceTopicData {
+                name: "t".into(),
+                partition_data: partitions,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let (conn, _peer) = raw_pair(config());
+        let (head, splices) = conn.encode_frame(&req, 9).unwrap();
+        assert!(!splices.is_empty());
+        let frame = Frame {
+            head: head.freeze(),
+            splices,
+        };
+        let mut plain = BytesMut::new();
+        plain.put_i32(0);
+        RequestHeader {
+            api_key: ApiKey::PRODUCE,
+            api_version: 9,
+            correlation_id: 0,
+            client_id: Some(conn.config().client_id.clone()),
+            tagged_fields: TaggedFields::new(),
+        }
+        .encode(&mut plain, ProduceRequest::request_header_version(9))
+        .unwrap();
+        req.encode(&mut plain, 9).unwrap();
+        let size = i32::try_from(plain.len() - 4).unwrap();
+        plain[..4].copy_from_slice(&size.to_be_bytes());
+        for limit in [1, 7, 4096, 65_536, 10 << 20] {
+            for vectored in [false, true] {
+                let mut w = Trickle {
+                    out: Vec::new(),
+                    limit,
+                    vectored,
+                };
+                frame.write_to(&mut w).await.unwrap();
+                assert!(w.out == plain[..], "limit {limit}, vectored {vectored}");
+            }
+        }
     }
 
     /// A large frame arrives in pieces, part of it already buffered: it is read whole into

@@ -33,6 +33,118 @@ use crate::error::{Error, Result};
 pub trait Encode {
     /// Append the encoding of `self` at `version` to `buf`.
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<()>;
+
+    /// Like [`Encode::encode`], except that large byte fields may be left out of `buf` and
+    /// recorded in `splices` instead, to be written from their own memory (a produce
+    /// request's record batches). The default copies everything into `buf`.
+    ///
+    /// ```
+    /// use bytes::{Bytes, BytesMut};
+    /// use kafkapipe::protocol::messages::produce::{ProducePartitionData, ProduceRequest, ProduceTopicData};
+    /// use kafkapipe::protocol::{Encode, Splices};
+    ///
+    /// let req = ProduceRequest {
+    ///     acks: -1,
+    ///     topic_data: vec![ProduceTopicData {
+    ///         name: "events".into(),
+    ///         partition_data: vec![ProducePartitionData {
+    ///             index: 0,
+    ///             records: Some(Bytes::from(vec![7u8; 100_000])),
+    ///             ..Default::default()
+    ///         }],
+    ///         ..Default::default()
+    ///     }],
+    ///     ..Default::default()
+    /// };
+    /// let (mut head, mut splices) = (BytesMut::new(), Splices::new());
+    /// req.encode_spliced(&mut head, &mut splices, 9)?;
+    /// assert_eq!(splices.len(), 100_000);
+    /// let mut whole = BytesMut::new();
+    /// req.encode(&mut whole, 9)?;
+    /// assert_eq!(splices.assemble(&head), whole);
+    /// # Ok::<(), kafkapipe::Error>(())
+    /// ```
+    fn encode_spliced(
+        &self,
+        buf: &mut BytesMut,
+        splices: &mut Splices,
+        version: i16,
+    ) -> Result<()> {
+        let _ = splices;
+        self.encode(buf, version)
+    }
+}
+
+/// Byte strings an encoder left out of its buffer (see [`Encode::encode_spliced`]): each
+/// belongs at an offset of that buffer, before the byte then at that offset. Writing the
+/// buffer's pieces and the splices in turn (a vectored write) sends the whole encoding
+/// without copying the splices.
+///
+/// ```
+/// use bytes::Bytes;
+/// use kafkapipe::protocol::Splices;
+///
+/// let mut splices = Splices::new();
+/// splices.push(2, Bytes::from_static(b"cd"));
+/// let pieces: Vec<&[u8]> = splices.pieces(b"abef").collect();
+/// assert_eq!(pieces, [&b"ab"[..], b"cd", b"ef"]);
+/// assert_eq!(splices.assemble(b"abef"), &b"abcdef"[..]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Splices {
+    parts: Vec<(usize, Bytes)>,
+    len: usize,
+}
+
+impl Splices {
+    /// No splices.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Record `bytes`, belonging at `offset` of the buffer. Offsets must not decrease.
+    pub fn push(&mut self, offset: usize, bytes: Bytes) {
+        debug_assert!(self.parts.last().map_or(true, |(at, _)| *at <= offset));
+        self.len += bytes.len();
+        self.parts.push((offset, bytes));
+    }
+
+    /// The number of bytes spliced out, together.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was spliced out.
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// The whole encoding in order: pieces of `head` (the buffer the splices were taken
+    /// from) and the splices between them. Empty pieces are skipped.
+    pub fn pieces<'a>(&'a self, head: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let mut from = 0;
+        self.parts
+            .iter()
+            .map(|(at, bytes)| (*at, Some(&bytes[..])))
+            .chain(std::iter::once((head.len(), None)))
+            .flat_map(move |(at, spliced)| {
+                let at = at.clamp(from, head.len());
+                let before = &head[from..at];
+                from = at;
+                [Some(before), spliced]
+            })
+            .flatten()
+            .filter(|piece| !piece.is_empty())
+    }
+
+    /// The whole encoding in one buffer (a copy: for tests and small frames).
+    pub fn assemble(&self, head: &[u8]) -> BytesMut {
+        let mut out = BytesMut::with_capacity(head.len() + self.len);
+        for piece in self.pieces(head) {
+            out.extend_from_slice(piece);
+        }
+        out
+    }
 }
 
 /// Decode a value at a protocol version.

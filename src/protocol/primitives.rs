@@ -413,6 +413,12 @@ pub fn put_nullable_bytes(buf: &mut BytesMut, b: Option<&[u8]>, compact: bool) -
     Ok(())
 }
 
+/// Append the length prefix of a `BYTES` / `COMPACT_BYTES` of `len` bytes, without the
+/// bytes (they are written from elsewhere, see [`super::Splices`]).
+pub fn put_bytes_len(buf: &mut BytesMut, len: usize, compact: bool) -> Result<()> {
+    put_len(buf, Some(len), compact, true, "bytes")
+}
+
 /// Append `BYTES` / `COMPACT_BYTES`.
 pub fn put_bytes(buf: &mut BytesMut, b: &[u8], compact: bool) -> Result<()> {
     put_nullable_bytes(buf, Some(b), compact)

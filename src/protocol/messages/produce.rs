@@ -12,7 +12,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::{get_tagged_if, parse_tagged, put_tagged_if, tagged_value};
 use crate::error::Result;
 use crate::protocol::primitives::*;
-use crate::protocol::{check_version, ApiKey, Decode, Encode, Request, TaggedFields};
+use crate::protocol::{check_version, ApiKey, Decode, Encode, Request, Splices, TaggedFields};
 
 /// Produce request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,12 +61,45 @@ impl Request for ProduceRequest {
     type Response = ProduceResponse;
 }
 
+/// Record batches at least this large are spliced rather than copied by
+/// [`Encode::encode_spliced`]; smaller ones cost less to copy than an extra piece.
+const SPLICE_MIN: usize = 8 * 1024;
+
 impl Encode for ProduceRequest {
     fn encode(&self, buf: &mut BytesMut, version: i16) -> Result<()> {
+        self.encode_into(buf, None, version)
+    }
+
+    fn encode_spliced(
+        &self,
+        buf: &mut BytesMut,
+        splices: &mut Splices,
+        version: i16,
+    ) -> Result<()> {
+        self.encode_into(buf, Some(splices), version)
+    }
+}
+
+impl ProduceRequest {
+    /// Encode into `buf`; with `splices`, record batches of [`SPLICE_MIN`] bytes or more go
+    /// there instead of being copied.
+    fn encode_into(
+        &self,
+        buf: &mut BytesMut,
+        mut splices: Option<&mut Splices>,
+        version: i16,
+    ) -> Result<()> {
         check_version::<Self>(version)?;
         let flexible = version >= 9;
-        // The record batches dominate: room for all of them at once, rather than growing
-        // (and copying) the buffer several times on the way to a megabyte or more.
+        // The record batches dominate: room for all those copied at once, rather than
+        // growing (and copying) the buffer several times on the way to a megabyte or more.
+        let copied = |len: usize| {
+            if splices.is_some() && len >= SPLICE_MIN {
+                0
+            } else {
+                len
+            }
+        };
         let records: usize = self
             .topic_data
             .iter()
@@ -75,7 +108,7 @@ impl Encode for ProduceRequest {
                     + 32
                     + t.partition_data
                         .iter()
-                        .map(|p| p.records.as_ref().map_or(0, Bytes::len) + 16)
+                        .map(|p| copied(p.records.as_ref().map_or(0, Bytes::len)) + 16)
                         .sum::<usize>()
             })
             .sum();
@@ -91,7 +124,13 @@ impl Encode for ProduceRequest {
             }
             put_array(buf, &t.partition_data, flexible, |buf, p| {
                 buf.put_i32(p.index);
-                put_nullable_bytes(buf, p.records.as_deref(), flexible)?;
+                match (splices.as_deref_mut(), &p.records) {
+                    (Some(splices), Some(records)) if records.len() >= SPLICE_MIN => {
+                        put_bytes_len(buf, records.len(), flexible)?;
+                        splices.push(buf.len(), records.clone());
+                    }
+                    _ => put_nullable_bytes(buf, p.records.as_deref(), flexible)?,
+                }
                 put_tagged_if(buf, flexible, &p.tagged_fields)
             })?;
             put_tagged_if(buf, flexible, &t.tagged_fields)
@@ -592,6 +631,42 @@ pub(crate) mod tests {
         fn response_roundtrip(r in response()) {
             for v in VERSIONS {
                 roundtrip(&normalize_response(r.clone(), v), v)?;
+            }
+        }
+
+        #[test]
+        fn a_spliced_encoding_assembles_to_the_plain_one(
+            r in request(),
+            sizes in vec(
+                (prop_oneof![0..40usize, SPLICE_MIN - 1..SPLICE_MIN + 2, 20_000..20_010usize], any::<u8>()),
+                9,
+            ),
+        ) {
+            // the request's partitions get records around the splice threshold
+            let mut r = r;
+            let mut sizes = sizes.into_iter().cycle();
+            for p in r.topic_data.iter_mut().flat_map(|t| t.partition_data.iter_mut()) {
+                if let Some((n, seed)) = sizes.next() {
+                    p.records = Some((0..n).map(|i| (i as u8).wrapping_mul(seed)).collect());
+                }
+            }
+            for v in VERSIONS {
+                let r = normalize_request(r.clone(), v);
+                let mut whole = BytesMut::new();
+                r.encode(&mut whole, v).unwrap();
+                let (mut head, mut splices) = (BytesMut::from(&b"head"[..]), Splices::new());
+                r.encode_spliced(&mut head, &mut splices, v).unwrap();
+                prop_assert_eq!(&head[..4], b"head");
+                let big = r
+                    .topic_data
+                    .iter()
+                    .flat_map(|t| t.partition_data.iter())
+                    .filter_map(|p| p.records.as_ref())
+                    .filter(|b| b.len() >= SPLICE_MIN)
+                    .map(Bytes::len)
+                    .sum::<usize>();
+                prop_assert_eq!(splices.len(), big);
+                prop_assert_eq!(&splices.assemble(&head)[4..], &whole[..]);
             }
         }
 
