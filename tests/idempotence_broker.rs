@@ -11,40 +11,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::proxy::Proxy;
+use common::proxy::proxied_broker;
 use futures::SinkExt;
-use kafkapipe::conn::{Conn, FetchOptions};
+use kafkapipe::conn::Conn;
 use kafkapipe::writer::{Message, Writer, WriterConfig};
-
-fn fetch_opts() -> FetchOptions {
-    FetchOptions {
-        max_bytes: 8 << 20,
-        max_wait: Duration::from_millis(10),
-        ..FetchOptions::default()
-    }
-}
 
 /// Every value of a partition, in offset order, read from `conn` (its leader).
 async fn values(conn: &Conn, topic: &str, partition: i32) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut offset = 0;
-    loop {
-        let f = conn
-            .fetch(topic, partition, offset, &fetch_opts())
-            .await
-            .unwrap();
-        if f.next_offset <= offset && f.records.is_empty() {
-            return out;
-        }
-        offset = f.next_offset;
-        for r in f.records {
-            let v = std::str::from_utf8(r.value.as_deref().unwrap())
+    common::read_partition(conn, topic, partition)
+        .await
+        .iter()
+        .map(|r| {
+            std::str::from_utf8(r.value.as_deref().unwrap())
                 .unwrap()
                 .parse()
-                .unwrap();
-            out.push(v);
-        }
-    }
+                .unwrap()
+        })
+        .collect()
 }
 
 /// Checks one partition's values are exactly `0..n` in order; returns (duplicates, lost).
@@ -83,12 +66,7 @@ fn msg(partition: i32, seq: u64) -> Message {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_cut_mid_request_leave_no_duplicate_and_no_gap() {
     common::init_log();
-    let (proxy, listener) = Proxy::bind().await;
-    let addr = proxy.addr.clone();
-    let broker = tokio::task::spawn_blocking(move || common::TestBroker::start_advertised(&addr))
-        .await
-        .unwrap();
-    proxy.run(listener, broker.addr.clone());
+    let (proxy, broker) = proxied_broker().await;
     let direct = Conn::connect(&broker.addr).await.unwrap();
     let topic = common::unique_topic("idem-cuts");
     const PARTITIONS: i32 = 3;

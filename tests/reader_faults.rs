@@ -12,20 +12,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::proxy::Proxy;
+use common::proxy::proxied_broker;
 use kafkapipe::conn::{Conn, ProduceOptions};
 use kafkapipe::reader::{Reader, ReaderConfig};
 use kafkapipe::record::Record;
-
-async fn proxied_broker() -> (Proxy, common::TestBroker) {
-    let (proxy, listener) = Proxy::bind().await;
-    let addr = proxy.addr.clone();
-    let broker = tokio::task::spawn_blocking(move || common::TestBroker::start_advertised(&addr))
-        .await
-        .unwrap();
-    proxy.run(listener, broker.addr.clone());
-    (proxy, broker)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_cuts_mid_fetch_lose_and_repeat_nothing() {

@@ -11,47 +11,11 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::proxy::Proxy;
+use common::proxy::proxied_broker;
+use common::read_partition;
 use futures::SinkExt;
-use kafkapipe::conn::{Conn, FetchOptions};
-use kafkapipe::record::Record;
+use kafkapipe::conn::Conn;
 use kafkapipe::writer::{Hash, Message, Writer, WriterConfig};
-
-/// A broker behind a proxy: (proxy, broker). Clients bootstrap from `proxy.addr`.
-async fn proxied_broker() -> (Proxy, common::TestBroker) {
-    let (proxy, listener) = Proxy::bind().await;
-    let addr = proxy.addr.clone();
-    let broker = tokio::task::spawn_blocking(move || common::TestBroker::start_advertised(&addr))
-        .await
-        .unwrap();
-    proxy.run(listener, broker.addr.clone());
-    (proxy, broker)
-}
-
-fn fetch_opts() -> FetchOptions {
-    FetchOptions {
-        max_bytes: 8 << 20,
-        max_wait: Duration::from_millis(10),
-        ..FetchOptions::default()
-    }
-}
-
-/// Every record of a partition, read directly from the broker (not through the proxy).
-async fn read_partition(conn: &Conn, topic: &str, partition: i32) -> Vec<Record> {
-    let mut out = Vec::new();
-    let mut offset = 0;
-    loop {
-        let f = conn
-            .fetch(topic, partition, offset, &fetch_opts())
-            .await
-            .unwrap();
-        if f.next_offset <= offset && f.records.is_empty() {
-            return out;
-        }
-        offset = f.next_offset;
-        out.extend(f.records);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_broker_applies_backpressure_then_resumes() {

@@ -622,6 +622,14 @@ impl GroupTask {
         g.close_events();
     }
 
+    /// A handle on the group and the reader for a job's own task.
+    fn task(&self) -> GroupTask {
+        GroupTask {
+            group: self.group.clone(),
+            reader: self.reader.clone(),
+        }
+    }
+
     /// The first step of a reconciliation, in a task of its own: give up `revoked`
     /// (committing first).
     fn revoke_job(
@@ -630,10 +638,7 @@ impl GroupTask {
         added: Vec<(TopicId, i32)>,
         names: &HashMap<TopicId, String>,
     ) -> Job {
-        let task = GroupTask {
-            group: self.group.clone(),
-            reader: self.reader.clone(),
-        };
+        let task = self.task();
         let tps = to_partitions(names, revoked.iter().copied());
         Job(tokio::spawn(async move {
             if !tps.is_empty() {
@@ -652,10 +657,7 @@ impl GroupTask {
         added: Vec<(TopicId, i32)>,
         names: &HashMap<TopicId, String>,
     ) -> Job {
-        let task = GroupTask {
-            group: self.group.clone(),
-            reader: self.reader.clone(),
-        };
+        let task = self.task();
         let (epoch, member_id) = (m.epoch, m.member_id.clone());
         let mut known: HashMap<TopicId, String> = added
             .iter()

@@ -2566,6 +2566,43 @@ async fn produce(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
+impl Sealed {
+    /// A batch of `count` messages (`bytes` of them) holding `data`, as `seal` makes
+    /// it: not sent, no reports, no stamp.
+    fn of(data: Bytes, count: usize, bytes: usize) -> Sealed {
+        Sealed {
+            id: 0,
+            in_flight: false,
+            sent: false,
+            data,
+            runs: Vec::new(),
+            kept: Vec::new(),
+            acks: Vec::new(),
+            stamp: None,
+            count,
+            bytes,
+            attempts: 1,
+            expires: Instant::now() + Duration::from_secs(60),
+            last_error: None,
+        }
+    }
+
+    /// A sent batch of one message, stamped by `producer` with sequence `seq`.
+    fn stamped_one(producer: (i64, i16), seq: i32) -> Sealed {
+        let mut builder = RecordBatchBuilder::new(Compression::None);
+        builder.append(1, None, Some(b"v"), &[]).unwrap();
+        let mut data = builder.build().unwrap();
+        assert!(stamp(&mut data, producer.0, producer.1, seq, false));
+        Sealed {
+            stamp: Some((producer.0, producer.1, seq)),
+            sent: true,
+            ..Sealed::of(data, 1, 1)
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -2590,19 +2627,11 @@ mod tests {
         }
         let count = index as usize;
         Sealed {
-            id: 0,
-            in_flight: false,
-            sent: false,
-            data: builder.build().unwrap(),
             runs: groups.to_vec(),
             kept,
-            acks: Vec::new(),
-            stamp: None,
-            count,
-            bytes: count * 10,
             attempts: 3,
             expires: Instant::now(),
-            last_error: None,
+            ..Sealed::of(builder.build().unwrap(), count, count * 10)
         }
     }
 
@@ -2650,19 +2679,10 @@ mod tests {
             kept.push((i as u32, Message::new(value), *size));
         }
         Sealed {
-            id: 0,
-            in_flight: false,
-            sent: false,
-            data: builder.build().unwrap(),
             runs: vec![(Group::open(), sizes.len())],
             kept,
-            acks: Vec::new(),
-            stamp: None,
-            count: sizes.len(),
-            bytes: sizes.iter().sum(),
-            attempts: 1,
             expires: Instant::now(),
-            last_error: None,
+            ..Sealed::of(builder.build().unwrap(), sizes.len(), sizes.iter().sum())
         }
     }
 
@@ -2799,30 +2819,13 @@ mod idempotence_tests {
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
         let mut task = Task::new(Arc::new(cfg), cluster, shared);
-        let mut builder = RecordBatchBuilder::new(Compression::None);
-        builder.append(1, None, Some(b"v"), &[]).unwrap();
-        let data = stamped(&builder.build().unwrap(), 7, i16::MAX, 40, false).unwrap();
         let mut ps = PartState {
             producer: Some((7, i16::MAX)),
             next_seq: 41,
             bump: true,
             ..PartState::default()
         };
-        ps.sealed.push_back(Sealed {
-            id: 0,
-            data,
-            runs: Vec::new(),
-            kept: Vec::new(),
-            acks: Vec::new(),
-            stamp: Some((7, i16::MAX, 40)),
-            count: 1,
-            bytes: 1,
-            attempts: 1,
-            expires: Instant::now() + Duration::from_secs(60),
-            last_error: None,
-            in_flight: false,
-            sent: true,
-        });
+        ps.sealed.push_back(Sealed::stamped_one((7, i16::MAX), 40));
         let mut topic = TopicState::default();
         topic.parts.insert(0, ps);
         task.topics.insert(Arc::from("t"), topic);
@@ -2859,24 +2862,9 @@ mod idempotence_tests {
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
         let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
-        let batch = |id: u64, seq: i32| {
-            let mut builder = RecordBatchBuilder::new(Compression::None);
-            builder.append(1, None, Some(b"v"), &[]).unwrap();
-            Sealed {
-                id,
-                data: stamped(&builder.build().unwrap(), 7, 0, seq, false).unwrap(),
-                runs: Vec::new(),
-                kept: Vec::new(),
-                acks: Vec::new(),
-                stamp: Some((7, 0, seq)),
-                count: 1,
-                bytes: 1,
-                attempts: 1,
-                expires: Instant::now() + Duration::from_secs(60),
-                last_error: None,
-                in_flight: false,
-                sent: true,
-            }
+        let batch = |id: u64, seq: i32| Sealed {
+            id,
+            ..Sealed::stamped_one((7, 0), seq)
         };
         let mut ps = PartState {
             producer: Some((7, 0)),
@@ -3048,18 +3036,10 @@ mod idempotence_tests {
         };
         ps.sealed.push_back(Sealed {
             id: 1,
-            data: stamped(&builder.build().unwrap(), 7, 0, 0, false).unwrap(),
-            runs: Vec::new(),
-            kept: Vec::new(),
-            acks: Vec::new(),
-            stamp: Some((7, 0, 0)),
-            count: 1,
-            bytes: 1,
             attempts: 2,
-            expires: Instant::now() + Duration::from_secs(60),
             last_error: Some(Error::kafka(ErrorCode::NotLeaderOrFollower)),
             in_flight: true,
-            sent: true,
+            ..Sealed::stamped_one((7, 0), 0)
         });
         let mut topic = TopicState::default();
         topic.parts.insert(0, ps);

@@ -467,3 +467,27 @@ macro_rules! on_both_txn_protocols {
         }
     )*};
 }
+
+/// Every record of `partition`, in offset order, fetched with `conn` (its leader, reached
+/// directly rather than through a test's proxy).
+pub async fn read_partition(
+    conn: &kafkapipe::conn::Conn,
+    topic: &str,
+    partition: i32,
+) -> Vec<kafkapipe::record::Record> {
+    let opts = kafkapipe::conn::FetchOptions {
+        max_bytes: 8 << 20,
+        max_wait: Duration::from_millis(10),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let f = conn.fetch(topic, partition, offset, &opts).await.unwrap();
+        if f.next_offset <= offset && f.records.is_empty() {
+            return out;
+        }
+        offset = f.next_offset;
+        out.extend(f.records);
+    }
+}

@@ -92,3 +92,16 @@ async fn pipe(
         }
     }
 }
+
+/// A broker of its own behind a proxy: (proxy, broker). The broker advertises the proxy's
+/// address, so every connection a client makes after bootstrapping from `proxy.addr` —
+/// metadata, produce, fetch — goes through the proxy.
+pub async fn proxied_broker() -> (Proxy, super::TestBroker) {
+    let (proxy, listener) = Proxy::bind().await;
+    let addr = proxy.addr.clone();
+    let broker = tokio::task::spawn_blocking(move || super::TestBroker::start_advertised(&addr))
+        .await
+        .unwrap();
+    proxy.run(listener, broker.addr.clone());
+    (proxy, broker)
+}
