@@ -914,7 +914,13 @@ pub(crate) fn decode_fetch_partition(
     isolation_level: IsolationLevel,
     max_bytes: i32,
 ) -> Result<Fetched> {
-    let f = decode_fetch_batches(p, offset, isolation_level, max_bytes, None)?;
+    let f = decode_fetch_batches(
+        p,
+        offset,
+        isolation_level,
+        decompress_limit(max_bytes),
+        None,
+    )?;
     Ok(Fetched {
         records: visible_in(f.batches, offset).collect(),
         next_offset: f.next_offset,
@@ -942,24 +948,20 @@ pub(crate) struct FetchedBatches {
 
 /// [`decode_fetch_partition`] without flattening the batches into one `Vec` of records
 /// (the reader moves the records of each batch straight into its buffer), decompressing
-/// into buffers of `pool` when given.
+/// into buffers of `pool` when given, to at most `decompress_limit` bytes together (see
+/// [`decompress_limit`]; the first batch may take more).
 pub(crate) fn decode_fetch_batches(
     p: FetchPartitionData,
     offset: i64,
     isolation_level: IsolationLevel,
-    max_bytes: i32,
+    decompress_limit: usize,
     pool: Option<&Arc<BufPool>>,
 ) -> Result<FetchedBatches> {
     if let Some(code) = ErrorCode::non_zero(p.error_code) {
         return Err(Error::kafka(code));
     }
     let data = p.records.unwrap_or_default();
-    let decoded = decode_batches_pooled(
-        data,
-        decompress_limit(max_bytes),
-        MAX_BATCH_DECOMPRESSED,
-        pool,
-    )?;
+    let decoded = decode_batches_pooled(data, decompress_limit, MAX_BATCH_DECOMPRESSED, pool)?;
     let aborted = if isolation_level == IsolationLevel::ReadCommitted {
         p.aborted_transactions.unwrap_or_default()
     } else {
@@ -1050,7 +1052,7 @@ pub(crate) fn visible_batches(
 /// size (real compression ratios rarely exceed 10–20×; constant 100-byte values reach ~75×
 /// with zstd), bounded so that many small bombs cannot exhaust memory. A response holding
 /// more is decoded in part, not refused.
-fn decompress_limit(max_bytes: i32) -> usize {
+pub(crate) fn decompress_limit(max_bytes: i32) -> usize {
     let base = usize::try_from(max_bytes.max(1)).unwrap_or(1);
     base.saturating_mul(32)
         .clamp(64 * 1024 * 1024, 1024 * 1024 * 1024)

@@ -138,9 +138,10 @@ pub struct ReaderConfig {
     pub queue_capacity: usize,
     /// Most bytes (keys, values and headers) fetched and not yet yielded. Fetching stops
     /// while it is reached; one fetch response may overshoot it by what it decodes to:
-    /// `max_bytes`, or for compressed partitions up to `32 × max_partition_bytes` (at
-    /// least 64 MiB) each — a single batch larger than that still comes whole, up to
-    /// [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED).
+    /// `max_bytes`, or for compressed partitions about this capacity shared among the
+    /// response's partitions (at least `max_partition_bytes` each, at most
+    /// `32 × max_partition_bytes` or 64 MiB) — a partition's first batch still comes whole,
+    /// up to [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED).
     /// Default 64 MiB (librdkafka `queued.max.messages.kbytes`).
     pub queue_capacity_bytes: usize,
     /// Backoff after the first failed fetch or lookup of a partition (and after the first

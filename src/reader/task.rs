@@ -21,8 +21,8 @@ use tracing::{debug, warn};
 
 use super::retry;
 use super::state::{Position, Shared};
-use super::{OffsetReset, StartOffset};
-use crate::conn::{decode_fetch_batches, Conn, FetchedBatches};
+use super::{OffsetReset, ReaderConfig, StartOffset};
+use crate::conn::{decode_fetch_batches, decompress_limit, Conn, FetchedBatches};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
     FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic,
@@ -276,6 +276,7 @@ fn decode_all(
         }
     }
     let config = &shared.config;
+    let limit = partition_decompress_limit(config, wanted.len());
     wanted
         .iter()
         .map(|(topic, partition, offset)| {
@@ -284,11 +285,25 @@ fn decode_all(
                 pd,
                 *offset,
                 config.isolation_level,
-                config.max_partition_bytes,
+                limit,
                 Some(&shared.pool),
             ))
         })
         .collect()
+}
+
+/// How much each partition's compressed batches in a response for `partitions`
+/// partitions may decompress to: [`ReaderConfig::queue_capacity_bytes`] shared among them
+/// (at least [`ReaderConfig::max_partition_bytes`] each), never more than a lone
+/// partition's limit. A response then decodes to about what the queue may hold, where
+/// each of 16 partitions of highly compressible records could bring 64 MiB. What does not
+/// fit is fetched again once the queue has room.
+fn partition_decompress_limit(config: &ReaderConfig, partitions: usize) -> usize {
+    let alone = decompress_limit(config.max_partition_bytes);
+    let min = usize::try_from(config.max_partition_bytes.max(1)).unwrap_or(1);
+    (config.queue_capacity_bytes / partitions.max(1))
+        .max(min)
+        .min(alone)
 }
 
 async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<FetchResponse> {
@@ -582,6 +597,8 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::sync::Mutex;
 
+    use bytes::{Bytes, BytesMut};
+
     use super::*;
     use crate::cluster::Cluster;
     use crate::compression::Compression;
@@ -656,6 +673,71 @@ mod tests {
             _ => panic!("partition not decoded"),
         };
         (ran, records)
+    }
+
+    /// A response for 16 partitions of very compressible records (each partition 8 lz4
+    /// batches that decompress to 1 MiB from a few KiB) decodes to about the queue's byte
+    /// capacity, shared among the partitions, each of which makes progress; it decoded to
+    /// 16 × 8 MiB when each partition had a lone fetch's 64 MiB limit.
+    #[test]
+    fn a_response_of_many_compressed_partitions_decodes_within_the_queue_capacity() {
+        let shared = shared();
+        let batch = |base: i64| {
+            let mut b = RecordBatchBuilder::new(Compression::Lz4);
+            for o in 0..100 {
+                b.append(base + o, None, Some(&[b'x'; 10_240][..]), &[])
+                    .unwrap();
+            }
+            let mut data = BytesMut::from(&b.build().unwrap()[..]);
+            data[..8].copy_from_slice(&base.to_be_bytes());
+            data.freeze()
+        };
+        let records: Bytes = (0..8)
+            .flat_map(|i| batch(i * 100).to_vec())
+            .collect::<Vec<u8>>()
+            .into();
+        assert!(
+            records.len() < 1 << 20,
+            "{} bytes on the wire",
+            records.len()
+        );
+        let resp = FetchResponse {
+            responses: vec![FetchableTopicResponse {
+                topic: "t".into(),
+                partitions: (0..16)
+                    .map(|p| FetchPartitionData {
+                        partition_index: p,
+                        high_watermark: 800,
+                        records: Some(records.clone()),
+                        ..FetchPartitionData::default()
+                    })
+                    .collect(),
+                ..FetchableTopicResponse::default()
+            }],
+            ..FetchResponse::default()
+        };
+        let wanted: Vec<(Arc<str>, i32, i64)> = (0..16).map(|p| (Arc::from("t"), p, 0)).collect();
+        let decoded = decode_all(&shared, resp, &wanted);
+        let mut total = 0;
+        for d in decoded {
+            let f = d.unwrap().unwrap();
+            assert!(!f.batches.is_empty());
+            assert_eq!(f.next_offset, f.batches.last().unwrap().next_offset());
+            total += f
+                .batches
+                .iter()
+                .flat_map(|b| &b.records)
+                .map(|r| r.value.as_ref().map_or(0, Bytes::len))
+                .sum::<usize>();
+        }
+        let capacity = shared.config.queue_capacity_bytes;
+        assert!(
+            total <= capacity + 16 * 1_100_000,
+            "decoded {total} bytes, queue capacity {capacity}"
+        );
+        assert_eq!(partition_decompress_limit(&shared.config, 1), 64 << 20);
+        assert_eq!(partition_decompress_limit(&shared.config, 16), 4 << 20);
+        assert_eq!(partition_decompress_limit(&shared.config, 1000), 1 << 20);
     }
 
     /// An out-of-range reset whose new start offset is looked up while the consumer holds
