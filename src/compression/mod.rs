@@ -360,18 +360,47 @@ fn lz4_decompress(
 const ZSTD_LEVEL: i32 = 3;
 
 #[cfg(feature = "zstd")]
+thread_local! {
+    /// A zstd compression context per thread (at [`ZSTD_LEVEL`]) and the buffer it
+    /// compresses into, reused from batch to batch: a context made per batch allocates
+    /// (and page-faults) its megabyte workspace every time.
+    static ZSTD_CCTX: std::cell::RefCell<Option<(zstd::bulk::Compressor<'static>, Vec<u8>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(feature = "zstd")]
 fn zstd_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
+    let err = |e| codec_error(Compression::Zstd, "compression", e);
+    // One shot with this thread's context; the frame declares its content size, which
+    // lets the decoder size its window (and buffer) to the payload.
+    let done = ZSTD_CCTX.with(|cell| {
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            *slot = Some((zstd::bulk::Compressor::new(ZSTD_LEVEL).ok()?, Vec::new()));
+        }
+        let (cctx, buf) = slot.as_mut()?;
+        buf.clear();
+        buf.reserve(zstd::zstd_safe::compress_bound(input.len()));
+        Some(
+            cctx.compress_to_buffer(input, buf)
+                .map(|_| out.extend_from_slice(buf)),
+        )
+    });
+    match done {
+        Some(r) => r.map_err(err),
+        // the context could not be made (or is in use further up this thread's stack)
+        None => zstd_compress_streaming(input, out).map_err(err),
+    }
+}
+
+#[cfg(feature = "zstd")]
+fn zstd_compress_streaming(input: &[u8], out: &mut BytesMut) -> std::io::Result<()> {
     use bytes::BufMut;
     use std::io::Write;
-    let mut enc = zstd::stream::write::Encoder::new(out.writer(), ZSTD_LEVEL)
-        .map_err(|e| codec_error(Compression::Zstd, "compression", e))?;
-    // Declaring the size lets the decoder size its window to the payload.
-    let pledged = u64::try_from(input.len()).ok();
-    enc.set_pledged_src_size(pledged)
-        .and_then(|_| enc.write_all(input))
-        .and_then(|_| enc.finish())
-        .map(drop)
-        .map_err(|e| codec_error(Compression::Zstd, "compression", e))
+    let mut enc = zstd::stream::write::Encoder::new(out.writer(), ZSTD_LEVEL)?;
+    enc.set_pledged_src_size(u64::try_from(input.len()).ok())?;
+    enc.write_all(input)?;
+    enc.finish().map(drop)
 }
 
 #[cfg(feature = "zstd")]

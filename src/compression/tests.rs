@@ -235,3 +235,31 @@ fn a_zstd_header_declaring_a_huge_size_is_not_trusted_for_allocation() {
     let out = super::zstd_decompress_sized(&sized, 1 << 20, None);
     assert!(matches!(out, Some(Ok(Some(ref b))) if b[..] == input[..]));
 }
+
+/// zstd compresses with one reused context per thread: consecutive payloads (of other
+/// sizes between them) each come out as one frame declaring its content size that decodes
+/// back, as does the streaming fallback's.
+#[cfg(feature = "zstd")]
+#[test]
+fn zstd_reuses_its_context_and_matches_the_streaming_encoder() {
+    for (i, len) in [100_000usize, 10, 1 << 20, 0, 100_000]
+        .into_iter()
+        .enumerate()
+    {
+        let input: Vec<u8> = (0..len)
+            .map(|j| ((j / 7) as u8).wrapping_add(i as u8))
+            .collect();
+        let mut reused = BytesMut::new();
+        super::zstd_compress(&input, &mut reused).unwrap();
+        let mut streamed = BytesMut::new();
+        super::zstd_compress_streaming(&input, &mut streamed).unwrap();
+        for frame in [&reused, &streamed] {
+            assert_eq!(
+                zstd::zstd_safe::get_frame_content_size(frame).unwrap(),
+                Some(len as u64)
+            );
+            let back = Compression::Zstd.decompress(frame, len).unwrap();
+            assert!(back[..] == input[..], "payload {i} of {len} bytes");
+        }
+    }
+}
