@@ -218,10 +218,7 @@ impl RecordBatchBuilder {
         } = self;
 
         if compression != Compression::None {
-            let records = buf.split_off(BATCH_HEADER_LEN);
-            // compressed output is usually smaller; reserve what the raw records need
-            buf.reserve(records.len() / 2 + 64);
-            compression.compress(&records, &mut buf)?;
+            compress_in_place(compression, &mut buf)?;
         }
         let batch_length = i32::try_from(buf.len() - 12)
             .map_err(|_| Error::encode("record batch larger than 2 GiB"))?;
@@ -304,6 +301,44 @@ fn put_nullable(buf: &mut BytesMut, b: Option<&[u8]>) {
         Some(b) => {
             put_varint(buf, b.len() as i32); // checked by body_len
             buf.put_slice(b);
+        }
+    }
+}
+
+thread_local! {
+    /// Where [`compress_in_place`] compresses to, kept per thread from batch to batch.
+    static COMPRESSED: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
+}
+
+/// Replace the records after the batch header in `buf` by their compressed form, in
+/// `buf`'s own memory: the output goes to a per-thread buffer and is copied back over the
+/// records (usually shorter). A batch buffer therefore stays the one allocation reused
+/// from batch to batch, where compressing into a new buffer allocated (and page-faulted)
+/// one per batch and dropped the records' buffer.
+fn compress_in_place(compression: Compression, buf: &mut BytesMut) -> Result<()> {
+    let copy_back = |buf: &mut BytesMut, out: &[u8]| {
+        buf.truncate(BATCH_HEADER_LEN);
+        buf.extend_from_slice(out);
+    };
+    let done = COMPRESSED.with(|cell| {
+        let mut out = cell.try_borrow_mut().ok()?;
+        out.clear();
+        let records = buf.get(BATCH_HEADER_LEN..).unwrap_or_default();
+        Some(
+            compression
+                .compress(records, &mut out)
+                .map(|()| copy_back(buf, &out)),
+        )
+    });
+    match done {
+        Some(r) => r,
+        // the per-thread buffer is in use further up the stack
+        None => {
+            let records = buf.get(BATCH_HEADER_LEN..).unwrap_or_default();
+            let mut out = BytesMut::with_capacity(records.len() / 2 + 64);
+            compression.compress(records, &mut out)?;
+            copy_back(buf, &out);
+            Ok(())
         }
     }
 }

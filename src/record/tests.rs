@@ -864,3 +864,34 @@ fn an_undecodable_batch_after_good_ones_keeps_the_good_ones() {
     let d = decode_batches(all.freeze(), MB).unwrap();
     assert_eq!((d.batches.len(), d.limited), (1, true));
 }
+
+/// A compressed batch is built in the builder's own buffer (compressed over its records),
+/// so the writer can reuse that buffer for the next batch; it decodes back.
+#[test]
+fn a_compressed_batch_stays_in_the_builders_buffer() {
+    for c in Compression::ALL
+        .into_iter()
+        .filter(|c| *c != Compression::None && c.is_available())
+    {
+        let mut b = RecordBatchBuilder::with_capacity(c, 1 << 20);
+        for i in 0..1000 {
+            b.append(i, None, Some(format!("value {i}").as_bytes()), &[])
+                .unwrap();
+        }
+        let data = b.build().unwrap();
+        let values: Vec<_> = decode_batches(data.clone(), MB).unwrap().batches[0]
+            .records
+            .iter()
+            .map(|r| r.value.clone().unwrap())
+            .collect();
+        assert_eq!(values.len(), 1000, "{c}");
+        assert_eq!(&values[999][..], b"value 999", "{c}");
+        drop(values);
+        let buf = data.try_into_mut().expect("one owner");
+        assert!(
+            buf.capacity() >= 1 << 20,
+            "{c}: capacity {}",
+            buf.capacity()
+        );
+    }
+}
