@@ -136,8 +136,13 @@ pub struct ReaderConfig {
     /// throughput: one response of 6 partitions × 1 MiB already holds 6 000 messages; the
     /// byte bound below is what bounds memory.
     pub queue_capacity: usize,
-    /// Most bytes (keys, values and headers) fetched and not yet yielded. Fetching stops
-    /// while it is reached; one fetch response may overshoot it by what it decodes to:
+    /// Most bytes fetched and not yet yielded. Fetching stops while it is reached. Records
+    /// are buffered encoded (and decoded as they are taken), so they count their encoded
+    /// size: each record's bytes in its (decompressed) batch — key, value and headers
+    /// plus their framing (length prefix, offset and timestamp deltas, field lengths), a
+    /// few bytes more than [`Message::size`](super::Message::size); legacy (v0/v1)
+    /// messages count their key, value and headers. One fetch response may overshoot it
+    /// by what it decompresses to:
     /// `max_bytes`, or for compressed partitions up to `32 × max_partition_bytes` (at
     /// least 64 MiB) each — a single batch larger than that still comes whole, up to
     /// [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED).
