@@ -746,6 +746,18 @@ proptest! {
         let _ = decode_batches(data.clone(), MB);
         let _ = decode_batches(data.slice(..cut.index(data.len() + 1)), MB);
         let _ = decode_batches_within(data.clone(), 100, 300);
+        // Lazy decoding finds the same records, or an error where eager decoding does
+        // (at the batch or at one of its records).
+        let eager = decode_batches(data.clone(), MB);
+        let lazy = decode_batches_lazy(data, MB, MB, None).and_then(|d| lazy_records(d.batches));
+        match eager {
+            Ok(e) if !e.limited => {
+                let want: Vec<Record> = e.batches.into_iter().flat_map(|b| b.records).collect();
+                prop_assert_eq!(lazy.ok().map(|(r, _)| r), Some(want));
+            }
+            Ok(_) => {}
+            Err(_) => prop_assert!(lazy.is_err()),
+        }
     }
 }
 
