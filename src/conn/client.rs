@@ -900,8 +900,8 @@ impl Conn {
 /// Decode one partition of a fetch response that asked for records from `offset`: the
 /// partition's error code becomes an error (without topic/partition context, which the
 /// caller adds), the record bytes are decoded (an incomplete last batch is ignored) and
-/// filtered with [`visible_batches`]. Shared by [`Conn::fetch`] and (through
-/// [`decode_fetch_batches`]) the `Reader`.
+/// filtered with [`visible_batches`]. [`Conn::fetch`]'s; the `Reader` decodes with
+/// [`decode_fetch_lazy`], which shares all but the records' decoding.
 ///
 /// Compressed batches decode within [`decompress_limit`] together: when a response holds
 /// more, the batches that fit are returned and `next_offset` points at the first one that
@@ -926,7 +926,7 @@ pub(crate) fn decode_fetch_partition(
 
 /// A partition's fetch result as [`decode_fetch_batches`] returns it: the visible data
 /// batches, whose records before the requested offset are still to be skipped
-/// ([`visible_in`]).
+/// ([`visible_in`]); or as [`decode_fetch_lazy`] returns it, with them skipped.
 pub(crate) struct FetchedBatches<B = RecordBatch> {
     /// The data batches left after dropping control batches and aborted transactions.
     pub(crate) batches: Vec<B>,
@@ -940,9 +940,8 @@ pub(crate) struct FetchedBatches<B = RecordBatch> {
     pub(crate) log_start_offset: i64,
 }
 
-/// [`decode_fetch_partition`] without flattening the batches into one `Vec` of records
-/// (the reader moves the records of each batch straight into its buffer), decompressing
-/// into buffers of `pool` when given.
+/// [`decode_fetch_partition`] without flattening the batches into one `Vec` of records,
+/// decompressing into buffers of `pool` when given.
 pub(crate) fn decode_fetch_batches(
     p: FetchPartitionData,
     offset: i64,

@@ -700,6 +700,8 @@ impl State {
         p.lazy_n = 0;
         p.lazy_bytes = 0;
         p.streak.fail_fatally();
+        // An error parked by a later fetch is about data dropped here: this one comes first.
+        p.parked_error = None;
         self.buffered = self.buffered.saturating_sub(n);
         self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
         let topic = p.topic.clone();
