@@ -684,3 +684,67 @@ fn the_position_after_the_last_lazily_decoded_record_is_the_next_fetch_offset() 
 fn a_message_stays_168_bytes_with_its_queued_size() {
     assert!(std::mem::size_of::<Message>() <= 168);
 }
+
+#[test]
+fn a_group_partition_yields_lazily_decoded_messages_one_at_a_time_through_its_track() {
+    use crate::group::{AckToken, Pulse, Track};
+    use std::sync::Arc;
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let track = Arc::new(Track::new(-1, true, 10, Arc::new(Pulse::default())));
+    st.set_track(&TopicPartition::new("t", 0), Some(track.clone()));
+    fetch_lazily(&mut st, ids[0], wire_batch(0, 100, none()), 0);
+    st.parts.get_mut(&ids[0]).expect("assigned").fetch = Position::Offset(101);
+    let mut loan = state::Loan::default();
+    let (mut got, mut unacked, mut blocked) = (Vec::new(), Vec::new(), 0);
+    loop {
+        match take(&mut st, &mut loan) {
+            Some(Ok(mut m)) => {
+                assert!(m.ack_token().is_tracked());
+                let p = &st.parts[&ids[0]];
+                assert!(p.buf.len() < state::RUN, "decoded a run at most");
+                assert_eq!(st.queued().0, 99 - got.len());
+                got.push(m.offset);
+                unacked.push(m.take_ack_token());
+            }
+            Some(Err(e)) => panic!("{e}"),
+            // the track is full: acks make room
+            None if !unacked.is_empty() => {
+                assert_eq!(unacked.len(), 10);
+                blocked += 1;
+                unacked.drain(..).for_each(AckToken::ack);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+    assert_eq!(blocked, 10);
+    assert_eq!(st.parts[&ids[0]].position, 101);
+    assert_eq!(track.pending_offset(), 101);
+    assert_eq!(st.queued(), (0, 0));
+}
+
+#[test]
+fn a_paused_partitions_encoded_batches_stop_counting_and_resume_where_they_stopped() {
+    let cfg = ReaderConfig::new(["b:9092"]).queue_capacity(50);
+    let (mut st, ids) = state_with(&[("t", 0), ("t", 1)]);
+    let tp0 = TopicPartition::new("t", 0);
+    fetch_lazily(&mut st, ids[0], wire_batch(0, 100, none()), 0);
+    let mut loan = state::Loan::default();
+    for want in 0..5 {
+        assert_eq!(offset_of(take(&mut st, &mut loan)), want);
+    }
+    assert!(st.full(&cfg));
+    st.pause(&tp0);
+    fetch_lazily(&mut st, ids[1], wire_batch(0, 3, none()), 0);
+    let other: Vec<(i32, i64)> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.map(|m| (m.partition, m.offset)).expect("a message"))
+        .collect();
+    assert_eq!(other, vec![(1, 0), (1, 1), (1, 2)]);
+    assert_eq!(st.queued().0, 95, "kept while paused");
+    assert!(!st.full(&cfg), "but not counted");
+    assert!(st.resume(&tp0));
+    let rest: Vec<i64> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.expect("a message").offset)
+        .collect();
+    assert_eq!(rest, (5..100).collect::<Vec<_>>());
+}
