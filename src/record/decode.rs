@@ -374,9 +374,18 @@ fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>, lazy: bool
     // One pass over the payload: a cursor over the bytes (bounds checked per field, one-byte
     // varints on a fast path), each key and value one zero-copy slice of `payload`.
     let mut records = Vec::with_capacity(capacity_for::<Record>(count));
-    while encoded.left > 0 {
-        encoded.decode_next(|r, _| records.push(r))?;
+    let mut cur = Cursor {
+        buf: &encoded.payload,
+        pos: 0,
+        end: encoded.payload.len(),
+    };
+    for _ in 0..count {
+        decode_record(&encoded.payload, &mut cur, &encoded.ctx, |r, _| {
+            records.push(r)
+        })
+        .map_err(at)?;
     }
+    (encoded.pos, encoded.left) = (cur.pos, 0);
     encoded.finish()?;
     batch.records = records;
     Ok(Step::Batch(batch, decompressed))
@@ -617,7 +626,6 @@ impl Cursor<'_> {
 /// Decode one record at `cur` (a cursor over `payload`) and hand it to `emit` with its
 /// encoded length, leaving `cur` after it. (Handed over rather than returned: a
 /// `Result<Record>` is one more move of it.)
-#[inline(always)]
 fn decode_record(
     payload: &Bytes,
     cur: &mut Cursor<'_>,
