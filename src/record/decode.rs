@@ -380,10 +380,7 @@ fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>, lazy: bool
         end: encoded.payload.len(),
     };
     for _ in 0..count {
-        decode_record(&encoded.payload, &mut cur, &encoded.ctx, |r, _| {
-            records.push(r)
-        })
-        .map_err(at)?;
+        decode_record_into(&encoded.payload, &mut cur, &encoded.ctx, &mut records).map_err(at)?;
     }
     (encoded.pos, encoded.left) = (cur.pos, 0);
     encoded.finish()?;
@@ -477,6 +474,18 @@ impl EncodedRecords {
         }
         Ok(())
     }
+}
+
+/// [`decode_record`] onto `out`: one call per record of an eagerly decoded batch (inlined
+/// into the batch loop, its varint reads would not be).
+#[inline(never)]
+fn decode_record_into(
+    payload: &Bytes,
+    cur: &mut Cursor<'_>,
+    ctx: &RecordCtx,
+    out: &mut Vec<Record>,
+) -> Result<()> {
+    decode_record(payload, cur, ctx, |r, _| out.push(r))
 }
 
 #[derive(Debug)]
@@ -625,7 +634,9 @@ impl Cursor<'_> {
 
 /// Decode one record at `cur` (a cursor over `payload`) and hand it to `emit` with its
 /// encoded length, leaving `cur` after it. (Handed over rather than returned: a
-/// `Result<Record>` is one more move of it.)
+/// `Result<Record>` is one more move of it.) Inlined into each caller, the lazy one
+/// building a reader's `Message` in place; the eager one is [`decode_record_into`].
+#[inline(always)]
 fn decode_record(
     payload: &Bytes,
     cur: &mut Cursor<'_>,
