@@ -25,8 +25,8 @@ use crate::protocol::messages::{
 };
 use crate::protocol::{ErrorCode, Request};
 use crate::record::{
-    decode_batches_pooled, ControlRecord, Record, RecordBatch, RecordBatchBuilder,
-    MAX_BATCH_DECOMPRESSED,
+    decode_batches_lazy, decode_batches_pooled, ControlRecord, LazyBatch, Record, RecordBatch,
+    RecordBatchBuilder, MAX_BATCH_DECOMPRESSED,
 };
 
 /// How many replicas must acknowledge a produce request (Java: `acks`).
@@ -900,8 +900,8 @@ impl Conn {
 /// Decode one partition of a fetch response that asked for records from `offset`: the
 /// partition's error code becomes an error (without topic/partition context, which the
 /// caller adds), the record bytes are decoded (an incomplete last batch is ignored) and
-/// filtered with [`visible_batches`]. Shared by [`Conn::fetch`] and (through
-/// [`decode_fetch_batches`]) the `Reader`.
+/// filtered with [`visible_batches`]. [`Conn::fetch`]'s; the `Reader` decodes with
+/// [`decode_fetch_lazy`], which shares all but the records' decoding.
 ///
 /// Compressed batches decode within [`decompress_limit`] together: when a response holds
 /// more, the batches that fit are returned and `next_offset` points at the first one that
@@ -932,10 +932,10 @@ pub(crate) fn decode_fetch_partition(
 
 /// A partition's fetch result as [`decode_fetch_batches`] returns it: the visible data
 /// batches, whose records before the requested offset are still to be skipped
-/// ([`visible_in`]).
-pub(crate) struct FetchedBatches {
+/// ([`visible_in`]); or as [`decode_fetch_lazy`] returns it, with them skipped.
+pub(crate) struct FetchedBatches<B = RecordBatch> {
     /// The data batches left after dropping control batches and aborted transactions.
-    pub(crate) batches: Vec<RecordBatch>,
+    pub(crate) batches: Vec<B>,
     /// As [`Fetched::next_offset`].
     pub(crate) next_offset: i64,
     /// As [`Fetched::high_watermark`].
@@ -946,28 +946,61 @@ pub(crate) struct FetchedBatches {
     pub(crate) log_start_offset: i64,
 }
 
-/// [`decode_fetch_partition`] without flattening the batches into one `Vec` of records
-/// (the reader moves the records of each batch straight into its buffer), decompressing
-/// into buffers of `pool` when given, to at most `decompress_limit` bytes together (see
-/// [`decompress_limit`]; the first batch may take more).
+/// [`decode_fetch_partition`] without flattening the batches into one `Vec` of records,
+/// decompressing into buffers of `pool` when given, to at most `limit` bytes together
+/// (see [`decompress_limit`]; the first batch may take more).
 pub(crate) fn decode_fetch_batches(
     p: FetchPartitionData,
     offset: i64,
     isolation_level: IsolationLevel,
-    decompress_limit: usize,
+    limit: usize,
     pool: Option<&Arc<BufPool>>,
 ) -> Result<FetchedBatches> {
+    fetched_batches(p, offset, isolation_level, |data| {
+        decode_batches_pooled(data, limit, MAX_BATCH_DECOMPRESSED, pool).map(|d| d.batches)
+    })
+}
+
+/// [`decode_fetch_batches`] leaving the records of data batches encoded (see
+/// [`decode_batches_lazy`]), the records before `offset` skipped: every record left is
+/// visible. Legacy messages come decoded. Decompresses to at most `limit` bytes together,
+/// as [`decode_fetch_batches`].
+pub(crate) fn decode_fetch_lazy(
+    p: FetchPartitionData,
+    offset: i64,
+    isolation_level: IsolationLevel,
+    limit: usize,
+    pool: Option<&Arc<BufPool>>,
+) -> Result<FetchedBatches<LazyBatch>> {
+    let mut f = fetched_batches(p, offset, isolation_level, |data| {
+        decode_batches_lazy(data, limit, MAX_BATCH_DECOMPRESSED, pool).map(|d| d.batches)
+    })?;
+    for b in &mut f.batches {
+        match &mut b.encoded {
+            Some(e) => e.skip_before(offset)?,
+            None => b.batch.records.retain(|r| r.offset >= offset),
+        }
+    }
+    Ok(f)
+}
+
+fn fetched_batches<B: AsRef<RecordBatch>>(
+    p: FetchPartitionData,
+    offset: i64,
+    isolation_level: IsolationLevel,
+    decode: impl FnOnce(Bytes) -> Result<Vec<B>>,
+) -> Result<FetchedBatches<B>> {
     if let Some(code) = ErrorCode::non_zero(p.error_code) {
         return Err(Error::kafka(code));
     }
     let data = p.records.unwrap_or_default();
-    let decoded = decode_batches_pooled(data, decompress_limit, MAX_BATCH_DECOMPRESSED, pool)?;
+    let decoded = decode(data)?;
     let aborted = if isolation_level == IsolationLevel::ReadCommitted {
         p.aborted_transactions.unwrap_or_default()
     } else {
         Vec::new()
     };
-    let (batches, next_offset) = visible_batches(decoded.batches, offset, &aborted);
+    let (batches, next_offset) = visible_batches(decoded, offset, &aborted);
     Ok(FetchedBatches {
         batches,
         next_offset,
@@ -1008,18 +1041,19 @@ pub(crate) fn visible_records(
 /// P's ABORT control marker deactivates it. Non-transactional batches (idempotent
 /// producers) and other producers' batches are never skipped. With `aborted` empty (read
 /// uncommitted) only control records are dropped.
-pub(crate) fn visible_batches(
-    batches: Vec<RecordBatch>,
+pub(crate) fn visible_batches<B: AsRef<RecordBatch>>(
+    batches: Vec<B>,
     from: i64,
     aborted: &[AbortedTransaction],
-) -> (Vec<RecordBatch>, i64) {
+) -> (Vec<B>, i64) {
     let mut pending: Vec<&AbortedTransaction> = aborted.iter().collect();
     // Popped from the end: smallest first offset first.
     pending.sort_by_key(|a| std::cmp::Reverse(a.first_offset));
     let mut active: Vec<i64> = Vec::new();
     let mut out = Vec::new();
     let mut next = from;
-    for batch in batches {
+    for b in batches {
+        let batch = b.as_ref();
         next = next.max(batch.next_offset());
         if batch.producer_id >= 0 {
             let last_offset = batch.next_offset().saturating_sub(1);
@@ -1042,7 +1076,7 @@ pub(crate) fn visible_batches(
         if batch.is_control {
             continue;
         }
-        out.push(batch);
+        out.push(b);
     }
     (out, next)
 }

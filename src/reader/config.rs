@@ -136,12 +136,17 @@ pub struct ReaderConfig {
     /// throughput: one response of 6 partitions × 1 MiB already holds 6 000 messages; the
     /// byte bound below is what bounds memory.
     pub queue_capacity: usize,
-    /// Most bytes (keys, values and headers) fetched and not yet yielded. Fetching stops
-    /// while it is reached; one fetch response may overshoot it by what it decodes to:
-    /// `max_bytes`, or for compressed partitions about this capacity shared among the
-    /// response's partitions (at least `max_partition_bytes` each, at most
-    /// `32 × max_partition_bytes` or 64 MiB) — a partition's first batch still comes whole,
-    /// up to [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED).
+    /// Most bytes fetched and not yet yielded. Fetching stops while it is reached. Records
+    /// are buffered encoded (and decoded as they are taken), so they count their encoded
+    /// size: each record's bytes in its (decompressed) batch — key, value and headers
+    /// plus their framing (length prefix, offset and timestamp deltas, field lengths), a
+    /// few bytes more than [`Message::size`](super::Message::size); legacy (v0/v1)
+    /// messages count their key, value and headers. One fetch response may overshoot it
+    /// by what it decompresses to: `max_bytes`, or for compressed partitions about this
+    /// capacity shared among the response's partitions (at least `max_partition_bytes`
+    /// each, at most `32 × max_partition_bytes` or 64 MiB) — a partition's first batch
+    /// still comes whole, up to
+    /// [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED).
     /// Default 64 MiB (librdkafka `queued.max.messages.kbytes`).
     pub queue_capacity_bytes: usize,
     /// Backoff after the first failed fetch or lookup of a partition (and after the first

@@ -44,6 +44,9 @@ pub struct Message {
     /// (legacy v0 messages).
     pub timestamp: i64,
     ack: AckToken,
+    /// What it counts against the reader's byte capacity while queued: its encoded record
+    /// length (see [`ReaderConfig::queue_capacity_bytes`](super::ReaderConfig::queue_capacity_bytes)).
+    queued: u32,
 }
 
 impl Clone for Message {
@@ -59,6 +62,7 @@ impl Clone for Message {
             headers: self.headers.clone(),
             timestamp: self.timestamp,
             ack: AckToken::default(),
+            queued: self.queued,
         }
     }
 }
@@ -85,6 +89,7 @@ impl Message {
         partition: i32,
         high_watermark: i64,
         r: Record,
+        queued: usize,
     ) -> Self {
         Message {
             topic: topic.clone(),
@@ -96,6 +101,7 @@ impl Message {
             headers: r.headers,
             timestamp: r.timestamp,
             ack: AckToken::default(),
+            queued: u32::try_from(queued).unwrap_or(u32::MAX),
         }
     }
 
@@ -119,6 +125,7 @@ impl Message {
             headers: Vec::new(),
             timestamp: -1,
             ack: AckToken::default(),
+            queued: 0,
         }
     }
 
@@ -147,13 +154,24 @@ impl Message {
         std::mem::take(&mut self.ack)
     }
 
+    /// The bytes it counts against the reader's byte capacity while queued.
+    #[inline]
+    pub(crate) fn queued_size(&self) -> usize {
+        self.queued as usize
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_queued_size(&mut self, n: usize) {
+        self.queued = u32::try_from(n).unwrap_or(u32::MAX);
+    }
+
     pub(crate) fn set_ack_token(&mut self, ack: AckToken) {
         self.ack = ack;
     }
 
-    /// The bytes this message counts against
-    /// [`ReaderConfig::queue_capacity_bytes`](super::ReaderConfig::queue_capacity_bytes):
-    /// key, value, header keys and header values.
+    /// The bytes of its key, value, header keys and header values. (While buffered it
+    /// counted its encoded size, a few bytes more, against
+    /// [`ReaderConfig::queue_capacity_bytes`](super::ReaderConfig::queue_capacity_bytes).)
     ///
     /// ```
     /// use kafkapipe::reader::Message;

@@ -27,6 +27,13 @@
 //!   with highly compressible data the overshoot can reach the compression ratio times
 //!   `max_bytes` (each partition's decompression is capped at 32 × its
 //!   `max_partition_bytes`, at least 64 MiB). Lower `max_bytes` to tighten this.
+//! - **Decoded as taken.** The fetch task checks each batch (CRC), decompresses it and
+//!   drops control batches and aborted transactions; the batches are buffered with their
+//!   records still encoded, and the stream decodes them into [`Message`]s only as it takes
+//!   them, at most 64 at a time per partition, so a large backlog costs its encoded bytes
+//!   and not a `Message` per record. A record that does not decode (in a batch that
+//!   passed its CRC check) is yielded as an error after the messages before it, and its
+//!   partition is paused until a seek, as when a fetched batch does not decode.
 //! - **Buffers reused, not reallocated.** Messages are zero-copy slices of the response
 //!   frame (or of a batch's decompressed payload). Those buffers go back to a small pool
 //!   once the last message pointing into them is dropped, and the next fetch reuses them
@@ -66,9 +73,9 @@
 //!
 //! Fetch requests use at most version 12 (topics by name) and are full requests every
 //! time: no fetch sessions (KIP-227), no leader-epoch fencing or log-truncation detection
-//! (`current_leader_epoch` is -1), no preferred read replica (KIP-392). Records are
-//! decoded on the fetch task before they are buffered, so the next Fetch to a broker is
-//! sent only after its previous response is decoded.
+//! (`current_leader_epoch` is -1), no preferred read replica (KIP-392). Batches are
+//! checked and decompressed on the fetch task before they are buffered, so the next
+//! Fetch to a broker is sent only after its previous response is decompressed.
 
 mod config;
 mod handle;
@@ -111,7 +118,8 @@ pub struct ReaderStats {
     pub fetches: u64,
     /// Messages fetched (kafka-go `Messages`).
     pub messages: u64,
-    /// Bytes (see [`Message::size`]) of fetched messages (kafka-go `Bytes`).
+    /// Bytes of fetched messages, counted as [`ReaderConfig::queue_capacity_bytes`]
+    /// counts them: their encoded size (kafka-go `Bytes`).
     pub bytes: u64,
     /// Failed fetch or lookup attempts (kafka-go `Errors`).
     pub errors: u64,
@@ -126,7 +134,8 @@ pub struct ReaderStats {
     pub partitions: usize,
     /// Messages fetched and not yet yielded (kafka-go `QueueLength`).
     pub queue_length: usize,
-    /// Bytes of messages fetched and not yet yielded.
+    /// Bytes of messages fetched and not yet yielded, counted as
+    /// [`ReaderConfig::queue_capacity_bytes`] counts them.
     pub queue_bytes: usize,
     /// [`ReaderConfig::queue_capacity`] (kafka-go `QueueCapacity`).
     pub queue_capacity: usize,
@@ -709,8 +718,18 @@ impl Reader {
         }
         let item = match st.errors.pop_front() {
             Some(e) => Some(Err(e)),
-            None => st.pop_into(Some(&mut self.loan)).map(Ok),
+            // A record that does not decode queues its error instead of a message.
+            None => match st.pop_into(Some(&mut self.loan)) {
+                Some(m) => Some(Ok(m)),
+                None => st.errors.pop_front().map(Err),
+            },
         };
+        if st.has_decode_errors() {
+            for e in st.take_decode_errors() {
+                shared.counters.errors.fetch_add(1, Ordering::Relaxed);
+                shared.counters.last_error.set(&e);
+            }
+        }
         // `starved` is read under the lock the fetch task set it under: a lent message that
         // freed space unseen by the lock-free check above is caught here at the latest,
         // before the consumer could wait.

@@ -26,7 +26,7 @@ use crate::bufpool::BufPool;
 use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::group::{AckToken, Track};
-use crate::record::RecordBatch;
+use crate::record::{EncodedRecords, LazyBatch, Record};
 
 /// Where the next fetch of a partition starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,39 @@ impl Position {
     }
 }
 
+/// A fetched batch whose records are still to be yielded, decoded into messages only as
+/// the consumer takes them (at most [`RUN`] at a time), behind [`Part::buf`].
+pub(crate) struct Pending {
+    records: PendingRecords,
+    /// The partition's high-water mark when the batch was fetched.
+    high_watermark: i64,
+    /// Records and bytes of it still counted as buffered.
+    n: usize,
+    bytes: usize,
+    /// The fetch that brought it (its offset and broker), named by the error of a record
+    /// that does not decode.
+    fetched_at: i64,
+    broker: i32,
+}
+
+enum PendingRecords {
+    /// A RecordBatch v2's records, still encoded.
+    Encoded(EncodedRecords),
+    /// Records decoded with their batch (legacy messages).
+    Decoded(std::vec::IntoIter<Record>),
+}
+
+/// The bytes a decoded `Record` of a legacy message counts (it has no record encoding of
+/// its own): key, value and headers, as [`Message::size`].
+fn record_size(r: &Record) -> usize {
+    r.key.as_ref().map_or(0, |k| k.len())
+        + r.value.as_ref().map_or(0, |v| v.len())
+        + r.headers
+            .iter()
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, |v| v.len()))
+            .sum::<usize>()
+}
+
 pub(crate) struct Part {
     pub(crate) topic: Arc<str>,
     pub(crate) partition: i32,
@@ -60,8 +93,13 @@ pub(crate) struct Part {
     pub(crate) retry_at: Option<Instant>,
     /// The current run of failed fetches and lookups (see `retry.rs`).
     pub(crate) streak: Streak,
+    /// Messages decoded and not yet yielded (at most [`RUN`], unless put back by a loan)...
     pub(crate) buf: VecDeque<Message>,
     pub(crate) buf_bytes: usize,
+    /// ... then the fetched batches still to decode, and their records and bytes.
+    pub(crate) lazy: VecDeque<Pending>,
+    pub(crate) lazy_n: usize,
+    pub(crate) lazy_bytes: usize,
     pub(crate) in_ready: bool,
     /// The offset of the next message to yield (last yielded + 1), -1 while unknown.
     pub(crate) position: i64,
@@ -92,6 +130,9 @@ impl Part {
             streak: Streak::default(),
             buf: VecDeque::new(),
             buf_bytes: 0,
+            lazy: VecDeque::new(),
+            lazy_n: 0,
+            lazy_bytes: 0,
             in_ready: false,
             position: match fetch {
                 Position::Offset(o) => o,
@@ -102,6 +143,30 @@ impl Part {
             paused: false,
             parked_error: None,
         }
+    }
+
+    /// Whether nothing fetched is left to yield (decoded or not; a loan aside).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buf.is_empty() && self.lazy.is_empty()
+    }
+
+    /// Messages and bytes buffered (decoded or not; a loan aside).
+    pub(crate) fn queued(&self) -> (usize, usize) {
+        (
+            self.buf.len() + self.lazy_n,
+            self.buf_bytes + self.lazy_bytes,
+        )
+    }
+
+    /// Drop everything buffered; returns the messages and bytes dropped.
+    fn clear(&mut self) -> (usize, usize) {
+        let q = self.queued();
+        self.buf.clear();
+        self.buf_bytes = 0;
+        self.lazy.clear();
+        self.lazy_n = 0;
+        self.lazy_bytes = 0;
+        q
     }
 }
 
@@ -138,6 +203,9 @@ pub(crate) struct State {
     /// they still count against the queue capacity.
     lent_n: usize,
     lent_bytes: usize,
+    /// Errors of records that did not decode when taken, for the fetch task's counters
+    /// (see [`State::take_decode_errors`]).
+    decode_errors: Vec<Error>,
 }
 
 /// The most messages [`State::pop_into`] lends the consumer from one partition at a time.
@@ -206,7 +274,7 @@ impl Loan {
             m.offset.saturating_add(1)
         };
         self.yielded += 1;
-        self.yielded_bytes += m.size();
+        self.yielded_bytes += m.queued_size();
         lent.pos.store(self.next, Ordering::Relaxed);
         lent.yielded.store(self.yielded, Ordering::Relaxed);
         lent.yielded_bytes
@@ -236,6 +304,17 @@ impl State {
             self.lent_bytes = 0;
             self.recall();
         }
+    }
+
+    /// Whether [`take_decode_errors`](Self::take_decode_errors) has any.
+    #[inline]
+    pub(crate) fn has_decode_errors(&self) -> bool {
+        !self.decode_errors.is_empty()
+    }
+
+    /// The errors of records that did not decode when taken since the last call.
+    pub(crate) fn take_decode_errors(&mut self) -> Vec<Error> {
+        std::mem::take(&mut self.decode_errors)
     }
 
     /// Queue `e` to be yielded before the next message.
@@ -305,7 +384,7 @@ impl State {
         p.buf_bytes += bytes;
         self.buffered += n;
         self.buffered_bytes += bytes;
-        if p.buf.is_empty() {
+        if p.is_empty() {
             // Everything fetched is yielded: the position moves to the next fetch's
             // offset (past control records), as `pop` does for the last message.
             if let Position::Offset(f) = p.fetch {
@@ -340,7 +419,7 @@ impl State {
         let Some(p) = self.parts.get_mut(&id) else {
             return;
         };
-        if p.buf.is_empty() && next > p.position && p.position == from {
+        if p.is_empty() && next > p.position && p.position == from {
             p.position = next;
             if let Some(t) = &p.track {
                 t.gap(from, next);
@@ -371,8 +450,9 @@ impl State {
         self.paused.remove(&id);
         self.cancel_loan_of(id);
         if let Some(p) = self.parts.remove(&id) {
-            self.buffered = self.buffered.saturating_sub(p.buf.len());
-            self.buffered_bytes = self.buffered_bytes.saturating_sub(p.buf_bytes);
+            let (n, bytes) = p.queued();
+            self.buffered = self.buffered.saturating_sub(n);
+            self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
         }
         true
     }
@@ -396,10 +476,9 @@ impl State {
             t.restart();
         }
         p.parked_error = None;
-        self.buffered = self.buffered.saturating_sub(p.buf.len());
-        self.buffered_bytes = self.buffered_bytes.saturating_sub(p.buf_bytes);
-        p.buf.clear();
-        p.buf_bytes = 0;
+        let (n, bytes) = p.clear();
+        self.buffered = self.buffered.saturating_sub(n);
+        self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
     }
 
     /// Whether the prefetch buffer is full (fetching pauses). Paused partitions' buffers
@@ -408,8 +487,9 @@ impl State {
     pub(crate) fn full(&self, config: &ReaderConfig) -> bool {
         let (mut n, mut bytes) = self.queued();
         for p in self.paused.iter().filter_map(|id| self.parts.get(id)) {
-            n = n.saturating_sub(p.buf.len());
-            bytes = bytes.saturating_sub(p.buf_bytes);
+            let (pn, pbytes) = p.queued();
+            n = n.saturating_sub(pn);
+            bytes = bytes.saturating_sub(pbytes);
         }
         n >= config.queue_capacity || bytes >= config.queue_capacity_bytes
     }
@@ -441,7 +521,7 @@ impl State {
         }
         p.paused = false;
         self.paused.remove(&id);
-        if !p.in_ready && !p.buf.is_empty() {
+        if !p.in_ready && !p.is_empty() {
             p.in_ready = true;
             self.ready.push_back(id);
         }
@@ -456,8 +536,7 @@ impl State {
         self.ready.clear();
         self.blocked.clear();
         for p in self.parts.values_mut() {
-            p.buf.clear();
-            p.buf_bytes = 0;
+            p.clear();
             p.in_ready = false;
         }
         self.buffered = 0;
@@ -478,7 +557,7 @@ impl State {
         p.fetch = Position::Parked;
         // Lent messages were fetched before this point too: `settle` queues the error.
         let lent = self.loan_of.is_some_and(|(l, _)| l == id);
-        if p.buf.is_empty() && !lent {
+        if p.is_empty() && !lent {
             self.push_error(err);
             true
         } else {
@@ -495,46 +574,150 @@ impl State {
         };
         let n = msgs.len();
         let mut bytes = 0;
-        for m in msgs {
+        for mut m in msgs {
+            m.set_queued_size(m.size());
             bytes += m.size();
             p.buf.push_back(m);
         }
+        debug_assert!(p.lazy.is_empty(), "decoded messages go before encoded ones");
+        p.buf_bytes += bytes;
         self.added(id, n, bytes);
         bytes as u64
     }
 
-    /// Append the records of fetched `batches` from offset `from` on to partition `id`'s
-    /// buffer as messages (moved straight into it, room for all of them reserved at
-    /// once) and queue it for the consumer. Returns how many messages and bytes were
-    /// added.
+    /// Append fetched `batches` (their records before the fetch offset skipped) to
+    /// partition `id`'s buffer, still encoded, and queue it for the consumer. `from` and
+    /// `broker` are the fetch's offset and broker. Returns how many messages and bytes
+    /// were added.
     pub(crate) fn push_batches(
         &mut self,
         id: u64,
-        batches: Vec<RecordBatch>,
+        batches: Vec<LazyBatch>,
         from: i64,
+        broker: i32,
         high_watermark: i64,
     ) -> (u64, u64) {
         let Some(p) = self.parts.get_mut(&id) else {
             return (0, 0);
         };
-        let mut bytes = 0;
-        let before = p.buf.len();
-        p.buf
-            .reserve(batches.iter().map(|b| b.records.len()).sum::<usize>());
+        let (mut n, mut bytes) = (0, 0);
         for b in batches {
-            for r in b.records {
-                // a compressed batch starts before the offset asked for
-                if r.offset < from {
-                    continue;
+            let (records, bn, bbytes) = match b.encoded {
+                Some(e) => {
+                    let (bn, bbytes) = (e.len(), e.bytes());
+                    (PendingRecords::Encoded(e), bn, bbytes)
                 }
-                let m = Message::from_record(&p.topic, p.partition, high_watermark, r);
-                bytes += m.size();
-                p.buf.push_back(m);
+                None => {
+                    let bbytes = b.batch.records.iter().map(record_size).sum();
+                    let bn = b.batch.records.len();
+                    (
+                        PendingRecords::Decoded(b.batch.records.into_iter()),
+                        bn,
+                        bbytes,
+                    )
+                }
+            };
+            if bn == 0 {
+                continue;
             }
+            n += bn;
+            bytes += bbytes;
+            p.lazy.push_back(Pending {
+                records,
+                high_watermark,
+                n: bn,
+                bytes: bbytes,
+                fetched_at: from,
+                broker,
+            });
         }
-        let n = p.buf.len() - before;
+        p.lazy_n += n;
+        p.lazy_bytes += bytes;
         self.added(id, n, bytes);
         (n as u64, bytes as u64)
+    }
+
+    /// Decode up to [`RUN`] messages of partition `id`'s pending batches into its
+    /// (empty) `buf`. A record that does not decode parks the partition, as a fetch that
+    /// does not decode does (see `task.rs`): what follows it is dropped, and the error is
+    /// yielded after the messages decoded before it. Returns whether that happened.
+    fn decode_run(&mut self, id: u64) -> bool {
+        let Some(p) = self.parts.get_mut(&id) else {
+            return false;
+        };
+        let mut failed = None;
+        while p.buf.len() < RUN {
+            let Some(b) = p.lazy.front_mut() else {
+                break;
+            };
+            let (topic, partition, hw) = (&p.topic, p.partition, b.high_watermark);
+            let buf = &mut p.buf;
+            let mut size = 0;
+            let (decoded, end) = match &mut b.records {
+                PendingRecords::Encoded(e) => match e.decode_next(|r, len| {
+                    size = len;
+                    buf.push_back(Message::from_record(topic, partition, hw, r, len));
+                }) {
+                    Err(err) => (false, Err(err)),
+                    Ok(()) if e.len() == 0 => (true, e.finish()),
+                    Ok(()) => (true, Ok(())),
+                },
+                PendingRecords::Decoded(it) => match it.next() {
+                    Some(r) => {
+                        size = record_size(&r);
+                        buf.push_back(Message::from_record(topic, partition, hw, r, size));
+                        (true, Ok(()))
+                    }
+                    None => (false, Ok(())),
+                },
+            };
+            if decoded {
+                // from the pending batch to `buf`: still buffered, same size
+                b.n = b.n.saturating_sub(1);
+                b.bytes = b.bytes.saturating_sub(size);
+                p.lazy_n = p.lazy_n.saturating_sub(1);
+                p.lazy_bytes = p.lazy_bytes.saturating_sub(size);
+                p.buf_bytes += size;
+            }
+            if let Err(e) = end {
+                failed = Some((e, b.fetched_at, b.broker));
+                break;
+            }
+            if b.n == 0 || !decoded {
+                let (n, rest) = (b.n, b.bytes);
+                p.lazy.pop_front();
+                p.lazy_n = p.lazy_n.saturating_sub(n);
+                p.lazy_bytes = p.lazy_bytes.saturating_sub(rest);
+                self.buffered = self.buffered.saturating_sub(n);
+                self.buffered_bytes = self.buffered_bytes.saturating_sub(rest);
+            }
+        }
+        let Some((e, fetched_at, broker)) = failed else {
+            return false;
+        };
+        let (n, bytes) = (p.lazy_n, p.lazy_bytes);
+        p.lazy.clear();
+        p.lazy_n = 0;
+        p.lazy_bytes = 0;
+        p.streak.fail_fatally();
+        // An error parked by a later fetch is about data dropped here: this one comes first.
+        p.parked_error = None;
+        self.buffered = self.buffered.saturating_sub(n);
+        self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
+        let topic = p.topic.clone();
+        let partition = p.partition;
+        let err = e
+            .clone()
+            .with_message(format!(
+                "cannot decode the records fetched at offset {fetched_at}: {e}; the partition is paused until a seek"
+            ))
+            .with_topic(&*topic)
+            .with_partition(partition)
+            .with_broker(format!("broker {broker}"));
+        tracing::warn!(topic = %topic, partition, offset = fetched_at, error = %e, "fetched records cannot be decoded; partition paused until a seek");
+        self.decode_errors.push(err.clone());
+        self.park(id, err);
+        true
     }
 
     /// Account for `n` messages of `bytes` just appended to partition `id`'s buffer, and
@@ -543,10 +726,9 @@ impl State {
         let Some(p) = self.parts.get_mut(&id) else {
             return;
         };
-        p.buf_bytes += bytes;
         self.buffered += n;
         self.buffered_bytes += bytes;
-        if !p.in_ready && !p.paused && !p.buf.is_empty() {
+        if !p.in_ready && !p.paused && !p.is_empty() {
             p.in_ready = true;
             self.ready.push_back(id);
         }
@@ -570,7 +752,7 @@ impl State {
             let blocked = std::mem::take(&mut self.blocked);
             for id in blocked {
                 if let Some(p) = self.parts.get_mut(&id) {
-                    if !p.in_ready && !p.paused && !p.buf.is_empty() {
+                    if !p.in_ready && !p.paused && !p.is_empty() {
                         p.in_ready = true;
                         self.ready.push_back(id);
                     }
@@ -586,6 +768,19 @@ impl State {
                 p.in_ready = false;
                 continue;
             }
+            if p.buf.is_empty() && !p.lazy.is_empty() && self.decode_run(id) {
+                let Some(q) = self.parts.get_mut(&id) else {
+                    continue;
+                };
+                if q.buf.is_empty() {
+                    // the error is next
+                    q.in_ready = false;
+                    return None;
+                }
+            }
+            let Some(p) = self.parts.get_mut(&id) else {
+                continue;
+            };
             let Some(offset) = p.buf.front().map(|m| m.offset) else {
                 p.in_ready = false;
                 continue;
@@ -594,7 +789,7 @@ impl State {
             // one fetched, the next fetch's offset (past control records and aborted
             // transactions, as the Java consumer's position).
             let mut next = offset.saturating_add(1);
-            if p.buf.len() == 1 {
+            if p.buf.len() == 1 && p.lazy.is_empty() {
                 if let Position::Offset(f) = p.fetch {
                     next = next.max(f);
                 }
@@ -617,10 +812,10 @@ impl State {
                 continue;
             };
             m.set_ack_token(token);
-            let size = m.size();
+            let size = m.queued_size();
             p.buf_bytes = p.buf_bytes.saturating_sub(size);
             p.position = next;
-            if p.buf.is_empty() {
+            if p.is_empty() {
                 p.in_ready = false;
                 if let Some(e) = p.parked_error.take() {
                     self.errors.push_back(e);
@@ -655,7 +850,8 @@ impl State {
             .back()
             .map_or(p.position, |m| m.offset.saturating_add(1));
         loan.tail_next = match p.fetch {
-            Position::Offset(f) => last.max(f),
+            // the last message fetched: the next fetch's offset follows
+            Position::Offset(f) if p.lazy.is_empty() => last.max(f),
             _ => last,
         };
         loan.active = true;

@@ -22,12 +22,13 @@ use tracing::{debug, warn};
 use super::retry;
 use super::state::{Position, Shared};
 use super::{OffsetReset, ReaderConfig, StartOffset};
-use crate::conn::{decode_fetch_batches, decompress_limit, Conn, FetchedBatches};
+use crate::conn::{decode_fetch_lazy, decompress_limit, Conn, FetchedBatches};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
     FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic,
 };
 use crate::protocol::ErrorCode;
+use crate::record::LazyBatch;
 
 /// Fetch versions from 13 on name topics by id; the reader sticks to names (every broker
 /// since Kafka 2.x and up to 4.x accepts Fetch v12).
@@ -52,7 +53,7 @@ enum Event {
         jobs: Vec<Job>,
         /// Per job, in order: its partition's decoded data, `None` when the response
         /// left the partition out.
-        result: Result<Vec<Option<Result<FetchedBatches>>>>,
+        result: Result<Vec<Option<Result<FetchedBatches<LazyBatch>>>>>,
     },
     Resolved(Vec<(Job, Lookup)>),
 }
@@ -250,7 +251,7 @@ async fn decode_response(
     shared: &Arc<Shared>,
     resp: FetchResponse,
     jobs: &[Job],
-) -> Result<Vec<Option<Result<FetchedBatches>>>> {
+) -> Result<Vec<Option<Result<FetchedBatches<LazyBatch>>>>> {
     let wanted: Vec<(Arc<str>, i32, i64)> = jobs
         .iter()
         .map(|j| (j.topic.clone(), j.partition, j.offset))
@@ -268,7 +269,7 @@ fn decode_all(
     shared: &Shared,
     resp: FetchResponse,
     wanted: &[(Arc<str>, i32, i64)],
-) -> Vec<Option<Result<FetchedBatches>>> {
+) -> Vec<Option<Result<FetchedBatches<LazyBatch>>>> {
     let mut data: HashMap<(String, i32), FetchPartitionData> = HashMap::new();
     for t in resp.responses {
         for p in t.partitions {
@@ -281,7 +282,7 @@ fn decode_all(
         .iter()
         .map(|(topic, partition, offset)| {
             let pd = data.remove(&(topic.to_string(), *partition))?;
-            Some(decode_fetch_batches(
+            Some(decode_fetch_lazy(
                 pd,
                 *offset,
                 config.isolation_level,
@@ -461,7 +462,7 @@ fn on_resolved(shared: &Shared, results: Vec<(Job, Lookup)>) {
                     p.fetch = Position::Offset(o);
                     // Messages still to be yielded (buffered or on loan) set the
                     // position as they go.
-                    if p.buf.is_empty() && !lent {
+                    if p.is_empty() && !lent {
                         p.position = o;
                     }
                 }
@@ -474,7 +475,7 @@ fn on_fetched(
     shared: &Shared,
     broker: i32,
     jobs: Vec<Job>,
-    result: Result<Vec<Option<Result<FetchedBatches>>>>,
+    result: Result<Vec<Option<Result<FetchedBatches<LazyBatch>>>>>,
 ) {
     let decoded = match result {
         Ok(d) => d,
@@ -516,7 +517,7 @@ fn on_fetched(
                     p.position = j.offset;
                 }
                 let hw = p.high_watermark;
-                let (n, bytes) = st.push_batches(j.id, f.batches, j.offset, hw);
+                let (n, bytes) = st.push_batches(j.id, f.batches, j.offset, broker, hw);
                 // Nothing yieldable (control records, an aborted transaction): with
                 // nothing buffered, the position moves past it.
                 if n == 0 {
@@ -669,7 +670,15 @@ mod tests {
         let decoded = decode_response(&shared, resp, &[job()]).await.unwrap();
         let ran = ran.load(Ordering::SeqCst);
         let records = match decoded.into_iter().next() {
-            Some(Some(Ok(f))) => f.batches.iter().map(|b| b.records.len()).sum(),
+            Some(Some(Ok(f))) => f
+                .batches
+                .iter()
+                .map(|b| {
+                    b.encoded
+                        .as_ref()
+                        .map_or(b.batch.records.len(), |e| e.len())
+                })
+                .sum(),
             _ => panic!("partition not decoded"),
         };
         (ran, records)
@@ -722,12 +731,11 @@ mod tests {
         for d in decoded {
             let f = d.unwrap().unwrap();
             assert!(!f.batches.is_empty());
-            assert_eq!(f.next_offset, f.batches.last().unwrap().next_offset());
+            assert_eq!(f.next_offset, f.batches.last().unwrap().batch.next_offset());
             total += f
                 .batches
                 .iter()
-                .flat_map(|b| &b.records)
-                .map(|r| r.value.as_ref().map_or(0, Bytes::len))
+                .map(|b| b.encoded.as_ref().map_or(0, |e| e.bytes()))
                 .sum::<usize>();
         }
         let capacity = shared.config.queue_capacity_bytes;

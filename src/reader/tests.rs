@@ -388,7 +388,10 @@ fn take(st: &mut State, loan: &mut state::Loan) -> Option<Result<Message>> {
     if let Some(e) = st.errors.pop_front() {
         return Some(Err(e));
     }
-    st.pop_into(Some(loan)).map(Ok)
+    match st.pop_into(Some(loan)) {
+        Some(m) => Some(Ok(m)),
+        None => st.errors.pop_front().map(Err),
+    }
 }
 
 fn offset_of(r: Option<Result<Message>>) -> i64 {
@@ -466,4 +469,282 @@ fn a_reset_while_lent_drops_the_loan_and_its_count() {
     assert!(take(&mut st, &mut loan).is_none());
     assert_eq!(st.queued(), (0, 0));
     assert_eq!(st.parts[&ids[0]].position, 50);
+}
+
+/// A RecordBatch v2 at offset `base` of `n` records with 10-byte values.
+fn wire_batch(base: i64, n: usize, codec: crate::compression::Compression) -> Vec<u8> {
+    let mut b = crate::record::RecordBatchBuilder::new(codec);
+    for i in 0..n {
+        b.append(1_000 + i as i64, None, Some(&[i as u8; 10][..]), &[])
+            .expect("append");
+    }
+    let mut raw = b.build().expect("build").to_vec();
+    raw[..8].copy_from_slice(&base.to_be_bytes());
+    raw
+}
+
+/// Push `data` (record batches) into partition `id` as the fetch task does for a fetch
+/// from `from`; the partition's next fetch offset moves past it.
+fn fetch_lazily(st: &mut State, id: u64, data: Vec<u8>, from: i64) -> (u64, u64) {
+    let pd = crate::protocol::messages::FetchPartitionData {
+        high_watermark: 1_000,
+        records: Some(data.into()),
+        ..Default::default()
+    };
+    let f = crate::conn::decode_fetch_lazy(
+        pd,
+        from,
+        crate::conn::IsolationLevel::ReadUncommitted,
+        1 << 20,
+        None,
+    )
+    .expect("decodes");
+    if let Some(p) = st.parts.get_mut(&id) {
+        p.fetch = Position::Offset(f.next_offset.max(from));
+    }
+    st.push_batches(id, f.batches, from, 1, 1_000)
+}
+
+fn none() -> crate::compression::Compression {
+    crate::compression::Compression::None
+}
+
+#[test]
+fn lazily_held_batches_count_against_the_queue_capacity() {
+    let cfg = ReaderConfig::new(["b:9092"]).queue_capacity(100);
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let raw = wire_batch(0, 100, none());
+    // the records' encoded bytes: the batch after its 61-byte header
+    let payload = raw.len() - 61;
+    assert_eq!(fetch_lazily(&mut st, ids[0], raw, 0), (100, payload as u64));
+    let p = &st.parts[&ids[0]];
+    assert!(p.buf.is_empty(), "nothing decoded before it is taken");
+    assert_eq!(p.lazy_n, 100);
+    assert_eq!(st.queued(), (100, payload));
+    assert!(st.full(&cfg));
+    // taking one decodes a run: still 99 queued, whatever their form
+    let (m, _) = st.pop(&cfg).expect("a message");
+    assert_eq!((m.offset, m.value.as_deref()), (0, Some(&[0u8; 10][..])));
+    assert_eq!(st.queued().0, 99);
+    assert!(!st.full(&cfg));
+    let sizes: usize = std::iter::from_fn(|| st.pop(&cfg))
+        .map(|(m, _)| m.queued_size())
+        .sum::<usize>()
+        + m.queued_size();
+    assert_eq!(sizes, payload, "the records' sizes add up to the payload");
+    assert_eq!(st.queued(), (0, 0));
+}
+
+#[test]
+fn a_loan_decodes_at_most_a_run() {
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    fetch_lazily(&mut st, ids[0], wire_batch(0, 1_000, none()), 0);
+    let mut loan = state::Loan::default();
+    assert_eq!(offset_of(take(&mut st, &mut loan)), 0);
+    let p = &st.parts[&ids[0]];
+    assert_eq!(p.lazy_n, 1_000 - state::RUN, "one run decoded");
+    assert_eq!(st.queued().0, 999);
+    let all: Vec<i64> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.expect("a message").offset)
+        .collect();
+    assert_eq!(all, (1..1_000).collect::<Vec<_>>());
+    st.settle(&mut loan);
+    assert_eq!(st.queued(), (0, 0));
+}
+
+#[test]
+fn a_seek_during_a_half_decoded_batch_drops_the_rest() {
+    let cfg = ReaderConfig::new(["b:9092"]).queue_capacity(100);
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    fetch_lazily(&mut st, ids[0], wire_batch(0, 200, none()), 0);
+    fetch_lazily(&mut st, ids[0], wire_batch(200, 200, none()), 200);
+    let mut loan = state::Loan::default();
+    for want in 0..10 {
+        assert_eq!(offset_of(take(&mut st, &mut loan)), want);
+    }
+    st.reset(ids[0], Position::Offset(5_000));
+    assert_eq!(st.queued(), (0, 0));
+    assert!(!st.full(&cfg));
+    assert!(take(&mut st, &mut loan).is_none());
+    let p = &st.parts[&ids[0]];
+    assert!(p.lazy.is_empty() && p.buf.is_empty());
+    assert_eq!((p.lazy_n, p.lazy_bytes, p.buf_bytes), (0, 0, 0));
+    assert_eq!(st.queued(), (0, 0));
+    assert_eq!(p.position, 5_000);
+}
+
+#[test]
+fn a_compressed_batch_starting_before_the_fetch_offset_yields_from_the_fetch_offset() {
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    st.reset(ids[0], Position::Offset(4));
+    let raw = wire_batch(0, 10, crate::compression::Compression::Zstd);
+    let (n, _) = fetch_lazily(&mut st, ids[0], raw, 4);
+    assert_eq!(n, 6, "only the records from the fetch offset count");
+    assert_eq!(st.queued().0, 6);
+    let mut loan = state::Loan::default();
+    let got: Vec<i64> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.expect("a message").offset)
+        .collect();
+    assert_eq!(got, (4..10).collect::<Vec<_>>());
+    st.settle(&mut loan);
+    assert_eq!(st.queued(), (0, 0));
+    assert_eq!(st.parts[&ids[0]].position, 10);
+}
+
+/// `raw` (one RecordBatch v2) with its last byte set to `b` and the CRC fixed.
+fn with_last_byte(mut raw: Vec<u8>, b: u8) -> Vec<u8> {
+    let last = raw.len() - 1;
+    raw[last] = b;
+    let crc = crc32c::crc32c(&raw[21..]);
+    raw[17..21].copy_from_slice(&crc.to_be_bytes());
+    raw
+}
+
+#[test]
+fn a_malformed_record_surfaces_as_an_error_after_the_records_before_it() {
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    // The last record's header count (its last byte) claims a header that is not there:
+    // the batch passes its CRC check, the record does not decode.
+    let bad = with_last_byte(wire_batch(0, 100, none()), 2);
+    fetch_lazily(&mut st, ids[0], bad, 0);
+    fetch_lazily(&mut st, ids[0], wire_batch(100, 10, none()), 100);
+    assert_eq!(st.queued().0, 110);
+    let mut loan = state::Loan::default();
+    let mut got = Vec::new();
+    let err = loop {
+        match take(&mut st, &mut loan).expect("an item") {
+            Ok(m) => got.push(m.offset),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(got, (0..99).collect::<Vec<_>>());
+    let text = err.to_string();
+    assert!(
+        text.contains("cannot decode the records fetched at offset 0"),
+        "{text}"
+    );
+    assert!(text.contains("header count"), "{text}");
+    assert_eq!(err.partition(), Some(0));
+    // parked like a partition whose fetch does not decode: what followed is dropped,
+    // the position stays at the bad record until a seek
+    assert!(take(&mut st, &mut loan).is_none());
+    st.settle(&mut loan);
+    assert_eq!(st.queued(), (0, 0));
+    let p = &st.parts[&ids[0]];
+    assert_eq!(p.fetch, Position::Parked);
+    assert_eq!(p.position, 99);
+    assert_eq!(st.take_decode_errors().len(), 1);
+}
+
+#[test]
+fn a_malformed_first_record_is_the_next_item() {
+    let (mut st, ids) = state_with(&[("t", 0), ("t", 1)]);
+    let bad = with_last_byte(wire_batch(0, 1, none()), 2);
+    fetch_lazily(&mut st, ids[0], bad, 0);
+    fetch_lazily(&mut st, ids[1], wire_batch(0, 3, none()), 0);
+    let mut loan = state::Loan::default();
+    assert!(take(&mut st, &mut loan).expect("an item").is_err());
+    let rest: Vec<(i32, i64)> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.map(|m| (m.partition, m.offset)).expect("a message"))
+        .collect();
+    assert_eq!(rest, vec![(1, 0), (1, 1), (1, 2)]);
+    assert_eq!(st.parts[&ids[0]].position, 0);
+}
+
+#[test]
+fn the_position_after_the_last_lazily_decoded_record_is_the_next_fetch_offset() {
+    for pop_one_by_one in [false, true] {
+        let cfg = ReaderConfig::new(["b:9092"]);
+        let (mut st, ids) = state_with(&[("t", 0)]);
+        fetch_lazily(&mut st, ids[0], wire_batch(0, 100, none()), 0);
+        // control records (say) follow: the next fetch starts past them
+        st.parts.get_mut(&ids[0]).expect("assigned").fetch = Position::Offset(102);
+        let mut loan = state::Loan::default();
+        let mut n = 0;
+        if pop_one_by_one {
+            while let Some((m, _)) = st.pop(&cfg) {
+                assert_eq!(m.offset, n);
+                n += 1;
+                let want = if n == 100 { 102 } else { n };
+                assert_eq!(st.parts[&ids[0]].position, want);
+            }
+        } else {
+            while let Some(r) = take(&mut st, &mut loan) {
+                assert_eq!(r.expect("a message").offset, n);
+                n += 1;
+            }
+            st.settle(&mut loan);
+        }
+        assert_eq!(n, 100);
+        assert_eq!(st.parts[&ids[0]].position, 102);
+    }
+}
+
+#[test]
+fn a_message_stays_168_bytes_with_its_queued_size() {
+    assert!(std::mem::size_of::<Message>() <= 168);
+}
+
+#[test]
+fn a_group_partition_yields_lazily_decoded_messages_one_at_a_time_through_its_track() {
+    use crate::group::{AckToken, Pulse, Track};
+    use std::sync::Arc;
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let track = Arc::new(Track::new(-1, true, 10, Arc::new(Pulse::default())));
+    st.set_track(&TopicPartition::new("t", 0), Some(track.clone()));
+    fetch_lazily(&mut st, ids[0], wire_batch(0, 100, none()), 0);
+    st.parts.get_mut(&ids[0]).expect("assigned").fetch = Position::Offset(101);
+    let mut loan = state::Loan::default();
+    let (mut got, mut unacked, mut blocked) = (Vec::new(), Vec::new(), 0);
+    loop {
+        match take(&mut st, &mut loan) {
+            Some(Ok(mut m)) => {
+                assert!(m.ack_token().is_tracked());
+                let p = &st.parts[&ids[0]];
+                assert!(p.buf.len() < state::RUN, "decoded a run at most");
+                assert_eq!(st.queued().0, 99 - got.len());
+                got.push(m.offset);
+                unacked.push(m.take_ack_token());
+            }
+            Some(Err(e)) => panic!("{e}"),
+            // the track is full: acks make room
+            None if !unacked.is_empty() => {
+                assert_eq!(unacked.len(), 10);
+                blocked += 1;
+                unacked.drain(..).for_each(AckToken::ack);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+    assert_eq!(blocked, 10);
+    assert_eq!(st.parts[&ids[0]].position, 101);
+    assert_eq!(track.pending_offset(), 101);
+    assert_eq!(st.queued(), (0, 0));
+}
+
+#[test]
+fn a_paused_partitions_encoded_batches_stop_counting_and_resume_where_they_stopped() {
+    let cfg = ReaderConfig::new(["b:9092"]).queue_capacity(50);
+    let (mut st, ids) = state_with(&[("t", 0), ("t", 1)]);
+    let tp0 = TopicPartition::new("t", 0);
+    fetch_lazily(&mut st, ids[0], wire_batch(0, 100, none()), 0);
+    let mut loan = state::Loan::default();
+    for want in 0..5 {
+        assert_eq!(offset_of(take(&mut st, &mut loan)), want);
+    }
+    assert!(st.full(&cfg));
+    st.pause(&tp0);
+    fetch_lazily(&mut st, ids[1], wire_batch(0, 3, none()), 0);
+    let other: Vec<(i32, i64)> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.map(|m| (m.partition, m.offset)).expect("a message"))
+        .collect();
+    assert_eq!(other, vec![(1, 0), (1, 1), (1, 2)]);
+    assert_eq!(st.queued().0, 95, "kept while paused");
+    assert!(!st.full(&cfg), "but not counted");
+    assert!(st.resume(&tp0));
+    let rest: Vec<i64> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.expect("a message").offset)
+        .collect();
+    assert_eq!(rest, (5..100).collect::<Vec<_>>());
 }

@@ -120,12 +120,66 @@ pub fn decode_batches_within(
 /// [`decode_batches_within`], decompressing RecordBatch v2 payloads into buffers of `pool`
 /// (when given), which get them back once the last record slice is dropped.
 pub(crate) fn decode_batches_pooled(
-    mut data: Bytes,
+    data: Bytes,
     soft_limit: usize,
     hard_limit: usize,
     pool: Option<&Arc<BufPool>>,
 ) -> Result<DecodedBatches> {
-    let mut out = DecodedBatches::default();
+    let d = decode_batches_inner(data, soft_limit, hard_limit, pool, false)?;
+    Ok(DecodedBatches {
+        batches: d.batches.into_iter().map(|b| b.batch).collect(),
+        truncated: d.truncated,
+        truncated_batch_size: d.truncated_batch_size,
+        limited: d.limited,
+    })
+}
+
+/// A batch as [`decode_batches_lazy`] returns it: its header (and, for control batches,
+/// legacy messages and empty batches, its records) plus, for other RecordBatch v2
+/// batches, their records still encoded.
+#[derive(Debug)]
+pub(crate) struct LazyBatch {
+    /// The header; `records` is empty when `encoded` holds them.
+    pub(crate) batch: RecordBatch,
+    pub(crate) encoded: Option<EncodedRecords>,
+}
+
+impl AsRef<RecordBatch> for LazyBatch {
+    fn as_ref(&self) -> &RecordBatch {
+        &self.batch
+    }
+}
+
+/// [`decode_batches_pooled`]'s result in [`decode_batches_lazy`].
+#[derive(Debug, Default)]
+pub(crate) struct LazyDecoded {
+    pub(crate) batches: Vec<LazyBatch>,
+    pub(crate) truncated: bool,
+    pub(crate) truncated_batch_size: Option<usize>,
+    pub(crate) limited: bool,
+}
+
+/// [`decode_batches_pooled`] with every batch-level check (CRC, decompression and its
+/// limits, record count) but leaving the records of RecordBatch v2 data batches encoded,
+/// for [`EncodedRecords::decode_next`] to decode one at a time. Control batches and legacy
+/// messages come decoded.
+pub(crate) fn decode_batches_lazy(
+    data: Bytes,
+    soft_limit: usize,
+    hard_limit: usize,
+    pool: Option<&Arc<BufPool>>,
+) -> Result<LazyDecoded> {
+    decode_batches_inner(data, soft_limit, hard_limit, pool, true)
+}
+
+fn decode_batches_inner(
+    mut data: Bytes,
+    soft_limit: usize,
+    hard_limit: usize,
+    pool: Option<&Arc<BufPool>>,
+    lazy: bool,
+) -> Result<LazyDecoded> {
+    let mut out = LazyDecoded::default();
     let mut budget = soft_limit;
     while !data.is_empty() {
         // offset (8 bytes), then the length of what follows (4 bytes)
@@ -161,7 +215,7 @@ pub(crate) fn decode_batches_pooled(
         let batch = data.slice(..size);
         let magic = batch.get(16).map(|m| *m as i8);
         let step = match magic {
-            Some(MAGIC_V2) => decode_v2(batch, limit, pool),
+            Some(MAGIC_V2) => decode_v2(batch, limit, pool, lazy),
             Some(0 | 1) => legacy::decode_message(batch, limit),
             Some(m) => Err(Error::protocol(format!("unknown record batch magic {m}"))),
             None => Err(Error::protocol(format!(
@@ -181,7 +235,18 @@ pub(crate) fn decode_batches_pooled(
         match step {
             Step::Batch(batch, decompressed) => {
                 budget = budget.saturating_sub(decompressed);
-                out.batches.push(batch);
+                out.batches.push(LazyBatch {
+                    batch,
+                    encoded: None,
+                });
+                data.advance(size);
+            }
+            Step::Encoded(batch, encoded, decompressed) => {
+                budget = budget.saturating_sub(decompressed);
+                out.batches.push(LazyBatch {
+                    batch,
+                    encoded: Some(encoded),
+                });
                 data.advance(size);
             }
             Step::OverLimit { .. } if !first => {
@@ -202,14 +267,16 @@ pub(crate) fn decode_batches_pooled(
 pub(super) enum Step {
     /// The batch, and how many bytes its payload decompressed to (0 if uncompressed).
     Batch(RecordBatch, usize),
+    /// The batch without its records (still encoded), and the same byte count.
+    Encoded(RecordBatch, EncodedRecords, usize),
     /// Its payload decompresses to more than the limit. `at` names the batch ("record
     /// batch at offset N").
     OverLimit { at: String, codec: Compression },
 }
 
 /// Decode one complete RecordBatch v2 (`batch` is exactly its bytes), decompressing its
-/// payload to at most `limit` bytes.
-fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>) -> Result<Step> {
+/// payload to at most `limit` bytes; with `lazy`, a data batch's records are left encoded.
+fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>, lazy: bool) -> Result<Step> {
     if batch.len() < BATCH_HEADER_LEN {
         return Err(Error::protocol(format!(
             "record batch of {} bytes is shorter than its {BATCH_HEADER_LEN}-byte header",
@@ -245,10 +312,7 @@ fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>) -> Result<
     } else {
         TimestampType::CreateTime
     };
-    let at = |e: Error| {
-        let msg = format!("record batch at offset {base_offset}: {e}");
-        e.with_message(msg)
-    };
+    let at = |e: Error| at_batch(base_offset, e);
     let (payload, decompressed) = if compression == Compression::None {
         (b, 0)
     } else {
@@ -278,42 +342,153 @@ fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>) -> Result<
         base_timestamp,
         log_append_time: (timestamp_type == TimestampType::LogAppendTime).then_some(max_timestamp),
     };
-    // One pass over the payload: a cursor over the bytes (bounds checked per field, one-byte
-    // varints on a fast path), each key and value one zero-copy slice of `payload`.
-    let mut records = Vec::with_capacity(capacity_for::<Record>(count));
-    let mut cur = Cursor {
-        buf: &payload,
-        pos: 0,
-        end: payload.len(),
-    };
-    for _ in 0..count {
-        decode_record(&payload, &mut cur, &ctx, &mut records).map_err(at)?;
-    }
-    if cur.pos != payload.len() {
-        return Err(at(Error::protocol(format!(
-            "{} trailing bytes after {count} records",
-            payload.len() - cur.pos
-        ))));
-    }
-    let batch = RecordBatch {
+    let is_control = attributes & 0x20 != 0;
+    let mut batch = RecordBatch {
         base_offset,
         partition_leader_epoch,
         magic,
         compression,
         timestamp_type,
         is_transactional: attributes & 0x10 != 0,
-        is_control: attributes & 0x20 != 0,
+        is_control,
         last_offset_delta,
         base_timestamp,
         max_timestamp,
         producer_id,
         producer_epoch,
         base_sequence,
-        records,
+        records: Vec::new(),
     };
+    let mut encoded = EncodedRecords {
+        payload,
+        pos: 0,
+        left: count,
+        count,
+        ctx,
+    };
+    // Control batches (read at fetch time) and empty ones (nothing to defer but the
+    // trailing-bytes check) are decoded now.
+    if lazy && !is_control && count > 0 {
+        return Ok(Step::Encoded(batch, encoded, decompressed));
+    }
+    // One pass over the payload: a cursor over the bytes (bounds checked per field, one-byte
+    // varints on a fast path), each key and value one zero-copy slice of `payload`.
+    let mut records = Vec::with_capacity(capacity_for::<Record>(count));
+    let mut cur = Cursor {
+        buf: &encoded.payload,
+        pos: 0,
+        end: encoded.payload.len(),
+    };
+    for _ in 0..count {
+        decode_record_into(&encoded.payload, &mut cur, &encoded.ctx, &mut records).map_err(at)?;
+    }
+    (encoded.pos, encoded.left) = (cur.pos, 0);
+    encoded.finish()?;
+    batch.records = records;
     Ok(Step::Batch(batch, decompressed))
 }
 
+/// Prefix `e` with the batch it comes from.
+fn at_batch(base_offset: i64, e: Error) -> Error {
+    let msg = format!("record batch at offset {base_offset}: {e}");
+    e.with_message(msg)
+}
+
+/// The records of one RecordBatch v2, still encoded in its (decompressed) payload, and
+/// a cursor over them: [`decode_next`](Self::decode_next) decodes the next one.
+#[derive(Debug)]
+pub(crate) struct EncodedRecords {
+    payload: Bytes,
+    pos: usize,
+    /// Records still to decode (of the batch's record `count`).
+    left: usize,
+    count: usize,
+    ctx: RecordCtx,
+}
+
+impl EncodedRecords {
+    /// Records still to decode.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.left
+    }
+
+    /// Encoded bytes still to decode.
+    #[inline]
+    pub(crate) fn bytes(&self) -> usize {
+        self.payload.len() - self.pos
+    }
+
+    /// Decode the next record (there must be one: `len() > 0`) and hand it to `emit` with
+    /// its encoded length (length prefix included); all of them add up to the payload's
+    /// length once [`finish`](Self::finish) succeeds.
+    #[inline]
+    pub(crate) fn decode_next(&mut self, emit: impl FnOnce(Record, usize)) -> Result<()> {
+        if self.left == 0 {
+            return Err(at_batch(
+                self.ctx.base_offset,
+                Error::protocol("no record left to decode"),
+            ));
+        }
+        let mut cur = Cursor {
+            buf: &self.payload,
+            pos: self.pos,
+            end: self.payload.len(),
+        };
+        decode_record(&self.payload, &mut cur, &self.ctx, emit)
+            .map_err(|e| at_batch(self.ctx.base_offset, e))?;
+        self.pos = cur.pos;
+        self.left -= 1;
+        Ok(())
+    }
+
+    /// Once every record is decoded: an error if bytes are left after them.
+    pub(crate) fn finish(&self) -> Result<()> {
+        if self.pos == self.payload.len() {
+            return Ok(());
+        }
+        Err(at_batch(
+            self.ctx.base_offset,
+            Error::protocol(format!(
+                "{} trailing bytes after {} records",
+                self.payload.len() - self.pos,
+                self.count
+            )),
+        ))
+    }
+
+    /// Skip the records before offset `from` (a compressed batch starts before the offset
+    /// a fetch asked for).
+    pub(crate) fn skip_before(&mut self, from: i64) -> Result<()> {
+        if self.ctx.base_offset >= from {
+            return Ok(());
+        }
+        while self.left > 0 {
+            let (pos, left) = (self.pos, self.left);
+            let mut offset = from;
+            self.decode_next(|r, _| offset = r.offset)?;
+            if offset >= from {
+                (self.pos, self.left) = (pos, left);
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`decode_record`] onto `out`: one call per record of an eagerly decoded batch (inlined
+/// into the batch loop, its varint reads would not be).
+#[inline(never)]
+fn decode_record_into(
+    payload: &Bytes,
+    cur: &mut Cursor<'_>,
+    ctx: &RecordCtx,
+    out: &mut Vec<Record>,
+) -> Result<()> {
+    decode_record(payload, cur, ctx, |r, _| out.push(r))
+}
+
+#[derive(Debug)]
 struct RecordCtx {
     base_offset: i64,
     base_timestamp: i64,
@@ -457,14 +632,18 @@ impl Cursor<'_> {
     }
 }
 
-/// Decode one record at `cur` (a cursor over `payload`) onto `out`, leaving `cur` after
-/// it. (Pushed here rather than returned: a `Result<Record>` is one more move of it.)
+/// Decode one record at `cur` (a cursor over `payload`) and hand it to `emit` with its
+/// encoded length, leaving `cur` after it. (Handed over rather than returned: a
+/// `Result<Record>` is one more move of it.) Inlined into each caller, the lazy one
+/// building a reader's `Message` in place; the eager one is [`decode_record_into`].
+#[inline(always)]
 fn decode_record(
     payload: &Bytes,
     cur: &mut Cursor<'_>,
     ctx: &RecordCtx,
-    out: &mut Vec<Record>,
+    emit: impl FnOnce(Record, usize),
 ) -> Result<()> {
+    let start = cur.pos;
     let len = cur.varint()?;
     let len = usize::try_from(len)
         .ok()
@@ -518,15 +697,18 @@ fn decode_record(
         )));
     }
     cur.pos = end;
-    out.push(Record {
-        offset: ctx.base_offset.wrapping_add(i64::from(offset_delta)),
-        timestamp: ctx
-            .log_append_time
-            .unwrap_or_else(|| ctx.base_timestamp.wrapping_add(ts_delta)),
-        key,
-        value,
-        headers,
-    });
+    emit(
+        Record {
+            offset: ctx.base_offset.wrapping_add(i64::from(offset_delta)),
+            timestamp: ctx
+                .log_append_time
+                .unwrap_or_else(|| ctx.base_timestamp.wrapping_add(ts_delta)),
+            key,
+            value,
+            headers,
+        },
+        end - start,
+    );
     Ok(())
 }
 

@@ -26,8 +26,8 @@ mod decode;
 mod encode;
 mod legacy;
 
-pub(crate) use decode::decode_batches_pooled;
 pub use decode::{decode_batches, decode_batches_within, DecodedBatches, MAX_BATCH_DECOMPRESSED};
+pub(crate) use decode::{decode_batches_lazy, decode_batches_pooled, EncodedRecords, LazyBatch};
 pub use encode::RecordBatchBuilder;
 
 /// The magic byte of RecordBatch v2.
@@ -147,6 +147,12 @@ pub struct RecordBatch {
     pub base_sequence: i32,
     /// The records.
     pub records: Vec<Record>,
+}
+
+impl AsRef<RecordBatch> for RecordBatch {
+    fn as_ref(&self) -> &RecordBatch {
+        self
+    }
 }
 
 impl RecordBatch {

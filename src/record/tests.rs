@@ -746,6 +746,18 @@ proptest! {
         let _ = decode_batches(data.clone(), MB);
         let _ = decode_batches(data.slice(..cut.index(data.len() + 1)), MB);
         let _ = decode_batches_within(data.clone(), 100, 300);
+        // Lazy decoding finds the same records, or an error where eager decoding does
+        // (at the batch or at one of its records).
+        let eager = decode_batches(data.clone(), MB);
+        let lazy = decode_batches_lazy(data, MB, MB, None).and_then(|d| lazy_records(d.batches));
+        match eager {
+            Ok(e) if !e.limited => {
+                let want: Vec<Record> = e.batches.into_iter().flat_map(|b| b.records).collect();
+                prop_assert_eq!(lazy.ok().map(|(r, _)| r), Some(want));
+            }
+            Ok(_) => {}
+            Err(_) => prop_assert!(lazy.is_err()),
+        }
     }
 }
 
@@ -894,4 +906,126 @@ fn a_compressed_batch_stays_in_the_builders_buffer() {
             buf.capacity()
         );
     }
+}
+
+/// Every record of `batches` (lazily decoded ones decoded now), with their encoded sizes.
+fn lazy_records(batches: Vec<LazyBatch>) -> Result<(Vec<Record>, usize)> {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    for b in batches {
+        match b.encoded {
+            Some(mut e) => {
+                assert!(b.batch.records.is_empty());
+                let total = e.bytes();
+                while e.len() > 0 {
+                    e.decode_next(|r, len| {
+                        bytes += len;
+                        out.push(r);
+                    })?;
+                }
+                e.finish()?;
+                assert_eq!(e.bytes(), 0);
+                assert!(bytes >= total);
+            }
+            None => out.extend(b.batch.records),
+        }
+    }
+    Ok((out, bytes))
+}
+
+#[test]
+fn lazy_decoding_yields_the_records_and_headers_of_eager_decoding() {
+    let mut all = BytesMut::new();
+    for f in [
+        "v2_none.bin",
+        "v2_gzip.bin",
+        "v2_zstd.bin",
+        "legacy_v1_gzip.bin",
+        "legacy_v0_none.bin",
+    ] {
+        all.extend_from_slice(&fixture(f));
+    }
+    let mut control = RecordBatchBuilder::new(Compression::None)
+        .producer(7, 0, -1)
+        .transactional(true)
+        .control(true);
+    control
+        .append(
+            1,
+            Some(&[0, 0, 0, 0][..]),
+            Some(&[0, 0, 0, 0, 0, 0][..]),
+            &[],
+        )
+        .unwrap();
+    all.extend_from_slice(&control.build().unwrap());
+    let all = all.freeze();
+    let eager = decode_batches(all.clone(), MB).unwrap();
+    let lazy = decode_batches_lazy(all.clone(), MB, MB, None).unwrap();
+    assert_eq!(lazy.batches.len(), eager.batches.len());
+    // v2 data batches are left encoded; control batches and legacy messages are not
+    let encoded: Vec<bool> = lazy.batches.iter().map(|b| b.encoded.is_some()).collect();
+    assert_eq!(encoded[..3], [true; 3]);
+    assert!(!encoded[3..].contains(&true));
+    for (l, e) in lazy.batches.iter().zip(&eager.batches) {
+        let mut header = e.clone();
+        if l.encoded.is_some() {
+            header.records.clear();
+        }
+        assert_eq!(l.batch, header);
+    }
+    let want: Vec<Record> = eager.batches.into_iter().flat_map(|b| b.records).collect();
+    let (got, _) = lazy_records(lazy.batches).unwrap();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn lazily_decoded_records_add_up_to_the_payload_and_trailing_bytes_are_an_error() {
+    let mut b = RecordBatchBuilder::new(Compression::None);
+    for i in 0..5u8 {
+        b.append(
+            i64::from(i),
+            None,
+            Some(&[i; 30][..]),
+            &[Header::new("h", "v")],
+        )
+        .unwrap();
+    }
+    let raw = b.build().unwrap();
+    let d = decode_batches_lazy(raw.clone(), MB, MB, None).unwrap();
+    let payload = raw.len() - BATCH_HEADER_LEN;
+    assert_eq!(
+        d.batches[0].encoded.as_ref().map(|e| e.bytes()),
+        Some(payload)
+    );
+    let (records, bytes) = lazy_records(d.batches).unwrap();
+    assert_eq!((records.len(), bytes), (5, payload));
+    // One record fewer declared: the last one's bytes trail, found once the others are
+    // decoded (eagerly: at once).
+    let mut short = BytesMut::from(&raw[..]);
+    short[57..61].copy_from_slice(&4i32.to_be_bytes());
+    fix_crc(&mut short);
+    let short = short.freeze();
+    assert!(decode_batches(short.clone(), MB).is_err());
+    let d = decode_batches_lazy(short, MB, MB, None).unwrap();
+    let err = lazy_records(d.batches).unwrap_err();
+    assert!(
+        err.to_string().contains("trailing bytes after 4 records"),
+        "{err}"
+    );
+}
+
+#[test]
+fn skipping_before_an_offset_leaves_the_records_from_it() {
+    let mut b = RecordBatchBuilder::new(Compression::Zstd);
+    for i in 0..10u8 {
+        b.append(0, None, Some(&[i][..]), &[]).unwrap();
+    }
+    let d = decode_batches_lazy(b.build().unwrap(), MB, MB, None).unwrap();
+    let mut batches = d.batches;
+    let e = batches[0].encoded.as_mut().unwrap();
+    e.skip_before(7).unwrap();
+    assert_eq!(e.len(), 3);
+    let (records, _) = lazy_records(batches).unwrap();
+    let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, [7, 8, 9]);
 }
