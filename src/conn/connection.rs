@@ -507,6 +507,11 @@ impl Connection {
     /// the caller bounds its own requests. The returned future awaits the response, within
     /// [`ConnectionConfig::request_timeout`] from the first poll.
     ///
+    /// Once queued, the request is written even if the future is dropped (timed out)
+    /// before its turn: skipping it would leave a gap before the requests queued after it
+    /// (for the writer, a sequence gap the broker refuses, and a batch that looks sent
+    /// but never was).
+    ///
     /// # Errors
     ///
     /// As for [`Connection::send_version`]; an error before anything was queued is
@@ -540,6 +545,7 @@ impl Connection {
                 api_key: R::API_KEY,
                 header_version: R::response_header_version(version),
                 tx,
+                ordered: true,
             },
         })
         .map_err(|e| self.err(e))?;
@@ -638,6 +644,7 @@ impl Connection {
                     api_key: R::API_KEY,
                     header_version,
                     tx,
+                    ordered: false,
                 },
             })?;
             trace!(
@@ -1016,6 +1023,9 @@ enum Reply {
         api_key: ApiKey,
         header_version: i16,
         tx: oneshot::Sender<Result<Bytes>>,
+        /// Written even when the caller gave up before its turn (see
+        /// [`Connection::queue_request`]); otherwise such a request is skipped.
+        ordered: bool,
     },
     /// No response is expected; report once the frame is written.
     Written(oneshot::Sender<Result<()>>),
@@ -1101,8 +1111,9 @@ async fn write_one<W: AsyncWrite + Unpin>(
             api_key,
             header_version,
             tx,
+            ordered,
         } => {
-            if tx.is_closed() {
+            if tx.is_closed() && !ordered {
                 trace!(broker = %state.broker, api = %api_key, correlation_id, "skipped abandoned request");
                 return Ok(());
             }
@@ -1956,6 +1967,31 @@ mod tests {
         });
         assert_eq!(r.unwrap().throttle_time_ms, 3);
         assert_eq!(tag_of(&seen), 3, "abandoned request must not be written");
+    }
+
+    /// A queued request whose caller gave up (the writer's timeout) before the connection
+    /// wrote it is still written, between the requests queued before and after it: a gap
+    /// would break a partition's sequence. (It was skipped: the peer saw 1 and 3.)
+    #[tokio::test]
+    async fn a_queued_request_abandoned_before_its_turn_is_still_written() {
+        let (conn, mut peer) = raw_pair(config());
+        // nothing runs the connection's task before the first await: all three wait
+        let first = conn.queue_request(&tagged(1), 3).unwrap();
+        let second = conn.queue_request(&tagged(2), 3).unwrap();
+        let third = conn.queue_request(&tagged(3), 3).unwrap();
+        drop(second);
+        let (r1, r3, seen) = tokio::join!(first, third, async {
+            let mut tags = Vec::new();
+            for _ in 0..3 {
+                let s = peer.read_request().await;
+                tags.push(tag_of(&s));
+                peer.answer(&s, tag_of(&s)).await;
+            }
+            tags
+        });
+        assert_eq!(seen, [1, 2, 3]);
+        assert_eq!(r1.unwrap().throttle_time_ms, 1);
+        assert_eq!(r3.unwrap().throttle_time_ms, 3);
     }
 
     #[tokio::test]
