@@ -294,14 +294,18 @@ fn decode_all(
 }
 
 /// How much each partition's compressed batches in a response for `partitions`
-/// partitions may decompress to: [`ReaderConfig::queue_capacity_bytes`] shared among them
-/// (at least [`ReaderConfig::max_partition_bytes`] each), never more than a lone
-/// partition's limit. A response then decodes to about what the queue may hold, where
-/// each of 16 partitions of highly compressible records could bring 64 MiB. What does not
-/// fit is fetched again once the queue has room.
+/// partitions may decompress to: [`ReaderConfig::queue_capacity_bytes`] shared among them,
+/// never more than a lone partition's limit. A response then decodes to about what the
+/// queue may hold, where each of 16 partitions of highly compressible records could bring
+/// 64 MiB. What does not fit is fetched again once the queue has room. Each partition may
+/// take at least 4 × [`ReaderConfig::max_partition_bytes`], so that with many partitions a
+/// fetch of ordinary compressed data (ratios up to 4) is never cut and fetched again
+/// (and the response's `max_bytes` bounds how many partitions carry data at all).
 fn partition_decompress_limit(config: &ReaderConfig, partitions: usize) -> usize {
     let alone = decompress_limit(config.max_partition_bytes);
-    let min = usize::try_from(config.max_partition_bytes.max(1)).unwrap_or(1);
+    let min = usize::try_from(config.max_partition_bytes.max(1))
+        .unwrap_or(1)
+        .saturating_mul(4);
     (config.queue_capacity_bytes / partitions.max(1))
         .max(min)
         .min(alone)
@@ -745,7 +749,7 @@ mod tests {
         );
         assert_eq!(partition_decompress_limit(&shared.config, 1), 64 << 20);
         assert_eq!(partition_decompress_limit(&shared.config, 16), 4 << 20);
-        assert_eq!(partition_decompress_limit(&shared.config, 1000), 1 << 20);
+        assert_eq!(partition_decompress_limit(&shared.config, 1000), 4 << 20);
     }
 
     /// An out-of-range reset whose new start offset is looked up while the consumer holds

@@ -305,9 +305,14 @@ fn put_nullable(buf: &mut BytesMut, b: Option<&[u8]>) {
     }
 }
 
+/// The largest per-thread compression buffer kept after use; a larger one (after an
+/// unusually large batch) is freed rather than pinned for the thread's lifetime.
+pub(crate) const KEPT_SCRATCH: usize = 4 << 20;
+
 thread_local! {
-    /// Where [`compress_in_place`] compresses to, kept per thread from batch to batch.
-    static COMPRESSED: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
+    /// Where [`compress_in_place`] compresses to, kept per thread from batch to batch (up to
+    /// [`KEPT_SCRATCH`]).
+    pub(super) static COMPRESSED: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 
 /// Replace the records after the batch header in `buf` by their compressed form, in
@@ -324,11 +329,13 @@ fn compress_in_place(compression: Compression, buf: &mut BytesMut) -> Result<()>
         let mut out = cell.try_borrow_mut().ok()?;
         out.clear();
         let records = buf.get(BATCH_HEADER_LEN..).unwrap_or_default();
-        Some(
-            compression
-                .compress(records, &mut out)
-                .map(|()| copy_back(buf, &out)),
-        )
+        let done = compression
+            .compress(records, &mut out)
+            .map(|()| copy_back(buf, &out));
+        if out.capacity() > KEPT_SCRATCH {
+            *out = BytesMut::new();
+        }
+        Some(done)
     });
     match done {
         Some(r) => r,

@@ -1029,3 +1029,29 @@ fn skipping_before_an_offset_leaves_the_records_from_it() {
     let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
     assert_eq!(offsets, [7, 8, 9]);
 }
+
+/// An unusually large compressed batch does not pin its size in the thread's compression
+/// buffer; an ordinary one keeps it for the next batch.
+#[test]
+fn the_per_thread_compression_buffer_keeps_at_most_kept_scratch() {
+    let batch = |len: usize| {
+        // incompressible: the compressed output is as large as the records
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let value: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut b = RecordBatchBuilder::new(Compression::Gzip);
+        b.append(0, None, Some(&value), &[]).unwrap();
+        b.build().unwrap()
+    };
+    let kept = || super::encode::COMPRESSED.with(|c| c.borrow().capacity());
+    batch(100_000);
+    assert!(kept() >= 100_000, "{}", kept());
+    batch(2 * KEPT_SCRATCH);
+    assert!(kept() <= KEPT_SCRATCH, "{}", kept());
+}
