@@ -143,7 +143,7 @@ pub struct ReaderConfig {
     /// few bytes more than [`Message::size`](super::Message::size); legacy (v0/v1)
     /// messages count their key, value and headers. One fetch response may overshoot it
     /// by what it decompresses to: `max_bytes`, or for compressed partitions about this
-    /// capacity shared among the response's partitions (at least `max_partition_bytes`
+    /// capacity shared among the response's partitions (at least `4 × max_partition_bytes`
     /// each, at most `32 × max_partition_bytes` or 64 MiB) — a partition's first batch
     /// still comes whole, up to
     /// [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED).
