@@ -47,3 +47,18 @@ impl std::hash::Hasher for FibHasher {
 
 /// [`BuildHasher`](std::hash::BuildHasher) of [`FibHasher`].
 pub(crate) type Fib = std::hash::BuildHasherDefault<FibHasher>;
+
+/// `len` incompressible bytes (xorshift64 from `seed`), for tests that need payloads no
+/// codec can shrink.
+#[cfg(test)]
+pub(crate) fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.max(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

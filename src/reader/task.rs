@@ -627,17 +627,9 @@ mod tests {
     /// One partition of topic `t` holding `n` records of 1 KiB of incompressible bytes.
     fn response(n: usize, compression: Compression) -> FetchResponse {
         let mut b = RecordBatchBuilder::new(compression);
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        for o in 0..n {
-            let value: Vec<u8> = (0..1024)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            b.append(o as i64, None, Some(&value), &[]).unwrap();
+        let noise = crate::util::noise(1024 * n, 0x9E37_79B9_7F4A_7C15);
+        for (o, value) in noise.chunks(1024).enumerate() {
+            b.append(o as i64, None, Some(value), &[]).unwrap();
         }
         FetchResponse {
             responses: vec![FetchableTopicResponse {

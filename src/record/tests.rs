@@ -1036,15 +1036,7 @@ fn skipping_before_an_offset_leaves_the_records_from_it() {
 fn the_per_thread_compression_buffer_keeps_at_most_kept_scratch() {
     let batch = |len: usize| {
         // incompressible: the compressed output is as large as the records
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let value: Vec<u8> = (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let value = crate::util::noise(len, 0x2545_F491_4F6C_DD1D);
         let mut b = RecordBatchBuilder::new(Compression::Gzip);
         b.append(0, None, Some(&value), &[]).unwrap();
         b.build().unwrap()
