@@ -146,3 +146,12 @@ fn dropping_a_broker_stops_it() {
         "broker on {addr} still answers after drop"
     );
 }
+
+/// The harness never hands out one port twice in a process (two listeners of one broker
+/// once got the same port, and Kafka refused to start).
+#[test]
+fn free_ports_are_distinct_within_a_process() {
+    let ports: Vec<u16> = (0..3000).map(|_| common::free_port()).collect();
+    let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
+    assert_eq!(distinct.len(), ports.len());
+}

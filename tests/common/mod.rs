@@ -315,10 +315,17 @@ pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     const LOW: u32 = 20_000;
     const SPAN: u32 = 12_768;
-    let seed = std::process::id().wrapping_mul(2_654_435_761) ^ (nanos() as u32);
+    // One seed per process: `seed + n × 7919 (mod SPAN)` then visits every port once as n
+    // counts up (7919 is prime to SPAN), so no two calls return the same port. A seed
+    // drawn per call let two listeners of one broker get the same port (Kafka refused
+    // to start: "two listeners on the same port").
+    static SEED: OnceLock<u32> = OnceLock::new();
+    let seed =
+        *SEED.get_or_init(|| std::process::id().wrapping_mul(2_654_435_761) ^ (nanos() as u32));
     for _ in 0..SPAN {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = (LOW + seed.wrapping_add(n.wrapping_mul(7_919)) % SPAN) as u16;
+        let step = (u64::from(seed) + u64::from(n) * 7_919) % u64::from(SPAN);
+        let port = (u64::from(LOW) + step) as u16;
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
