@@ -163,6 +163,13 @@ impl Part {
         let q = self.queued();
         self.buf.clear();
         self.buf_bytes = 0;
+        self.clear_lazy();
+        q
+    }
+
+    /// Drop the batches still encoded; returns the messages and bytes they counted.
+    fn clear_lazy(&mut self) -> (usize, usize) {
+        let q = (self.lazy_n, self.lazy_bytes);
         self.lazy.clear();
         self.lazy_n = 0;
         self.lazy_bytes = 0;
@@ -695,10 +702,7 @@ impl State {
         let Some((e, fetched_at, broker)) = failed else {
             return false;
         };
-        let (n, bytes) = (p.lazy_n, p.lazy_bytes);
-        p.lazy.clear();
-        p.lazy_n = 0;
-        p.lazy_bytes = 0;
+        let (n, bytes) = p.clear_lazy();
         p.streak.fail_fatally();
         // An error parked by a later fetch is about data dropped here: this one comes first.
         p.parked_error = None;
