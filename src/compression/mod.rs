@@ -34,6 +34,8 @@ use bytes::{Bytes, BytesMut};
 use crate::bufpool::BufPool;
 use crate::error::{Error, Result};
 
+#[cfg(feature = "lz4")]
+mod lz4;
 #[cfg(feature = "snappy")]
 mod snappy;
 
@@ -325,6 +327,20 @@ fn lz4_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
 
 #[cfg(feature = "lz4")]
 fn lz4_decompress(
+    input: &[u8],
+    max_len: usize,
+    pool: Option<&Arc<BufPool>>,
+) -> Result<Option<Bytes>> {
+    if let Some(done) = lz4::decompress_sized(input, max_len, pool) {
+        return done;
+    }
+    lz4_decompress_streaming(input, max_len, pool)
+}
+
+/// LZ4 through `lz4_flex`'s streaming frame decoder: every frame the fast path
+/// ([`lz4::decompress_sized`]) leaves, and the error reports for corrupt ones.
+#[cfg(feature = "lz4")]
+fn lz4_decompress_streaming(
     input: &[u8],
     max_len: usize,
     pool: Option<&Arc<BufPool>>,

@@ -263,3 +263,157 @@ fn zstd_reuses_its_context_and_matches_the_streaming_encoder() {
         }
     }
 }
+
+/// An LZ4 frame written with `info` by `lz4_flex`'s frame encoder.
+fn lz4_frame(data: &[u8], info: lz4_flex::frame::FrameInfo) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
+    enc.write_all(data).unwrap();
+    enc.finish().unwrap()
+}
+
+/// Every layout of frame the LZ4 frame format allows a Kafka producer to write: block
+/// sizes, linked or independent blocks, block and content checksums, a declared content
+/// size; compressible and incompressible (stored) blocks.
+fn lz4_frame_infos() -> Vec<lz4_flex::frame::FrameInfo> {
+    use lz4_flex::frame::{BlockMode, BlockSize, FrameInfo};
+    let mut infos = Vec::new();
+    for size in [
+        BlockSize::Max64KB,
+        BlockSize::Max256KB,
+        BlockSize::Max1MB,
+        BlockSize::Max4MB,
+    ] {
+        for mode in [BlockMode::Independent, BlockMode::Linked] {
+            for (block_sums, content_sum, declared) in [
+                (false, false, false),
+                (true, false, false),
+                (false, true, false),
+                (true, true, true),
+            ] {
+                infos.push(
+                    FrameInfo::new()
+                        .block_size(size)
+                        .block_mode(mode)
+                        .block_checksums(block_sums)
+                        .content_checksum(content_sum)
+                        .content_size(declared.then_some(0)),
+                );
+            }
+        }
+    }
+    infos
+}
+
+fn mixed_payload(len: usize) -> Vec<u8> {
+    // compressible stretches and incompressible ones (which LZ4 stores uncompressed)
+    let noise = crate::util::noise(len, 7);
+    (0..len)
+        .map(|i| {
+            if (i / 50_000) % 2 == 0 {
+                (i % 31) as u8
+            } else {
+                noise[i]
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn lz4_frames_of_every_layout_decode_and_respect_the_limit() {
+    use crate::bufpool::BufPool;
+    for len in [0, 1, 70_000, 300_000] {
+        let data = mixed_payload(len);
+        for info in lz4_frame_infos() {
+            let mut info = info;
+            if info.content_size.is_some() {
+                info.content_size = Some(len as u64);
+            }
+            let frame = lz4_frame(&data, info.clone());
+            let pool = BufPool::new(4, 8 << 20, 16 << 20);
+            for p in [None, Some(&pool)] {
+                let got = Compression::Lz4.decompress_pooled(&frame, len, p).unwrap();
+                assert_eq!(got.as_deref(), Some(&data[..]), "{info:?} len {len}");
+                if len > 0 {
+                    let over = Compression::Lz4.decompress_pooled(&frame, len - 1, p);
+                    assert!(matches!(over, Ok(None)), "{info:?} len {len}: {over:?}");
+                }
+            }
+        }
+    }
+}
+
+/// A frame whose block or content checksum, header checksum or block data is damaged is an
+/// error (the record batch CRC would normally catch it first; the frame is checked anyway).
+#[test]
+fn damaged_lz4_frames_are_errors() {
+    use lz4_flex::frame::FrameInfo;
+    let data = mixed_payload(150_000);
+    let info = FrameInfo::new()
+        .block_checksums(true)
+        .content_checksum(true);
+    let frame = lz4_frame(&data, info);
+    // header checksum (byte 6), the first block's data, the last bytes (content checksum)
+    for at in [6, 12, frame.len() - 1] {
+        let mut bad = frame.clone();
+        bad[at] ^= 0x40;
+        let got = Compression::Lz4.decompress(&bad, 1 << 20);
+        assert!(got.is_err(), "byte {at}: {got:?}");
+    }
+}
+
+/// An LZ4 payload is decoded into one buffer sized from the frame's block headers: it is
+/// not grown by doubling on the way, which allocates and faults in up to twice the memory.
+#[test]
+fn lz4_output_takes_one_buffer_sized_from_its_blocks() {
+    use crate::bufpool::BufPool;
+    let data: Vec<u8> = (0..1_100_000u32).map(|i| (i % 13) as u8).collect();
+    let mut packed = BytesMut::new();
+    Compression::Lz4.compress(&data, &mut packed).unwrap();
+    let pool = BufPool::new(4, 8 << 20, 16 << 20);
+    let out = Compression::Lz4
+        .decompress_pooled(&packed, 4 << 20, Some(&pool))
+        .unwrap()
+        .unwrap();
+    assert_eq!(&out[..], &data[..]);
+    drop(out);
+    let (n, capacity) = pool.kept();
+    assert_eq!(n, 1);
+    assert!(
+        capacity <= data.len() + (64 << 10),
+        "a {}-byte payload held a {capacity}-byte buffer",
+        data.len()
+    );
+}
+
+proptest! {
+    /// The sized LZ4 decoder and the streaming one agree on every frame, damaged or not:
+    /// whatever the sized one decodes, the streaming one decodes to the same bytes.
+    #[test]
+    fn lz4_sized_and_streaming_decoders_agree(
+        data in proptest::collection::vec(0u8..4, 0..200_000),
+        pick in 0usize..32,
+        damage in proptest::option::of((any::<proptest::sample::Index>(), 1u8..=255)),
+        limit_cut in 0usize..3,
+    ) {
+        let infos = lz4_frame_infos();
+        let mut info = infos[pick % infos.len()].clone();
+        if info.content_size.is_some() {
+            info.content_size = Some(data.len() as u64);
+        }
+        let independent = matches!(info.block_mode, lz4_flex::frame::BlockMode::Independent);
+        let mut frame = lz4_frame(&data, info);
+        if let Some((at, x)) = damage {
+            let i = at.index(frame.len());
+            frame[i] ^= x;
+        }
+        let limit = data.len().saturating_sub(limit_cut);
+        let streamed = lz4_decompress_streaming(&frame, limit, None);
+        match lz4::decompress_sized(&frame, limit, None) {
+            Some(Ok(Some(b))) => prop_assert_eq!(Some(b), streamed.ok().flatten()),
+            Some(Ok(None)) => prop_assert!(damage.is_some() || matches!(streamed, Ok(None))),
+            Some(Err(e)) => prop_assert!(false, "the sized path reports no errors: {}", e),
+            None => prop_assert!(damage.is_some() || !independent),
+        }
+    }
+}

@@ -29,6 +29,7 @@ mod legacy;
 pub use decode::{decode_batches, decode_batches_within, DecodedBatches, MAX_BATCH_DECOMPRESSED};
 pub(crate) use decode::{decode_batches_lazy, decode_batches_pooled, EncodedRecords, LazyBatch};
 pub use encode::RecordBatchBuilder;
+#[cfg(feature = "zstd")]
 pub(crate) use encode::KEPT_SCRATCH;
 
 /// The magic byte of RecordBatch v2.
