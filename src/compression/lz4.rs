@@ -1,4 +1,9 @@
-//! LZ4 frames decoded block by block straight into one buffer.
+//! LZ4 frames written and read block by block straight from and into the caller's buffers.
+//!
+//! [`compress_frame`] writes the frame Kafka's producers write — independent 64 KiB blocks,
+//! no checksums — compressing each block of the input directly into the output (a block
+//! that does not shrink is stored as it is). `lz4_flex`'s streaming frame encoder would
+//! first copy the input into its own block buffer and the output out of another.
 //!
 //! Kafka's producers (the Java client, librdkafka, franz-go and kafkapipe) write a batch's
 //! records as one LZ4 frame of independent blocks. Such a frame says everything needed to
@@ -14,7 +19,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use twox_hash::XxHash32;
 
 use crate::bufpool::BufPool;
@@ -34,6 +39,44 @@ const FLG_DICTIONARY_ID: u8 = 0b0000_0001;
 const BD_RESERVED: u8 = 0b1000_1111;
 /// A block header's top bit: the block is stored uncompressed.
 const BLOCK_STORED: u32 = 0x8000_0000;
+
+/// The block size [`compress_frame`] writes (BD code 4), as Kafka's Java client and
+/// librdkafka do.
+const BLOCK_64K: usize = 64 << 10;
+
+/// Append `input` to `out` as one LZ4 frame of independent 64 KiB blocks without
+/// checksums: FLG version 01 with independent blocks, BD 64 KiB, then the blocks and the
+/// end mark.
+pub(super) fn compress_frame(input: &[u8], out: &mut BytesMut) {
+    let (flg, bd) = (FLG_VERSION_01 | FLG_INDEPENDENT_BLOCKS, 4u8 << 4);
+    out.reserve(7 + input.len() + input.len() / 128 + 64);
+    out.put_u32_le(MAGIC);
+    out.put_slice(&[flg, bd, (XxHash32::oneshot(0, &[flg, bd]) >> 8) as u8]);
+    for block in input.chunks(BLOCK_64K) {
+        let at = out.len();
+        out.resize(
+            at + 4 + lz4_flex::block::get_maximum_output_size(block.len()),
+            0,
+        );
+        let packed = lz4_flex::block::compress_into(block, &mut out[at + 4..])
+            .ok()
+            .filter(|&n| n < block.len());
+        // A block that does not shrink is stored as it is (the header's top bit says so).
+        let word = match packed {
+            Some(n) => {
+                out.truncate(at + 4 + n);
+                n as u32
+            }
+            None => {
+                out.truncate(at + 4);
+                out.put_slice(block);
+                block.len() as u32 | BLOCK_STORED
+            }
+        };
+        out[at..at + 4].copy_from_slice(&word.to_le_bytes());
+    }
+    out.put_u32_le(0);
+}
 
 /// What the frame header says, for the fast path.
 struct Header {

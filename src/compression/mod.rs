@@ -310,19 +310,8 @@ fn snappy_decompress(_input: &[u8], _max_len: usize) -> Result<Option<Bytes>> {
 
 #[cfg(feature = "lz4")]
 fn lz4_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
-    use bytes::BufMut;
-    use lz4_flex::frame::{BlockMode, BlockSize, FrameEncoder, FrameInfo};
-    use std::io::Write;
-    // Independent 64 KiB blocks, as Kafka's own LZ4 stream and librdkafka write them.
-    let info = FrameInfo::new()
-        .block_size(BlockSize::Max64KB)
-        .block_mode(BlockMode::Independent);
-    let mut enc = FrameEncoder::with_frame_info(info, out.writer());
-    enc.write_all(input)
-        .map_err(|e| codec_error(Compression::Lz4, "compression", e))?;
-    enc.finish()
-        .map(drop)
-        .map_err(|e| codec_error(Compression::Lz4, "compression", e))
+    lz4::compress_frame(input, out);
+    Ok(())
 }
 
 #[cfg(feature = "lz4")]

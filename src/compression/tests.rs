@@ -417,3 +417,42 @@ proptest! {
         }
     }
 }
+
+/// kafkapipe writes the LZ4 frame Kafka's Java client and librdkafka write: version 01,
+/// independent 64 KiB blocks, no checksums (header `04 22 4d 18 60 40 82`); a block that
+/// does not shrink is stored, so incompressible data grows by a few bytes per block only.
+#[test]
+fn lz4_frames_are_written_as_kafka_writes_them() {
+    let noise = crate::util::noise(200_000, 3);
+    let mut out = BytesMut::new();
+    Compression::Lz4.compress(&noise, &mut out).unwrap();
+    assert_eq!(&out[..7], &[0x04, 0x22, 0x4d, 0x18, 0x60, 0x40, 0x82]);
+    // four blocks (three of 64 KiB), each stored: a 4-byte header, then the bytes as they are
+    let mut at = 7;
+    for block in noise.chunks(64 << 10) {
+        let word = u32::from_le_bytes(out[at..at + 4].try_into().unwrap());
+        assert_eq!(word, block.len() as u32 | 0x8000_0000);
+        assert_eq!(&out[at + 4..at + 4 + block.len()], block);
+        at += 4 + block.len();
+    }
+    assert_eq!(
+        &out[at..],
+        &[0, 0, 0, 0],
+        "the end mark, and no content checksum"
+    );
+}
+
+proptest! {
+    /// What kafkapipe writes, `lz4_flex`'s own streaming frame decoder reads back.
+    #[test]
+    fn lz4_frames_written_here_read_with_the_reference_decoder(
+        data in proptest::collection::vec(0u8..8, 0..300_000),
+    ) {
+        use std::io::Read;
+        let mut out = BytesMut::new();
+        Compression::Lz4.compress(&data, &mut out).unwrap();
+        let mut back = Vec::new();
+        lz4_flex::frame::FrameDecoder::new(&out[..]).read_to_end(&mut back).unwrap();
+        prop_assert_eq!(back, data);
+    }
+}
