@@ -1292,11 +1292,17 @@ impl Task {
     /// is finished, not renumbered, which would write it twice. A batch the broker
     /// refused (e.g. NOT_LEADER) is renumbered: a broker with no state for the producer
     /// takes a later batch as its first.
+    ///
+    /// A partition with a batch in flight is left as it is (still wanting the bump): a
+    /// request carrying its old numbering is out. Only a new producer id for an exhausted
+    /// epoch meets one ([`maybe_bump`](Self::maybe_bump) waits for none to be in flight,
+    /// but a partition may come to want the bump while the id is on its way); it is
+    /// bumped under the new id once its requests are answered.
     fn renumber_bumped(&mut self, producer: (i64, i16)) {
         let mut written = Vec::new();
         for t in self.topics.values_mut() {
             for ps in t.parts.values_mut() {
-                if !ps.bump {
+                if !ps.bump || ps.in_flight > 0 {
                     continue;
                 }
                 if let (Some(old), Some(acked)) = (ps.producer, ps.last_acked) {
@@ -2851,6 +2857,79 @@ mod idempotence_tests {
             (batch.producer_id, batch.producer_epoch, batch.base_sequence),
             (8, 0, 0)
         );
+    }
+
+    /// While a new producer id is on its way for an exhausted epoch, a second partition
+    /// comes to want the bump with a batch still in flight (its earlier batch failed).
+    /// The new id renumbers the first partition at once, but not the in-flight batch of
+    /// the second: a request holding its old numbering is still out. That partition is
+    /// renumbered (an epoch bump under the new id) once nothing of it is in flight.
+    #[tokio::test]
+    async fn a_new_producer_id_for_an_exhausted_epoch_leaves_in_flight_batches_numbered() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]);
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let mut task = Task::new(Arc::new(cfg), cluster, shared);
+        let old = (7, i16::MAX);
+        let mut a = PartState {
+            producer: Some(old),
+            next_seq: 41,
+            bump: true,
+            ..PartState::default()
+        };
+        a.sealed.push_back(Sealed::stamped_one(old, 40));
+        let mut topic = TopicState::default();
+        topic.parts.insert(0, a);
+        task.topics.insert(Arc::from("t"), topic);
+        task.producer = Some(old);
+        task.maybe_bump();
+        assert!(task.renew_for_bump);
+        // meanwhile partition 1's batch at 10 failed; the one at 11 is still in flight
+        let mut b = PartState {
+            producer: Some(old),
+            next_seq: 12,
+            bump: true,
+            in_flight: 1,
+            ..PartState::default()
+        };
+        b.sealed.push_back(Sealed::stamped_one(old, 10));
+        let mut flying = Sealed::stamped_one(old, 11);
+        flying.in_flight = true;
+        b.sealed.push_back(flying);
+        task.topics
+            .get_mut(&Arc::from("t"))
+            .unwrap()
+            .parts
+            .insert(1, b);
+        task.on_producer(Ok((8, 0)));
+        let parts = &task.topics[&Arc::from("t")].parts;
+        assert_eq!(parts[&0].sealed[0].stamp, Some((8, 0, 0)));
+        let b = &parts[&1];
+        assert_eq!(
+            [b.sealed[0].stamp, b.sealed[1].stamp],
+            [Some((7, i16::MAX, 10)), Some((7, i16::MAX, 11))],
+            "nothing of a partition with a batch in flight is renumbered"
+        );
+        assert!(b.bump, "it still wants the bump");
+        assert_eq!(b.producer, Some(old));
+        // its request comes back (failed too): now it is bumped under the new id
+        let b = task
+            .topics
+            .get_mut(&Arc::from("t"))
+            .unwrap()
+            .parts
+            .get_mut(&1)
+            .unwrap();
+        b.in_flight = 0;
+        b.sealed[1].in_flight = false;
+        task.maybe_bump();
+        assert_eq!(task.producer, Some((8, 1)));
+        let b = &task.topics[&Arc::from("t")].parts[&1];
+        assert_eq!(
+            [b.sealed[0].stamp, b.sealed[1].stamp],
+            [Some((8, 1, 0)), Some((8, 1, 1))]
+        );
+        assert!(!b.bump);
     }
 
     /// b1 timed out (appended, the answer lost) and waits for a retry, b2 was acked (so
