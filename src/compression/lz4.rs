@@ -12,6 +12,9 @@
 //! block headers, takes one buffer of that bound (from the pool when there is one), and
 //! decodes every block into place: no streaming decoder copying through its own block
 //! buffer, and no output buffer regrown (and its pages faulted in again) by doubling.
+//! Compressed blocks are decoded by [`decode_block`], our own block decoder: it accepts
+//! and rejects exactly what `lz4_flex`'s does, but repeats short-period matches (runs of
+//! one byte above all) at memory speed where `lz4_flex` copies them a byte at a time.
 //!
 //! Anything else — linked blocks, dictionaries, skippable or legacy frames, several frames,
 //! a header or checksum that does not verify, corrupt blocks — returns `None`, and the
