@@ -456,3 +456,191 @@ proptest! {
         prop_assert_eq!(back, data);
     }
 }
+
+// ---- the LZ4 block decoder ---------------------------------------------------------------
+
+/// `lz4::decode_block` into a buffer of `cap` bytes: the decoded bytes, or `None`.
+fn lz4_block(block: &[u8], cap: usize) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; cap];
+    let n = lz4::decode_block(block, &mut out)?;
+    out.truncate(n);
+    Some(out)
+}
+
+/// `lz4_flex`'s block decoder, the reference: the decoded bytes, or `None` on its errors.
+fn lz4_flex_block(block: &[u8], cap: usize) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; cap];
+    let n = lz4_flex::block::decompress_into(block, &mut out).ok()?;
+    out.truncate(n);
+    Some(out)
+}
+
+#[test]
+fn lz4_block_empty_input_is_an_error_and_a_lone_token_is_empty() {
+    assert_eq!(lz4_block(&[], 100), None);
+    assert_eq!(lz4_flex_block(&[], 100), None);
+    // what an empty input compresses to: one token, no literals, no match
+    assert_eq!(lz4_flex::block::compress(&[]), [0]);
+    assert_eq!(lz4_block(&[0], 0), Some(vec![]));
+    assert_eq!(lz4_block(&[0], 100), Some(vec![]));
+}
+
+#[test]
+fn lz4_block_match_offsets_must_be_inside_the_block() {
+    // one literal 'a', then a 4-byte match at offset 1, then an empty last sequence
+    assert_eq!(
+        lz4_block(&[0x10, b'a', 1, 0, 0], 5),
+        Some(b"aaaaa".to_vec())
+    );
+    // offset 0 is forbidden
+    assert_eq!(lz4_block(&[0x10, b'a', 0, 0, 0], 100), None);
+    // offset 2 reaches before the block's first byte
+    assert_eq!(lz4_block(&[0x10, b'a', 2, 0, 0], 100), None);
+    // a match with no literal before it at all
+    assert_eq!(lz4_block(&[0x00, 1, 0, 0], 100), None);
+    // the same, with the sequence in the fast path (more than 32 bytes of input left)
+    let mut long = vec![0x10, b'a', 2, 0];
+    long.extend_from_slice(&[0xF0, 40]);
+    long.extend_from_slice(&[b'z'; 55]);
+    assert_eq!(lz4_block(&long, 1000), None);
+    assert_eq!(lz4_flex_block(&long, 1000), None);
+    long[2] = 1;
+    let want: Vec<u8> = [&b"aaaaa"[..], &[b'z'; 55]].concat();
+    assert_eq!(lz4_block(&long, 1000), Some(want));
+}
+
+#[test]
+fn lz4_block_lengths_must_fit_input_and_output() {
+    // the match runs past the output
+    assert_eq!(lz4_block(&[0x10, b'a', 1, 0, 0], 4), None);
+    // the literals run past the output
+    assert_eq!(lz4_block(&[0x30, b'a', b'b', b'c'], 2), None);
+    assert_eq!(
+        lz4_block(&[0x30, b'a', b'b', b'c'], 3),
+        Some(b"abc".to_vec())
+    );
+    // the literals run past the input
+    assert_eq!(lz4_block(&[0x50, b'a', b'b'], 100), None);
+    // truncated: in the offset, after the match (the last sequence must be literals only)
+    assert_eq!(lz4_block(&[0x10, b'a', 1], 100), None);
+    assert_eq!(lz4_block(&[0x10, b'a', 1, 0], 100), None);
+    // truncated in a length's continuation bytes
+    assert_eq!(lz4_block(&[0xF0, 255], 1000), None);
+    assert_eq!(lz4_block(&[0x1F, b'a', 1, 0, 255], 1000), None);
+}
+
+#[test]
+fn lz4_block_lengths_continue_in_255_bytes() {
+    // literals: 15 + 255 + 10 = 280
+    let lits: Vec<u8> = (0..280u32).map(|i| (i * 7) as u8).collect();
+    let mut block = vec![0xF0, 255, 10];
+    block.extend_from_slice(&lits);
+    assert_eq!(lz4_block(&block, 280), Some(lits.clone()));
+    assert_eq!(lz4_block(&block, 279), None);
+    // a 255 ends nothing: 15 + 255 + 0 = 270 literals
+    let mut block = vec![0xF0, 255, 0];
+    block.extend_from_slice(&lits[..270]);
+    assert_eq!(lz4_block(&block, 300), Some(lits[..270].to_vec()));
+    // match: 4 + 15 + 255 + 3 = 277 bytes at offset 1, after one literal
+    let block = [0x1F, b'a', 1, 0, 255, 3, 0x00];
+    assert_eq!(lz4_block(&block, 278), Some(vec![b'a'; 278]));
+    assert_eq!(lz4_block(&block, 277), None);
+}
+
+#[test]
+fn lz4_block_overlapping_matches_repeat_their_period() {
+    // every period 1..=40 with every match length 4..=80 (nibble-only and continued),
+    // with room to spare (the fast path) and without (exact end)
+    for period in 1..=40usize {
+        let pattern: Vec<u8> = (0..period).map(|i| b'A' + (i % 26) as u8).collect();
+        for ml in 4..=80usize {
+            let mut block = Vec::new();
+            let lit_nib = period.min(15) as u8;
+            let ml_nib = (ml - 4).min(15) as u8;
+            block.push(lit_nib << 4 | ml_nib);
+            if period >= 15 {
+                block.push((period - 15) as u8);
+            }
+            block.extend_from_slice(&pattern);
+            block.extend_from_slice(&(period as u16).to_le_bytes());
+            if ml - 4 >= 15 {
+                block.push((ml - 4 - 15) as u8);
+            }
+            block.push(0x00);
+            let want: Vec<u8> = pattern.iter().copied().cycle().take(period + ml).collect();
+            for cap in [want.len(), want.len() + 100] {
+                assert_eq!(
+                    lz4_block(&block, cap).as_deref(),
+                    Some(&want[..]),
+                    "period {period} match {ml} cap {cap}"
+                );
+            }
+        }
+    }
+}
+
+/// Data LZ4 compresses with every kind of match: runs of one byte (offset 1), short
+/// periodic patterns (small overlapping offsets), repeated text and stretches of noise.
+fn lz4_block_test_data() -> impl Strategy<Value = Vec<u8>> {
+    let piece = prop_oneof![
+        (any::<u8>(), 1usize..3000).prop_map(|(b, n)| vec![b; n]),
+        (proptest::collection::vec(any::<u8>(), 2..8), 1usize..500).prop_map(|(p, n)| p
+            .iter()
+            .copied()
+            .cycle()
+            .take(p.len() * n)
+            .collect()),
+        proptest::collection::vec(0u8..4, 0..300),
+        proptest::collection::vec(any::<u8>(), 0..300),
+        (0usize..5, 0u32..1000).prop_map(|(k, i)| {
+            ["{\"id\":", "\"name\":\"user", "\",\"ts\":", "},", "xyz"][k]
+                .repeat(1 + i as usize % 5)
+                .into_bytes()
+        }),
+    ];
+    proptest::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+}
+
+proptest! {
+    /// Blocks `lz4_flex` compresses decode to the data, into an exact buffer or a larger one,
+    /// as `lz4_flex` decodes them; a buffer one byte short is an error.
+    #[test]
+    fn lz4_block_decoder_reads_compressed_blocks_as_lz4_flex(
+        data in lz4_block_test_data(),
+        slack in 0usize..100,
+    ) {
+        let block = lz4_flex::block::compress(&data);
+        let got = lz4_block(&block, data.len() + slack);
+        prop_assert_eq!(got.as_deref(), Some(&data[..]));
+        prop_assert_eq!(got, lz4_flex_block(&block, data.len() + slack));
+        if !data.is_empty() {
+            prop_assert_eq!(lz4_block(&block, data.len() - 1), None);
+        }
+    }
+
+    /// On arbitrary and damaged blocks the decoder never panics, and agrees with `lz4_flex`:
+    /// the same bytes when `lz4_flex` decodes the block, an error when it does not.
+    #[test]
+    fn lz4_block_decoder_agrees_with_lz4_flex_on_damaged_blocks(
+        data in lz4_block_test_data(),
+        raw in proptest::collection::vec(any::<u8>(), 0..200),
+        use_raw in any::<bool>(),
+        damage in proptest::collection::vec((any::<proptest::sample::Index>(), any::<u8>()), 0..4),
+        cut in proptest::option::of(any::<proptest::sample::Index>()),
+        cap_pick in any::<proptest::sample::Index>(),
+    ) {
+        let mut block = if use_raw { raw } else { lz4_flex::block::compress(&data) };
+        if !block.is_empty() {
+            for (at, x) in &damage {
+                let i = at.index(block.len());
+                block[i] = *x;
+            }
+        }
+        if let Some(cut) = cut {
+            let keep = cut.index(block.len() + 1);
+            block.truncate(keep);
+        }
+        let cap = cap_pick.index(2 * data.len().max(block.len() * 4) + 64);
+        prop_assert_eq!(lz4_block(&block, cap), lz4_flex_block(&block, cap));
+    }
+}
