@@ -200,6 +200,18 @@ pub(super) fn decompress_sized(
         None => Bytes::from(out),
     };
     match done {
+        Some(Fit::Within(n)) if cap > n.saturating_mul(2).saturating_add(BLOCK_64K) => {
+            // Far less than the block headers allowed (a frame of 4 MiB blocks holding
+            // 100 KB): the content moves to a buffer of its size, so that its records do
+            // not pin the large one, which goes back to the pool now.
+            let mut exact = match pool {
+                Some(p) => p.take(n),
+                None => Vec::with_capacity(n),
+            };
+            exact.extend_from_slice(&out[..n]);
+            drop(freeze(out));
+            Some(Ok(Some(freeze(exact))))
+        }
         Some(Fit::Within(n)) => {
             out.truncate(n);
             Some(Ok(Some(freeze(out))))
@@ -256,7 +268,8 @@ fn decode_blocks(input: &[u8], h: &Header, max_len: usize, out: &mut [u8]) -> Op
             out[pos..pos + len].copy_from_slice(block);
             len
         } else if room >= h.block_max {
-            decode_block(block, &mut out[pos..])?
+            // no more than a block's worth: a block that decodes to more is corrupt
+            decode_block(block, &mut out[pos..pos + h.block_max])?
         } else {
             scratch.resize(h.block_max, 0);
             let n = decode_block(block, &mut scratch)?;

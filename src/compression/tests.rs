@@ -360,6 +360,16 @@ fn damaged_lz4_frames_are_errors() {
         let got = Compression::Lz4.decompress(&bad, 1 << 20);
         assert!(got.is_err(), "byte {at}: {got:?}");
     }
+    // each checksum on its own catches a changed literal in the first block
+    for info in [
+        FrameInfo::new().block_checksums(true),
+        FrameInfo::new().content_checksum(true),
+    ] {
+        let mut bad = lz4_frame(&data, info.clone());
+        bad[20] ^= 0x01; // a literal (bytes 11 and 12: the token and its length)
+        let got = Compression::Lz4.decompress(&bad, 1 << 20);
+        assert!(got.is_err(), "{info:?}: {got:?}");
+    }
 }
 
 /// An LZ4 payload is decoded into one buffer sized from the frame's block headers: it is
@@ -643,4 +653,56 @@ proptest! {
         let cap = cap_pick.index(2 * data.len().max(block.len() * 4) + 64);
         prop_assert_eq!(lz4_block(&block, cap), lz4_flex_block(&block, cap));
     }
+}
+
+/// A frame whose compressed block decodes to more than the frame's block size is corrupt
+/// (lz4_flex and Java's reader refuse it), even when the output buffer has room for it.
+#[test]
+fn an_lz4_block_larger_than_the_frame_block_size_is_an_error() {
+    use crate::bufpool::BufPool;
+    // BD 64 KiB, no checksums; block 1 decodes to 100 000 bytes, block 2 to 5
+    let (flg, bd) = (0x60u8, 0x40u8);
+    let mut frame = vec![0x04, 0x22, 0x4d, 0x18, flg, bd];
+    frame.push((twox_hash::XxHash32::oneshot(0, &[flg, bd]) >> 8) as u8);
+    for data in [&[0u8; 100_000][..], b"hello"] {
+        let block = lz4_flex::block::compress(data);
+        frame.extend_from_slice(&(block.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&block);
+    }
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    let pool = BufPool::new(4, 8 << 20, 16 << 20);
+    for p in [None, Some(&pool)] {
+        let got = Compression::Lz4.decompress_pooled(&frame, 1 << 20, p);
+        assert!(got.is_err(), "{got:?}");
+    }
+}
+
+/// A frame of 4 MiB blocks (pierrec/lz4's default) holding far less than a block does not
+/// pin a 4 MiB buffer for as long as its records live: the content moves to a buffer of
+/// its size, and the large one goes back to the pool at once.
+#[test]
+fn lz4_output_of_a_frame_of_large_blocks_is_held_in_a_buffer_of_its_size() {
+    use crate::bufpool::BufPool;
+    use lz4_flex::frame::{BlockSize, FrameInfo};
+    let data = mixed_payload(120_000);
+    let frame = lz4_frame(&data, FrameInfo::new().block_size(BlockSize::Max4MB));
+    let pool = BufPool::new(4, 8 << 20, 16 << 20);
+    let out = Compression::Lz4
+        .decompress_pooled(&frame, 8 << 20, Some(&pool))
+        .unwrap()
+        .unwrap();
+    assert_eq!(&out[..], &data[..]);
+    let (kept, capacity) = pool.kept();
+    assert_eq!(
+        (kept, capacity >= 4 << 20),
+        (1, true),
+        "the 4 MiB decode buffer is back in the pool while the output lives"
+    );
+    drop(out);
+    let (kept, capacity_after) = pool.kept();
+    assert_eq!(kept, 2);
+    assert!(
+        capacity_after - capacity <= 2 * data.len(),
+        "{capacity_after}"
+    );
 }

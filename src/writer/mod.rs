@@ -20,7 +20,11 @@
 //!   what was accepted (the task wakes it as it catches up), and while it holds 16384
 //!   messages waiting for metadata (a topic's first lookup, or a partition it does not
 //!   know yet): nothing of theirs can be sent before it comes, and a message waits as
-//!   its whole struct, twice what it takes once encoded.
+//!   its whole struct, twice what it takes once encoded. These bounds are the writer's,
+//!   across topics: messages for a topic that never gets metadata (it does not exist and
+//!   the broker does not create it) hold up senders to other topics until they fail,
+//!   after [`WriterConfig::unknown_topic_timeout`] if set, else
+//!   [`WriterConfig::delivery_timeout`] — as a full byte budget does.
 //! * [`poll_ready`](futures::Sink::poll_ready) also returns, once, the first delivery
 //!   failure among the messages accepted since the last flush, so a `forward` stops soon
 //!   after a message fails for good rather than at the final flush (which reports it too).
