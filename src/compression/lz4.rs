@@ -25,6 +25,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use twox_hash::XxHash32;
 
+use super::{freeze_buf, take_buf};
 use crate::bufpool::BufPool;
 
 /// The frame magic number (little endian on the wire).
@@ -137,29 +138,57 @@ fn le_u32(input: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(input.get(at..end)?.try_into().ok()?))
 }
 
+/// One data block of a frame, as its header says.
+struct Block<'a> {
+    /// The block's bytes as stored (compressed, unless `stored`).
+    data: &'a [u8],
+    /// Stored uncompressed (the header's top bit).
+    stored: bool,
+    /// The block checksum that follows it, when the frame has them.
+    checksum: Option<u32>,
+}
+
+/// The block at `*at` (moving `at` past it): `Some(None)` at the end mark, `None` when the
+/// block header or data is cut short or the block is larger than the frame's block size.
+fn next_block<'a>(input: &'a [u8], at: &mut usize, h: &Header) -> Option<Option<Block<'a>>> {
+    let word = le_u32(input, *at)?;
+    *at += 4;
+    if word == 0 {
+        return Some(None);
+    }
+    let len = (word & !BLOCK_STORED) as usize;
+    if len > h.block_max {
+        return None;
+    }
+    let data = input.get(*at..*at + len)?;
+    *at += len;
+    let checksum = if h.block_checksums {
+        let sum = le_u32(input, *at)?;
+        *at += 4;
+        Some(sum)
+    } else {
+        None
+    };
+    Some(Some(Block {
+        data,
+        stored: word & BLOCK_STORED != 0,
+        checksum,
+    }))
+}
+
 /// Walk the frame's blocks: the most its content can decompress to, or `None` when the
 /// blocks do not end exactly at the input's end (truncated, oversized blocks, trailing
 /// bytes or a second frame).
 fn output_bound(input: &[u8], h: &Header) -> Option<usize> {
-    let checksum_len = if h.block_checksums { 4 } else { 0 };
     let mut at = h.len;
     let mut bound = 0usize;
-    loop {
-        let word = le_u32(input, at)?;
-        at += 4;
-        if word == 0 {
-            break;
-        }
-        let len = (word & !BLOCK_STORED) as usize;
-        if len > h.block_max {
-            return None;
-        }
-        bound = bound.checked_add(if word & BLOCK_STORED != 0 {
-            len
+    while let Some(block) = next_block(input, &mut at, h)? {
+        let most = if block.stored {
+            block.data.len()
         } else {
             h.block_max
-        })?;
-        at = at.checked_add(len + checksum_len)?;
+        };
+        bound = bound.checked_add(most)?;
     }
     if h.content_checksum {
         at = at.checked_add(4)?;
@@ -189,25 +218,16 @@ pub(super) fn decompress_sized(
     if cap > input.len().saturating_mul(256).max(1 << 20) {
         return None;
     }
-    let mut out = match pool {
-        Some(p) => p.take(cap),
-        None => Vec::with_capacity(cap),
-    };
+    let mut out = take_buf(pool, cap);
     out.resize(cap, 0);
     let done = decode_blocks(input, &h, max_len, &mut out);
-    let freeze = |out: Vec<u8>| match pool {
-        Some(p) => p.freeze(out),
-        None => Bytes::from(out),
-    };
+    let freeze = |out: Vec<u8>| freeze_buf(pool, out);
     match done {
         Some(Fit::Within(n)) if cap > n.saturating_mul(2).saturating_add(BLOCK_64K) => {
             // Far less than the block headers allowed (a frame of 4 MiB blocks holding
             // 100 KB): the content moves to a buffer of its size, so that its records do
             // not pin the large one, which goes back to the pool now.
-            let mut exact = match pool {
-                Some(p) => p.take(n),
-                None => Vec::with_capacity(n),
-            };
+            let mut exact = take_buf(pool, n);
             exact.extend_from_slice(&out[..n]);
             drop(freeze(out));
             Some(Ok(Some(freeze(exact))))
@@ -245,23 +265,15 @@ fn decode_blocks(input: &[u8], h: &Header, max_len: usize, out: &mut [u8]) -> Op
     // Content that does not fit in `out` is over the limit if it passes `max_len`, and
     // otherwise longer than the frame declares (corrupt: streamed for the error report).
     let overflow = |end: usize| (end > max_len).then_some(Fit::OverLimit);
-    loop {
-        let word = le_u32(input, at)?;
-        at += 4;
-        if word == 0 {
-            break;
+    while let Some(b) = next_block(input, &mut at, h)? {
+        if b.checksum
+            .is_some_and(|sum| XxHash32::oneshot(0, b.data) != sum)
+        {
+            return None;
         }
-        let len = (word & !BLOCK_STORED) as usize;
-        let block = input.get(at..at + len)?;
-        at += len;
-        if h.block_checksums {
-            if XxHash32::oneshot(0, block) != le_u32(input, at)? {
-                return None;
-            }
-            at += 4;
-        }
+        let (block, len) = (b.data, b.data.len());
         let room = out.len() - pos;
-        let n = if word & BLOCK_STORED != 0 {
+        let n = if b.stored {
             if len > room {
                 return overflow(pos + len);
             }

@@ -208,6 +208,25 @@ fn not_compiled(codec: Compression) -> Error {
     ))
 }
 
+/// An empty buffer with room for `len` bytes: from `pool` when there is one.
+#[allow(dead_code)] // unused when every codec is compiled out
+fn take_buf(pool: Option<&Arc<BufPool>>, len: usize) -> Vec<u8> {
+    match pool {
+        Some(p) => p.take(len),
+        None => Vec::with_capacity(len),
+    }
+}
+
+/// `buf` as [`Bytes`], going back to `pool` (when there is one) once its last slice is
+/// dropped.
+#[allow(dead_code)]
+fn freeze_buf(pool: Option<&Arc<BufPool>>, buf: Vec<u8>) -> Bytes {
+    match pool {
+        Some(p) => p.freeze(buf),
+        None => Bytes::from(buf),
+    }
+}
+
 /// Read all of `reader` into a buffer, stopping with `None` once more than `max_len`
 /// bytes come out. `hint` sizes the first allocation (capped by `max_len`).
 #[allow(dead_code)]
@@ -220,16 +239,10 @@ fn read_bounded(
 ) -> Result<Option<Bytes>> {
     use std::io::Read;
     let first = hint.min(max_len);
-    let mut out = match pool {
-        Some(p) => p.take(first),
-        None => Vec::with_capacity(first),
-    };
+    let mut out = take_buf(pool, first);
     let limit = u64::try_from(max_len).unwrap_or(u64::MAX).saturating_add(1);
     let read = reader.take(limit).read_to_end(&mut out);
-    let freeze = |out: Vec<u8>| match pool {
-        Some(p) => p.freeze(out),
-        None => Bytes::from(out),
-    };
+    let freeze = |out: Vec<u8>| freeze_buf(pool, out);
     if let Err(e) = read {
         drop(freeze(out));
         return Err(codec_error(codec, "decompression", e));
@@ -445,10 +458,7 @@ fn zstd_decompress_sized(
     if size > zstd_one_shot_limit(input.len()) {
         return None;
     }
-    let mut out = match pool {
-        Some(p) => p.take(size),
-        None => Vec::with_capacity(size),
-    };
+    let mut out = take_buf(pool, size);
     let done = ZSTD_DCTX.with(|cell| {
         let mut slot = cell.try_borrow_mut().ok()?;
         if slot.is_none() {
@@ -458,10 +468,7 @@ fn zstd_decompress_sized(
         // Never writes past `out`'s capacity: a longer output is an error.
         dctx.decompress_to_buffer(input, &mut out).ok()
     });
-    let freeze = |out: Vec<u8>| match pool {
-        Some(p) => p.freeze(out),
-        None => Bytes::from(out),
-    };
+    let freeze = |out: Vec<u8>| freeze_buf(pool, out);
     match done {
         Some(_) if out.len() <= max_len => Some(Ok(Some(freeze(out)))),
         _ => {
