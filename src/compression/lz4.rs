@@ -25,7 +25,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use twox_hash::XxHash32;
 
-use super::{freeze_buf, take_buf};
+use super::{freeze_buf, one_shot_limit, take_buf};
 use crate::bufpool::BufPool;
 
 /// The frame magic number (little endian on the wire).
@@ -108,7 +108,7 @@ fn header(input: &[u8]) -> Option<Header> {
         return None;
     }
     let block_max = match bd >> 4 {
-        4 => 64 << 10,
+        4 => BLOCK_64K,
         5 => 256 << 10,
         6 => 1 << 20,
         7 => 4 << 20,
@@ -213,9 +213,8 @@ pub(super) fn decompress_sized(
     }
     let cap = bound.min(max_len);
     // Block headers are not trusted for an allocation the payload cannot plausibly fill:
-    // five bytes may claim a 4 MiB block. LZ4 expands at most about 255 times; beyond
-    // that the frame streams, and its output grows only as data is really decoded.
-    if cap > input.len().saturating_mul(256).max(1 << 20) {
+    // five bytes may claim a 4 MiB block.
+    if cap > one_shot_limit(input.len()) {
         return None;
     }
     let mut out = take_buf(pool, cap);

@@ -227,6 +227,16 @@ fn freeze_buf(pool: Option<&Arc<BufPool>>, buf: Vec<u8>) -> Bytes {
     }
 }
 
+/// The largest output a one-shot decoder allocates up front, from what a header declares
+/// (a zstd frame's content size, an LZ4 frame's block headers), for a payload of
+/// `compressed_len` bytes: 1 MiB, or 256 times the payload. Kafka batches compress far
+/// less than that (LZ4 cannot expand more than about 255 times); a payload claiming more
+/// streams, its output growing only as data is really decompressed.
+#[allow(dead_code)]
+fn one_shot_limit(compressed_len: usize) -> usize {
+    compressed_len.saturating_mul(256).max(1 << 20)
+}
+
 /// Read all of `reader` into a buffer, stopping with `None` once more than `max_len`
 /// bytes come out. `hint` sizes the first allocation (capped by `max_len`).
 #[allow(dead_code)]
@@ -455,7 +465,7 @@ fn zstd_decompress_sized(
     // The header is not trusted for an allocation the payload cannot plausibly fill: a
     // 20-byte frame may declare hundreds of MiB. Such frames take the streaming path,
     // whose output grows only as data is really decompressed.
-    if size > zstd_one_shot_limit(input.len()) {
+    if size > one_shot_limit(input.len()) {
         return None;
     }
     let mut out = take_buf(pool, size);
@@ -476,14 +486,6 @@ fn zstd_decompress_sized(
             None
         }
     }
-}
-
-/// The largest declared size [`zstd_decompress_sized`] allocates up front for a payload of
-/// `compressed_len` bytes: 1 MiB, or 256 times the payload (Kafka batches compress far
-/// less than that; anything beyond streams).
-#[cfg(feature = "zstd")]
-fn zstd_one_shot_limit(compressed_len: usize) -> usize {
-    compressed_len.saturating_mul(256).max(1 << 20)
 }
 
 #[cfg(feature = "zstd")]
