@@ -297,6 +297,14 @@ impl MsgQueue {
         self.len = 0;
         std::mem::take(&mut self.chunks)
     }
+
+    /// Replace the contents with `msgs`.
+    fn set(&mut self, msgs: impl IntoIterator<Item = Msg>) {
+        self.take();
+        for m in msgs {
+            self.push(m);
+        }
+    }
 }
 
 /// A map by partition id, hashed with one multiplication (every message looks its
@@ -643,22 +651,15 @@ impl Task {
                 } else {
                     t.waiting.take()
                 };
-                // The messages kept go straight into a new queue (in chunks, as they came).
-                let mut due = Vec::new();
-                let mut keep = MsgQueue::default();
-                for m in list.into_iter().flatten() {
-                    if msg_expiry(&cfg, t, m.accepted) <= now {
-                        due.push(m);
-                    } else {
-                        keep.push(m);
-                    }
-                }
-                let queue = if recheck {
-                    &mut t.recheck
+                let (due, keep): (Vec<Msg>, Vec<Msg>) = list
+                    .into_iter()
+                    .flatten()
+                    .partition(|m| msg_expiry(&cfg, t, m.accepted) <= now);
+                if recheck {
+                    t.recheck.set(keep);
                 } else {
-                    &mut t.waiting
-                };
-                *queue = keep;
+                    t.waiting.set(keep);
+                }
                 for m in due {
                     let e = if after(m.accepted, cfg.delivery_timeout) > now {
                         // Expired early: the topic is unknown past `unknown_topic_timeout`.
