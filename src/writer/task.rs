@@ -295,14 +295,6 @@ impl MsgQueue {
         self.earliest = None;
         std::mem::take(&mut self.chunks)
     }
-
-    /// Replace the contents with `msgs`.
-    fn set(&mut self, msgs: impl IntoIterator<Item = Msg>) {
-        self.take();
-        for m in msgs {
-            self.push(m);
-        }
-    }
 }
 
 /// A map by partition id, hashed with one multiplication (every message looks its
@@ -637,15 +629,22 @@ impl Task {
                 } else {
                     t.waiting.take()
                 };
-                let (due, keep): (Vec<Msg>, Vec<Msg>) = list
-                    .into_iter()
-                    .flatten()
-                    .partition(|m| msg_expiry(&cfg, t, m.accepted) <= now);
-                if recheck {
-                    t.recheck.set(keep);
-                } else {
-                    t.waiting.set(keep);
+                // The messages kept go straight into a new queue (in chunks, as they came).
+                let mut due = Vec::new();
+                let mut keep = MsgQueue::default();
+                for m in list.into_iter().flatten() {
+                    if msg_expiry(&cfg, t, m.accepted) <= now {
+                        due.push(m);
+                    } else {
+                        keep.push(m);
+                    }
                 }
+                let queue = if recheck {
+                    &mut t.recheck
+                } else {
+                    &mut t.waiting
+                };
+                *queue = keep;
                 for m in due {
                     let e = if after(m.accepted, cfg.delivery_timeout) > now {
                         // Expired early: the topic is unknown past `unknown_topic_timeout`.
