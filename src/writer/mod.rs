@@ -16,7 +16,7 @@
 //!   per-partition order survives retries.
 //! * [`poll_ready`](futures::Sink::poll_ready) is pending while the bytes accepted but not
 //!   yet acknowledged exceed [`WriterConfig::max_buffered_bytes`]; acknowledgements wake it.
-//!   It also waits while the background task is more than 16384 messages behind taking
+//!   It also waits while the background task is more than 4096 messages behind taking
 //!   what was accepted (the task wakes it as it catches up).
 //! * [`poll_ready`](futures::Sink::poll_ready) also returns, once, the first delivery
 //!   failure among the messages accepted since the last flush, so a `forward` stops soon
