@@ -141,12 +141,20 @@ pub struct ReaderConfig {
     /// size: each record's bytes in its (decompressed) batch — key, value and headers
     /// plus their framing (length prefix, offset and timestamp deltas, field lengths), a
     /// few bytes more than [`Message::size`](super::Message::size); legacy (v0/v1)
-    /// messages count their key, value and headers. One fetch response may overshoot it
-    /// by what it decompresses to: `max_bytes`, or for compressed partitions about this
-    /// capacity shared among the response's partitions (at least `4 × max_partition_bytes`
-    /// each, at most `32 × max_partition_bytes` or 64 MiB) — a partition's first batch
-    /// still comes whole, up to
-    /// [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED).
+    /// messages count their key, value and headers.
+    ///
+    /// A compressed batch of up to 256 KiB is kept compressed, counting its compressed
+    /// size, until the stream reaches it: it is decompressed then, by the task polling
+    /// the reader (as the Java consumer does in `poll`), and counts its records from then
+    /// on. So a partition of highly compressible records holds one decompressed batch at
+    /// a time, however far its compressed data runs ahead. Larger compressed batches are
+    /// decompressed as they are fetched (off the runtime's threads when a response holds
+    /// much), and a response may overshoot the capacity by what they decompress to: about
+    /// this capacity shared among the response's partitions (at least
+    /// `4 × max_partition_bytes` each, at most `32 × max_partition_bytes` or 64 MiB). A
+    /// batch may decompress to at most
+    /// [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED); a larger one is
+    /// an error naming its offset.
     /// Default 64 MiB (librdkafka `queued.max.messages.kbytes`).
     pub queue_capacity_bytes: usize,
     /// Backoff after the first failed fetch or lookup of a partition (and after the first

@@ -119,7 +119,8 @@ pub struct ReaderStats {
     /// Messages fetched (kafka-go `Messages`).
     pub messages: u64,
     /// Bytes of fetched messages, counted as [`ReaderConfig::queue_capacity_bytes`]
-    /// counts them: their encoded size (kafka-go `Bytes`).
+    /// counts them when they are fetched: their encoded size, or for a small compressed
+    /// batch its compressed size (kafka-go `Bytes`).
     pub bytes: u64,
     /// Failed fetch or lookup attempts (kafka-go `Errors`).
     pub errors: u64,

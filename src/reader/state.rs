@@ -63,6 +63,14 @@ pub(crate) struct Pending {
     broker: i32,
 }
 
+impl Pending {
+    /// Whether its records wait in a payload still compressed.
+    #[cfg(test)]
+    pub(crate) fn is_compressed(&self) -> bool {
+        matches!(&self.records, PendingRecords::Encoded(e) if e.is_compressed())
+    }
+}
+
 enum PendingRecords {
     /// A RecordBatch v2's records, still encoded.
     Encoded(EncodedRecords),
@@ -217,6 +225,10 @@ pub(crate) struct State {
 
 /// The most messages [`State::pop_into`] lends the consumer from one partition at a time.
 pub(crate) const RUN: usize = 64;
+
+/// Decompressed bytes after which a run of messages stops at the next batch still
+/// compressed, unless the run is empty (see `DEFER_MAX` in `record/decode.rs`).
+const RUN_DECOMPRESSED: usize = 256 << 10;
 
 /// The part of the consumer's [`Loan`] shared with the handle, read without the lock.
 #[derive(Default)]
@@ -653,10 +665,32 @@ impl State {
             return false;
         };
         let mut failed = None;
+        let mut decompressed = 0;
         while p.buf.len() < RUN {
             let Some(b) = p.lazy.front_mut() else {
                 break;
             };
+            if let PendingRecords::Encoded(e) = &mut b.records {
+                if e.is_compressed() {
+                    // One batch per run once a run holds much: the rest wait compressed
+                    // (a run of one-record batches would otherwise decompress RUN of them).
+                    if !p.buf.is_empty() && decompressed >= RUN_DECOMPRESSED {
+                        break;
+                    }
+                    // It counted its compressed size; from now on, its records' bytes.
+                    let before = e.bytes();
+                    let result = e.decompress();
+                    let after = e.bytes();
+                    decompressed += after;
+                    b.bytes = b.bytes.saturating_sub(before) + after;
+                    p.lazy_bytes = p.lazy_bytes.saturating_sub(before) + after;
+                    self.buffered_bytes = self.buffered_bytes.saturating_sub(before) + after;
+                    if let Err(e) = result {
+                        failed = Some((e, b.fetched_at, b.broker));
+                        break;
+                    }
+                }
+            }
             let (topic, partition, hw) = (&p.topic, p.partition, b.high_watermark);
             let buf = &mut p.buf;
             let mut size = 0;

@@ -748,3 +748,118 @@ fn a_paused_partitions_encoded_batches_stop_counting_and_resume_where_they_stopp
         .collect();
     assert_eq!(rest, (5..100).collect::<Vec<_>>());
 }
+
+/// The encoded bytes of a RecordBatch v2 as its batch header leaves them: the
+/// (compressed) payload after the 61-byte header.
+fn payload_len(raw: &[u8]) -> usize {
+    raw.len() - 61
+}
+
+/// How many of partition `id`'s pending batches are still compressed.
+fn still_compressed(st: &State, id: u64) -> usize {
+    st.parts[&id]
+        .lazy
+        .iter()
+        .filter(|b| b.is_compressed())
+        .count()
+}
+
+#[test]
+fn compressed_batches_stay_compressed_until_the_consumer_reaches_them() {
+    let lz4 = crate::compression::Compression::Lz4;
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let raws: Vec<Vec<u8>> = (0..10).map(|i| wire_batch(i * 100, 100, lz4)).collect();
+    let compressed: usize = raws.iter().map(|r| payload_len(r)).sum();
+    let plain = payload_len(&wire_batch(0, 100, none()));
+    assert!(compressed < 10 * plain, "the test's batches compress");
+    let mut data = Vec::new();
+    raws.iter().for_each(|r| data.extend_from_slice(r));
+    // counted at their compressed size, none decompressed
+    assert_eq!(
+        fetch_lazily(&mut st, ids[0], data, 0),
+        (1_000, compressed as u64)
+    );
+    assert_eq!(st.queued(), (1_000, compressed));
+    assert_eq!(still_compressed(&st, ids[0]), 10);
+    // taking the first message decompresses the first batch only, which then counts
+    // its records' encoded bytes
+    let mut loan = state::Loan::default();
+    let first = take(&mut st, &mut loan)
+        .expect("an item")
+        .expect("a message");
+    assert_eq!(first.offset, 0);
+    assert_eq!(still_compressed(&st, ids[0]), 9);
+    st.settle(&mut loan);
+    let rest = compressed - payload_len(&raws[0]);
+    assert_eq!(st.queued(), (999, rest + plain - first.queued_size()));
+    let mut got = vec![0];
+    while let Some(r) = take(&mut st, &mut loan) {
+        let m = r.expect("a message");
+        assert_eq!(m.value.as_deref(), Some(&[(m.offset % 100) as u8; 10][..]));
+        got.push(m.offset);
+    }
+    assert_eq!(got, (0..1_000).collect::<Vec<_>>());
+    st.settle(&mut loan);
+    assert_eq!(st.queued(), (0, 0), "every byte counted is uncounted");
+    assert_eq!(st.parts[&ids[0]].position, 1_000);
+}
+
+#[test]
+fn a_compressed_batch_that_does_not_decompress_is_an_error_after_the_batches_before_it() {
+    let lz4 = crate::compression::Compression::Lz4;
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let mut data = wire_batch(0, 100, lz4);
+    // the second batch's LZ4 frame loses its end mark (its CRC still matches)
+    let bad = with_last_byte(wire_batch(100, 100, lz4), 0xff);
+    data.extend_from_slice(&bad);
+    data.extend_from_slice(&wire_batch(200, 100, lz4));
+    assert_eq!(fetch_lazily(&mut st, ids[0], data, 0).0, 300);
+    let mut loan = state::Loan::default();
+    let mut got = Vec::new();
+    let err = loop {
+        match take(&mut st, &mut loan).expect("an item") {
+            Ok(m) => got.push(m.offset),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+    let text = err.to_string();
+    assert!(
+        text.contains("cannot decode the records fetched at offset 0")
+            && text.contains("record batch at offset 100"),
+        "{text}"
+    );
+    assert!(take(&mut st, &mut loan).is_none());
+    st.settle(&mut loan);
+    assert_eq!(st.queued(), (0, 0));
+    let p = &st.parts[&ids[0]];
+    assert_eq!((p.fetch, p.position), (Position::Parked, 100));
+}
+
+#[test]
+fn a_run_decompresses_one_batch_when_batches_are_large() {
+    // Batches of one record each: a run of RUN messages would otherwise decompress RUN
+    // batches at once.
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let mut data = Vec::new();
+    for i in 0..10 {
+        let mut b = crate::record::RecordBatchBuilder::new(crate::compression::Compression::Lz4);
+        b.append(0, None, Some(&vec![i as u8; 1 << 20][..]), &[])
+            .expect("append");
+        let mut raw = b.build().expect("build").to_vec();
+        raw[..8].copy_from_slice(&(i as i64).to_be_bytes());
+        data.extend_from_slice(&raw);
+    }
+    assert_eq!(fetch_lazily(&mut st, ids[0], data, 0).0, 10);
+    let mut loan = state::Loan::default();
+    assert_eq!(offset_of(take(&mut st, &mut loan)), 0);
+    assert_eq!(
+        still_compressed(&st, ids[0]),
+        9,
+        "one MiB decompressed, not ten"
+    );
+    let rest: Vec<i64> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.expect("a message").offset)
+        .collect();
+    assert_eq!(rest, (1..10).collect::<Vec<_>>());
+}

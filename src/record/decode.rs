@@ -37,6 +37,15 @@ pub struct DecodedBatches {
     pub limited: bool,
 }
 
+/// The largest compressed payload [`decode_batches_lazy`] leaves compressed, to be
+/// decompressed when its first record is decoded (by the consumer, as it reaches the
+/// batch); larger ones are decompressed at once, off the consumer's path. Small
+/// payloads are where a fetch's decompressed size runs away from its fetched size: a
+/// batch of 1 MiB of repetitive records compresses to a few KiB, so one response of them
+/// would otherwise decompress to hundreds of MiB, all fresh memory, while the consumer
+/// reads one batch at a time.
+pub(crate) const DEFER_MAX: usize = 256 << 10;
+
 /// The hard limit [`decode_batches_within`] applies to the first batch when the caller
 /// passes none larger: 256 MiB, 256 times Kafka's default `max.message.bytes`.
 pub const MAX_BATCH_DECOMPRESSED: usize = 256 * 1024 * 1024;
@@ -215,7 +224,7 @@ fn decode_batches_inner(
         let batch = data.slice(..size);
         let magic = batch.get(16).map(|m| *m as i8);
         let step = match magic {
-            Some(MAGIC_V2) => decode_v2(batch, limit, pool, lazy),
+            Some(MAGIC_V2) => decode_v2(batch, limit, soft_limit.max(hard_limit), pool, lazy),
             Some(0 | 1) => legacy::decode_message(batch, limit),
             Some(m) => Err(Error::protocol(format!("unknown record batch magic {m}"))),
             None => Err(Error::protocol(format!(
@@ -275,8 +284,16 @@ pub(super) enum Step {
 }
 
 /// Decode one complete RecordBatch v2 (`batch` is exactly its bytes), decompressing its
-/// payload to at most `limit` bytes; with `lazy`, a data batch's records are left encoded.
-fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>, lazy: bool) -> Result<Step> {
+/// payload to at most `limit` bytes; with `lazy`, a data batch's records are left encoded,
+/// and a compressed payload of at most [`DEFER_MAX`] bytes is left compressed too, to be
+/// decompressed to at most `deferred_limit` bytes when its first record is decoded.
+fn decode_v2(
+    batch: Bytes,
+    limit: usize,
+    deferred_limit: usize,
+    pool: Option<&Arc<BufPool>>,
+    lazy: bool,
+) -> Result<Step> {
     if batch.len() < BATCH_HEADER_LEN {
         return Err(Error::protocol(format!(
             "record batch of {} bytes is shorter than its {BATCH_HEADER_LEN}-byte header",
@@ -313,36 +330,14 @@ fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>, lazy: bool
         TimestampType::CreateTime
     };
     let at = |e: Error| at_batch(base_offset, e);
-    let (payload, decompressed) = if compression == Compression::None {
-        (b, 0)
-    } else {
-        match compression.decompress_pooled(&b, limit, pool).map_err(at)? {
-            Some(p) => {
-                let n = p.len();
-                (p, n)
-            }
-            None => {
-                return Ok(Step::OverLimit {
-                    at: format!("record batch at offset {base_offset}"),
-                    codec: compression,
-                })
-            }
-        }
-    };
     let count = usize::try_from(count)
         .map_err(|_| at(Error::protocol(format!("negative record count {count}"))))?;
-    if count > payload.len() / MIN_RECORD_LEN {
-        return Err(at(Error::protocol(format!(
-            "record count {count} exceeds what the {} record bytes can hold",
-            payload.len()
-        ))));
-    }
+    let is_control = attributes & 0x20 != 0;
     let ctx = RecordCtx {
         base_offset,
         base_timestamp,
         log_append_time: (timestamp_type == TimestampType::LogAppendTime).then_some(max_timestamp),
     };
-    let is_control = attributes & 0x20 != 0;
     let mut batch = RecordBatch {
         base_offset,
         partition_leader_epoch,
@@ -359,12 +354,46 @@ fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>, lazy: bool
         base_sequence,
         records: Vec::new(),
     };
+    if lazy && compression != Compression::None && !is_control && count > 0 && b.len() <= DEFER_MAX
+    {
+        let encoded = EncodedRecords {
+            payload: b,
+            pos: 0,
+            left: count,
+            count,
+            ctx,
+            compressed: Some(Box::new(Deferred {
+                codec: compression,
+                limit: deferred_limit,
+                pool: pool.cloned(),
+            })),
+        };
+        return Ok(Step::Encoded(batch, encoded, 0));
+    }
+    let (payload, decompressed) = if compression == Compression::None {
+        (b, 0)
+    } else {
+        match compression.decompress_pooled(&b, limit, pool).map_err(at)? {
+            Some(p) => {
+                let n = p.len();
+                (p, n)
+            }
+            None => {
+                return Ok(Step::OverLimit {
+                    at: format!("record batch at offset {base_offset}"),
+                    codec: compression,
+                })
+            }
+        }
+    };
+    check_count(count, payload.len()).map_err(at)?;
     let mut encoded = EncodedRecords {
         payload,
         pos: 0,
         left: count,
         count,
         ctx,
+        compressed: None,
     };
     // Control batches (read at fetch time) and empty ones (nothing to defer but the
     // trailing-bytes check) are decoded now.
@@ -388,14 +417,25 @@ fn decode_v2(batch: Bytes, limit: usize, pool: Option<&Arc<BufPool>>, lazy: bool
     Ok(Step::Batch(batch, decompressed))
 }
 
+/// A batch of `count` records cannot fit in `len` bytes.
+fn check_count(count: usize, len: usize) -> Result<()> {
+    if count > len / MIN_RECORD_LEN {
+        return Err(Error::protocol(format!(
+            "record count {count} exceeds what the {len} record bytes can hold"
+        )));
+    }
+    Ok(())
+}
+
 /// Prefix `e` with the batch it comes from.
 fn at_batch(base_offset: i64, e: Error) -> Error {
     let msg = format!("record batch at offset {base_offset}: {e}");
     e.with_message(msg)
 }
 
-/// The records of one RecordBatch v2, still encoded in its (decompressed) payload, and
-/// a cursor over them: [`decode_next`](Self::decode_next) decodes the next one.
+/// The records of one RecordBatch v2, still encoded in its payload (still compressed,
+/// for a small compressed batch, until the first record is decoded: see [`DEFER_MAX`]),
+/// and a cursor over them: [`decode_next`](Self::decode_next) decodes the next one.
 #[derive(Debug)]
 pub(crate) struct EncodedRecords {
     payload: Bytes,
@@ -404,9 +444,52 @@ pub(crate) struct EncodedRecords {
     left: usize,
     count: usize,
     ctx: RecordCtx,
+    /// While `payload` is still compressed: how to decompress it.
+    compressed: Option<Box<Deferred>>,
+}
+
+/// How [`EncodedRecords::decompress`] decompresses a payload left compressed.
+#[derive(Debug)]
+struct Deferred {
+    codec: Compression,
+    /// The most bytes it may decompress to.
+    limit: usize,
+    pool: Option<Arc<BufPool>>,
 }
 
 impl EncodedRecords {
+    /// Whether the payload is still compressed ([`bytes`](Self::bytes) then counts its
+    /// compressed size).
+    #[inline]
+    pub(crate) fn is_compressed(&self) -> bool {
+        self.compressed.is_some()
+    }
+
+    /// Decompress a payload left compressed (nothing to do otherwise). Decoding the
+    /// first record does it too; the caller calls it first to see
+    /// [`bytes`](Self::bytes) grow.
+    pub(crate) fn decompress(&mut self) -> Result<()> {
+        let Some(d) = self.compressed.take() else {
+            return Ok(());
+        };
+        let base_offset = self.ctx.base_offset;
+        let at = |e: Error| at_batch(base_offset, e);
+        let payload = d
+            .codec
+            .decompress_pooled(&self.payload, d.limit, d.pool.as_ref())
+            .map_err(at)?
+            .ok_or_else(|| {
+                at(Error::compression(format!(
+                    "{} payload decompresses to more than the {}-byte limit",
+                    d.codec, d.limit
+                )))
+            })?;
+        check_count(self.count, payload.len()).map_err(at)?;
+        self.payload = payload;
+        self.pos = 0;
+        Ok(())
+    }
+
     /// Records still to decode.
     #[inline]
     pub(crate) fn len(&self) -> usize {
@@ -429,6 +512,9 @@ impl EncodedRecords {
                 self.ctx.base_offset,
                 Error::protocol("no record left to decode"),
             ));
+        }
+        if self.compressed.is_some() {
+            self.decompress()?;
         }
         let mut cur = Cursor {
             buf: &self.payload,

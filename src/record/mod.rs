@@ -26,6 +26,8 @@ mod decode;
 mod encode;
 mod legacy;
 
+#[cfg(test)]
+pub(crate) use decode::DEFER_MAX;
 pub use decode::{decode_batches, decode_batches_within, DecodedBatches, MAX_BATCH_DECOMPRESSED};
 pub(crate) use decode::{decode_batches_lazy, decode_batches_pooled, EncodedRecords, LazyBatch};
 pub use encode::RecordBatchBuilder;

@@ -1047,3 +1047,69 @@ fn the_per_thread_compression_buffer_keeps_at_most_kept_scratch() {
     batch(2 * KEPT_SCRATCH);
     assert!(kept() <= KEPT_SCRATCH, "{}", kept());
 }
+
+/// Two batches of `codec` at offsets 0 and 50, 50 records of 100 bytes each.
+fn two_compressible_batches(codec: Compression) -> (Bytes, Vec<Record>) {
+    let mut all = BytesMut::new();
+    for base in [0i64, 50] {
+        let mut b = RecordBatchBuilder::new(codec);
+        for i in 0..50u8 {
+            b.append(0, None, Some(&[i; 100][..]), &[]).unwrap();
+        }
+        let mut raw = BytesMut::from(&b.build().unwrap()[..]);
+        raw[..8].copy_from_slice(&base.to_be_bytes());
+        all.extend_from_slice(&raw);
+    }
+    let all = all.freeze();
+    let eager = decode_batches(all.clone(), MB).unwrap();
+    (
+        all,
+        eager.batches.into_iter().flat_map(|b| b.records).collect(),
+    )
+}
+
+#[test]
+fn small_compressed_batches_are_decompressed_when_their_first_record_is_decoded() {
+    for codec in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let (all, want) = two_compressible_batches(codec);
+        // No decompression budget at all: neither batch spends any of it yet.
+        let d = decode_batches_lazy(all.clone(), 0, MB, None).unwrap();
+        assert!(!d.limited, "{codec}");
+        assert_eq!(d.batches.len(), 2, "{codec}");
+        for b in &d.batches {
+            let e = b.encoded.as_ref().unwrap();
+            assert!(e.is_compressed(), "{codec}");
+            assert_eq!(e.len(), 50);
+            assert!(e.bytes() < 50 * 100 / 4, "{codec}: {} bytes", e.bytes());
+        }
+        let (got, bytes) = lazy_records(d.batches).unwrap();
+        assert_eq!(got, want, "{codec}");
+        assert!(bytes > 2 * 50 * 100, "{codec}: decompressed bytes {bytes}");
+        // The hard limit holds when it is decompressed.
+        let d = decode_batches_lazy(all, 0, 1_000, None).unwrap();
+        let err = lazy_records(d.batches).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Compression, "{codec}: {err}");
+        assert!(
+            err.to_string().contains("record batch at offset 0")
+                && err.to_string().contains("1000-byte limit"),
+            "{codec}: {err}"
+        );
+    }
+}
+
+#[test]
+fn large_compressed_batches_are_decompressed_at_once() {
+    let mut b = RecordBatchBuilder::new(Compression::Lz4);
+    let value = crate::util::noise(DEFER_MAX + 1, 7);
+    b.append(0, None, Some(&value[..]), &[]).unwrap();
+    let d = decode_batches_lazy(b.build().unwrap(), MB, MB, None).unwrap();
+    let e = d.batches[0].encoded.as_ref().unwrap();
+    assert!(!e.is_compressed());
+    let (got, _) = lazy_records(d.batches).unwrap();
+    assert_eq!(got[0].value.as_deref(), Some(&value[..]));
+}
