@@ -204,6 +204,22 @@ impl Track {
         Ok(s.base + s.slots.len() as u64 - 1)
     }
 
+    /// Whether [`deliver`](Self::deliver) would take a message at `offset` or later now
+    /// (else the track wakes the reader when it has room, as after a refused delivery).
+    pub(crate) fn has_room_from(&self, offset: i64) -> bool {
+        let mut s = self.lock();
+        if s.slots.back().is_some_and(|sl| sl.offset >= offset) || s.slots.len() < self.max_unacked
+        {
+            return true;
+        }
+        self.advance(&mut s);
+        if s.slots.len() >= self.max_unacked {
+            s.blocked = true;
+            return false;
+        }
+        true
+    }
+
     fn forget(s: &mut TrackState) {
         s.base += s.slots.len() as u64;
         s.slots.clear();

@@ -151,10 +151,12 @@ pub struct ReaderConfig {
     /// decompressed as they are fetched (off the runtime's threads when a response holds
     /// much), and a response may overshoot the capacity by what they decompress to: about
     /// this capacity shared among the response's partitions (at least
-    /// `4 × max_partition_bytes` each, at most `32 × max_partition_bytes` or 64 MiB). A
-    /// batch may decompress to at most
-    /// [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED); a larger one is
-    /// an error naming its offset.
+    /// `4 × max_partition_bytes` each, at most `32 × max_partition_bytes` or 64 MiB).
+    /// Decompressing a batch the stream reaches may likewise take the count past the
+    /// capacity, by at most one batch per partition. A batch may decompress to at most
+    /// [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED) (or
+    /// `32 × max_partition_bytes`, if larger); a larger one is an error naming its
+    /// offset.
     /// Default 64 MiB (librdkafka `queued.max.messages.kbytes`).
     pub queue_capacity_bytes: usize,
     /// Backoff after the first failed fetch or lookup of a partition (and after the first

@@ -69,6 +69,14 @@ impl Pending {
     pub(crate) fn is_compressed(&self) -> bool {
         matches!(&self.records, PendingRecords::Encoded(e) if e.is_compressed())
     }
+
+    /// For a batch still compressed: the offset its records start from.
+    fn compressed_from(&self) -> Option<i64> {
+        match &self.records {
+            PendingRecords::Encoded(e) if e.is_compressed() => Some(e.base_offset()),
+            _ => None,
+        }
+    }
 }
 
 enum PendingRecords {
@@ -805,6 +813,18 @@ impl State {
                 // queued again by `resume`
                 p.in_ready = false;
                 continue;
+            }
+            // A batch is decompressed only for a track with room for its records.
+            if let (true, Some(t), Some(from)) = (
+                p.buf.is_empty(),
+                &p.track,
+                p.lazy.front().and_then(Pending::compressed_from),
+            ) {
+                if !t.has_room_from(from) {
+                    p.in_ready = false;
+                    self.blocked.push(id);
+                    continue;
+                }
             }
             if p.buf.is_empty() && !p.lazy.is_empty() && self.decode_run(id) {
                 let Some(q) = self.parts.get_mut(&id) else {

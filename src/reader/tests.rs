@@ -863,3 +863,38 @@ fn a_run_decompresses_one_batch_when_batches_are_large() {
         .collect();
     assert_eq!(rest, (1..10).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_group_partition_whose_track_is_full_leaves_its_next_batch_compressed() {
+    use crate::group::{Pulse, Track};
+    use std::sync::Arc;
+    let lz4 = crate::compression::Compression::Lz4;
+    let (mut st, ids) = state_with(&[("t", 0), ("t", 1)]);
+    for (p, id) in ids.iter().enumerate() {
+        // room for one run of unacknowledged messages: the first batch
+        let track = Arc::new(Track::new(-1, true, state::RUN, Arc::new(Pulse::default())));
+        st.set_track(&TopicPartition::new("t", p as i32), Some(track));
+        let mut data = wire_batch(0, state::RUN, lz4);
+        data.extend_from_slice(&wire_batch(state::RUN as i64, 100, lz4));
+        fetch_lazily(&mut st, *id, data, 0);
+    }
+    let mut loan = state::Loan::default();
+    let mut tokens = Vec::new();
+    for _ in 0..2 * state::RUN {
+        let mut m = take(&mut st, &mut loan)
+            .expect("an item")
+            .expect("a message");
+        assert!(m.offset < state::RUN as i64);
+        tokens.push(m.take_ack_token());
+    }
+    // Both tracks are full: nothing to yield, and no second batch decompressed for
+    // nothing.
+    assert!(take(&mut st, &mut loan).is_none());
+    assert_eq!(still_compressed(&st, ids[0]), 1);
+    assert_eq!(still_compressed(&st, ids[1]), 1);
+    tokens.drain(..).for_each(crate::group::AckToken::ack);
+    let m = take(&mut st, &mut loan)
+        .expect("an item")
+        .expect("a message");
+    assert_eq!(m.offset, state::RUN as i64);
+}

@@ -354,10 +354,20 @@ fn decode_v2(
         base_sequence,
         records: Vec::new(),
     };
-    if lazy && compression != Compression::None && !is_control && count > 0 && b.len() <= DEFER_MAX
+    // Left compressed: a small data batch whose record count its offsets allow (Kafka
+    // writes at most `last_offset_delta + 1` records; a batch claiming more is checked
+    // against its payload now, as it would count that many messages meanwhile). It gets
+    // its own copy of the compressed bytes, which are a slice of the whole response.
+    let offsets = i64::from(last_offset_delta).saturating_add(1);
+    if lazy
+        && compression != Compression::None
+        && !is_control
+        && count > 0
+        && i64::try_from(count).is_ok_and(|c| c <= offsets)
+        && b.len() <= DEFER_MAX
     {
         let encoded = EncodedRecords {
-            payload: b,
+            payload: Bytes::copy_from_slice(&b),
             pos: 0,
             left: count,
             count,
@@ -463,6 +473,18 @@ impl EncodedRecords {
     #[inline]
     pub(crate) fn is_compressed(&self) -> bool {
         self.compressed.is_some()
+    }
+
+    /// The payload (still compressed or not).
+    #[cfg(test)]
+    pub(crate) fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// The offset of the batch's first record.
+    #[inline]
+    pub(crate) fn base_offset(&self) -> i64 {
+        self.ctx.base_offset
     }
 
     /// Decompress a payload left compressed (nothing to do otherwise). Decoding the

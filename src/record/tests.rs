@@ -1113,3 +1113,33 @@ fn large_compressed_batches_are_decompressed_at_once() {
     let (got, _) = lazy_records(d.batches).unwrap();
     assert_eq!(got[0].value.as_deref(), Some(&value[..]));
 }
+
+#[test]
+fn a_batch_left_compressed_holds_its_own_copy_of_the_payload() {
+    // A fetch response's records are one buffer: a batch left compressed must not keep
+    // all of it alive (it counts only its own compressed size).
+    let (all, _) = two_compressible_batches(Compression::Lz4);
+    let d = decode_batches_lazy(all.clone(), 0, MB, None).unwrap();
+    let whole = all.as_ptr_range();
+    for b in &d.batches {
+        let e = b.encoded.as_ref().unwrap();
+        assert!(e.is_compressed());
+        assert!(
+            !whole.contains(&e.payload().as_ptr()),
+            "a slice of the response"
+        );
+    }
+}
+
+#[test]
+fn a_compressed_batch_claiming_more_records_than_offsets_is_an_error_at_once() {
+    // Kafka's batches hold at most last_offset_delta + 1 records; one claiming more is
+    // not left to be found out when it is taken (it would count that many messages).
+    let (all, _) = two_compressible_batches(Compression::Zstd);
+    let first = 12 + i32::from_be_bytes(all[8..12].try_into().unwrap()) as usize;
+    let mut bad = BytesMut::from(&all[..first]);
+    bad[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+    fix_crc(&mut bad);
+    let err = decode_batches_lazy(bad.freeze(), 0, MB, None).unwrap_err();
+    assert!(err.to_string().contains("record count"), "{err}");
+}
