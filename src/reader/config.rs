@@ -145,8 +145,8 @@ pub struct ReaderConfig {
     ///
     /// A compressed batch of up to 256 KiB is kept compressed, counting its compressed
     /// size, until the stream reaches it: it is decompressed then, by the task polling
-    /// the reader (as the Java consumer does in `poll`), and counts its records from then
-    /// on. So a partition of highly compressible records holds one decompressed batch at
+    /// the reader (as the Java consumer does in `poll`) without holding the reader's
+    /// shared state, and counts its records from then on. So a partition of highly compressible records holds one decompressed batch at
     /// a time, however far its compressed data runs ahead. Larger compressed batches are
     /// decompressed as they are fetched (off the runtime's threads when a response holds
     /// much), and a response may overshoot the capacity by what they decompress to: about

@@ -99,7 +99,7 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use handle::{TaskEnd, Tasks};
 pub(crate) use state::Shared;
-use state::{Counters, Lent, Loan, State};
+use state::{Counters, Lent, Loan, Popped, State};
 
 use crate::group::{Committer, GroupEvents, GroupShared, GroupTask};
 
@@ -717,13 +717,26 @@ impl Reader {
         if st.closed {
             return Poll::Ready(None);
         }
-        let item = match st.errors.pop_front() {
-            Some(e) => Some(Err(e)),
-            // A record that does not decode queues its error instead of a message.
-            None => match st.pop_into(Some(&mut self.loan)) {
-                Some(m) => Some(Ok(m)),
-                None => st.errors.pop_front().map(Err),
-            },
+        let item = loop {
+            if let Some(e) = st.errors.pop_front() {
+                break Some(Err(e));
+            }
+            match st.pop_or_inflate(Some(&mut self.loan)) {
+                Popped::Message(m) => break Some(Ok(m)),
+                // A record that does not decode queues its error instead of a message.
+                Popped::Nothing => break st.errors.pop_front().map(Err),
+                // Decompressed without the lock, which the fetch task and the handles
+                // take meanwhile; a batch stale by then is dropped by `install`.
+                Popped::Inflate(job) => {
+                    drop(st);
+                    let result = job.run();
+                    st = shared.lock();
+                    st.install(job, result);
+                    if st.closed {
+                        return Poll::Ready(None);
+                    }
+                }
+            }
         };
         if st.has_decode_errors() {
             for e in st.take_decode_errors() {

@@ -52,6 +52,8 @@ impl Position {
 /// the consumer takes them (at most [`RUN`] at a time), behind [`Part::buf`].
 pub(crate) struct Pending {
     records: PendingRecords,
+    /// Which push it came with (unique per reader), to match a decompression to it.
+    serial: u64,
     /// The partition's high-water mark when the batch was fetched.
     high_watermark: i64,
     /// Records and bytes of it still counted as buffered.
@@ -229,14 +231,47 @@ pub(crate) struct State {
     /// Errors of records that did not decode when taken, for the fetch task's counters
     /// (see [`State::take_decode_errors`]).
     decode_errors: Vec<Error>,
+    /// The last [`Pending::serial`] given.
+    serials: u64,
 }
 
-/// The most messages [`State::pop_into`] lends the consumer from one partition at a time.
+/// The most messages [`State::pop_or_inflate`] lends the consumer from one partition at a
+/// time.
 pub(crate) const RUN: usize = 64;
 
-/// Decompressed bytes after which a run of messages stops at the next batch still
-/// compressed, unless the run is empty (see `DEFER_MAX` in `record/decode.rs`).
-const RUN_DECOMPRESSED: usize = 256 << 10;
+/// What [`State::pop_or_inflate`] found.
+pub(crate) enum Popped {
+    Message(Message),
+    /// A compressed batch whose partition's turn it is: decompress it without the lock,
+    /// [`install`](State::install) the result, and pop again.
+    Inflate(Inflate),
+    Nothing,
+}
+
+/// The decompression of partition `id`'s first pending batch (see [`Popped::Inflate`]).
+pub(crate) struct Inflate {
+    id: u64,
+    epoch: u64,
+    /// The batch's [`Pending::serial`].
+    serial: u64,
+    job: crate::record::Decompression,
+}
+
+impl Inflate {
+    /// Decompress (no lock needed).
+    pub(crate) fn run(&self) -> crate::error::Result<bytes::Bytes> {
+        self.job.run()
+    }
+}
+
+/// How [`State::decode_run`] ended.
+enum Run {
+    Decoded,
+    /// It starts with a compressed batch.
+    Inflate(Inflate),
+    /// A record or batch did not decode: the partition is parked.
+    Failed,
+}
 
 /// The part of the consumer's [`Loan`] shared with the handle, read without the lock.
 #[derive(Default)]
@@ -649,8 +684,10 @@ impl State {
             }
             n += bn;
             bytes += bbytes;
+            self.serials += 1;
             p.lazy.push_back(Pending {
                 records,
+                serial: self.serials,
                 high_watermark,
                 n: bn,
                 bytes: bbytes,
@@ -668,35 +705,28 @@ impl State {
     /// (empty) `buf`. A record that does not decode parks the partition, as a fetch that
     /// does not decode does (see `task.rs`): what follows it is dropped, and the error is
     /// yielded after the messages decoded before it. Returns whether that happened.
-    fn decode_run(&mut self, id: u64) -> bool {
+    fn decode_run(&mut self, id: u64) -> Run {
         let Some(p) = self.parts.get_mut(&id) else {
-            return false;
+            return Run::Decoded;
         };
         let mut failed = None;
-        let mut decompressed = 0;
         while p.buf.len() < RUN {
             let Some(b) = p.lazy.front_mut() else {
                 break;
             };
             if let PendingRecords::Encoded(e) = &mut b.records {
-                if e.is_compressed() {
-                    // One batch per run once a run holds much: the rest wait compressed
-                    // (a run of one-record batches would otherwise decompress RUN of them).
-                    if !p.buf.is_empty() && decompressed >= RUN_DECOMPRESSED {
+                if let Some(job) = e.decompression() {
+                    // A run ends before a compressed batch; one that starts with it hands
+                    // its decompression to the consumer, to run without the lock.
+                    if !p.buf.is_empty() {
                         break;
                     }
-                    // It counted its compressed size; from now on, its records' bytes.
-                    let before = e.bytes();
-                    let result = e.decompress();
-                    let after = e.bytes();
-                    decompressed += after;
-                    b.bytes = b.bytes.saturating_sub(before) + after;
-                    p.lazy_bytes = p.lazy_bytes.saturating_sub(before) + after;
-                    self.buffered_bytes = self.buffered_bytes.saturating_sub(before) + after;
-                    if let Err(e) = result {
-                        failed = Some((e, b.fetched_at, b.broker));
-                        break;
-                    }
+                    return Run::Inflate(Inflate {
+                        id,
+                        epoch: p.epoch,
+                        serial: b.serial,
+                        job,
+                    });
                 }
             }
             let (topic, partition, hw) = (&p.topic, p.partition, b.high_watermark);
@@ -742,7 +772,17 @@ impl State {
             }
         }
         let Some((e, fetched_at, broker)) = failed else {
-            return false;
+            return Run::Decoded;
+        };
+        self.fail_run(id, e, fetched_at, broker);
+        Run::Failed
+    }
+
+    /// Partition `id`'s pending records do not decode (`e`, in the fetch at `fetched_at`
+    /// from `broker`): drop them and park the partition with the error.
+    fn fail_run(&mut self, id: u64, e: Error, fetched_at: i64, broker: i32) {
+        let Some(p) = self.parts.get_mut(&id) else {
+            return;
         };
         let (n, bytes) = p.clear_lazy();
         p.streak.fail_fatally();
@@ -763,7 +803,37 @@ impl State {
         tracing::warn!(topic = %topic, partition, offset = fetched_at, error = %e, "fetched records cannot be decoded; partition paused until a seek");
         self.decode_errors.push(err.clone());
         self.park(id, err);
-        true
+    }
+
+    /// Take the result of `job` (run without the lock): partition `job.id`'s first
+    /// pending batch is decompressed from now on and counts its records' bytes, or, if it
+    /// did not decompress, the partition is parked with the error as for a record that
+    /// does not decode. Dropped if the partition was reset, unassigned or reassigned
+    /// meanwhile.
+    pub(crate) fn install(&mut self, job: Inflate, result: crate::error::Result<bytes::Bytes>) {
+        let Some(p) = self.parts.get_mut(&job.id) else {
+            return;
+        };
+        if p.epoch != job.epoch {
+            return;
+        }
+        let Some(b) = p.lazy.front_mut().filter(|b| b.serial == job.serial) else {
+            return;
+        };
+        let PendingRecords::Encoded(e) = &mut b.records else {
+            return;
+        };
+        // It counted its compressed size; from now on, its records' bytes.
+        let before = e.bytes();
+        let installed = e.install(result);
+        let after = e.bytes();
+        b.bytes = b.bytes.saturating_sub(before) + after;
+        p.lazy_bytes = p.lazy_bytes.saturating_sub(before) + after;
+        self.buffered_bytes = self.buffered_bytes.saturating_sub(before) + after;
+        if let Err(e) = installed {
+            let (fetched_at, broker) = (b.fetched_at, b.broker);
+            self.fail_run(job.id, e, fetched_at, broker);
+        }
     }
 
     /// Account for `n` messages of `bytes` just appended to partition `id`'s buffer, and
@@ -789,11 +859,31 @@ impl State {
         Some((m, was_full && !self.full(config)))
     }
 
+    /// The next message, round robin over partitions (see [`pop_or_inflate`](Self::pop_or_inflate)),
+    /// decompressing batches at once: for tests.
+    #[cfg(test)]
+    pub(crate) fn pop_into(&mut self, mut loan: Option<&mut Loan>) -> Option<Message> {
+        loop {
+            match self.pop_or_inflate(loan.as_deref_mut()) {
+                Popped::Message(m) => return Some(m),
+                Popped::Nothing => return None,
+                Popped::Inflate(job) => {
+                    let result = job.run();
+                    self.install(job, result);
+                }
+            }
+        }
+    }
+
     /// The next message, round robin over partitions. With `loan` (settled, empty), a
     /// track-less partition also lends the rest of its buffer, of which up to
     /// [`RUN`]` - 1` messages are taken one after another before the next partition's
     /// turn.
-    pub(crate) fn pop_into(&mut self, mut loan: Option<&mut Loan>) -> Option<Message> {
+    ///
+    /// When the partition whose turn it is starts with a batch still compressed, its
+    /// decompression is handed back instead ([`Popped::Inflate`]), for the consumer to
+    /// run without the lock and [`install`](Self::install); the partition keeps its turn.
+    pub(crate) fn pop_or_inflate(&mut self, mut loan: Option<&mut Loan>) -> Popped {
         if !self.blocked.is_empty() {
             let blocked = std::mem::take(&mut self.blocked);
             for id in blocked {
@@ -826,14 +916,24 @@ impl State {
                     continue;
                 }
             }
-            if p.buf.is_empty() && !p.lazy.is_empty() && self.decode_run(id) {
-                let Some(q) = self.parts.get_mut(&id) else {
-                    continue;
-                };
-                if q.buf.is_empty() {
-                    // the error is next
-                    q.in_ready = false;
-                    return None;
+            if p.buf.is_empty() && !p.lazy.is_empty() {
+                match self.decode_run(id) {
+                    Run::Decoded => {}
+                    Run::Inflate(job) => {
+                        // its turn again once the batch is decompressed
+                        self.ready.push_front(id);
+                        return Popped::Inflate(job);
+                    }
+                    Run::Failed => {
+                        let Some(q) = self.parts.get_mut(&id) else {
+                            continue;
+                        };
+                        if q.buf.is_empty() {
+                            // the error is next
+                            q.in_ready = false;
+                            return Popped::Nothing;
+                        }
+                    }
                 }
             }
             let Some(p) = self.parts.get_mut(&id) else {
@@ -886,9 +986,9 @@ impl State {
             if let Some(loan) = loan.take() {
                 self.lend(id, loan);
             }
-            return Some(m);
+            return Popped::Message(m);
         }
-        None
+        Popped::Nothing
     }
 
     /// Lend the consumer the rest of partition `id`'s buffer (just popped from, so in

@@ -898,3 +898,47 @@ fn a_group_partition_whose_track_is_full_leaves_its_next_batch_compressed() {
         .expect("a message");
     assert_eq!(m.offset, state::RUN as i64);
 }
+
+#[test]
+fn a_compressed_batch_is_decompressed_without_the_state_and_a_stale_result_is_dropped() {
+    let lz4 = crate::compression::Compression::Lz4;
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let mut data = wire_batch(0, 10, lz4);
+    data.extend_from_slice(&wire_batch(10, 10, lz4));
+    fetch_lazily(&mut st, ids[0], data, 0);
+    let queued = st.queued();
+    let mut loan = state::Loan::default();
+    // The consumer is handed the decompression to do without the lock; the state is
+    // untouched meanwhile.
+    let state::Popped::Inflate(job) = st.pop_or_inflate(Some(&mut loan)) else {
+        panic!("a batch to decompress first");
+    };
+    assert_eq!(still_compressed(&st, ids[0]), 2);
+    assert_eq!(st.queued(), queued);
+    let result = job.run();
+    st.install(job, result);
+    assert_eq!(still_compressed(&st, ids[0]), 1);
+    let mut offsets = Vec::new();
+    let job = loop {
+        match st.pop_or_inflate(Some(&mut loan)) {
+            state::Popped::Message(m) => offsets.push(m.offset),
+            state::Popped::Inflate(job) => break job,
+            state::Popped::Nothing => panic!("the second batch is left"),
+        }
+        st.settle(&mut loan);
+        while let Some(m) = loan.next(&st.lent.clone()) {
+            offsets.push(m.offset);
+        }
+        st.settle(&mut loan);
+    };
+    assert_eq!(offsets, (0..10).collect::<Vec<_>>());
+    // A seek while the second batch is being decompressed: its result is dropped.
+    st.reset(ids[0], Position::Offset(0));
+    let result = job.run();
+    st.install(job, result);
+    assert_eq!(st.queued(), (0, 0));
+    assert!(matches!(
+        st.pop_or_inflate(Some(&mut loan)),
+        state::Popped::Nothing
+    ));
+}

@@ -458,13 +458,39 @@ pub(crate) struct EncodedRecords {
     compressed: Option<Box<Deferred>>,
 }
 
-/// How [`EncodedRecords::decompress`] decompresses a payload left compressed.
-#[derive(Debug)]
+/// How a payload left compressed is decompressed.
+#[derive(Debug, Clone)]
 struct Deferred {
     codec: Compression,
     /// The most bytes it may decompress to.
     limit: usize,
     pool: Option<Arc<BufPool>>,
+}
+
+/// The decompression of a payload left compressed, to run anywhere (the reader runs it
+/// without its state lock) and hand back to [`EncodedRecords::install`].
+#[derive(Debug)]
+pub(crate) struct Decompression {
+    payload: Bytes,
+    how: Deferred,
+    base_offset: i64,
+}
+
+impl Decompression {
+    /// The decompressed payload, or the error naming the batch.
+    pub(crate) fn run(&self) -> Result<Bytes> {
+        let at = |e: Error| at_batch(self.base_offset, e);
+        let d = &self.how;
+        d.codec
+            .decompress_pooled(&self.payload, d.limit, d.pool.as_ref())
+            .map_err(at)?
+            .ok_or_else(|| {
+                at(Error::compression(format!(
+                    "{} payload decompresses to more than the {}-byte limit",
+                    d.codec, d.limit
+                )))
+            })
+    }
 }
 
 impl EncodedRecords {
@@ -491,22 +517,40 @@ impl EncodedRecords {
     /// first record does it too; the caller calls it first to see
     /// [`bytes`](Self::bytes) grow.
     pub(crate) fn decompress(&mut self) -> Result<()> {
-        let Some(d) = self.compressed.take() else {
+        let Some(job) = self.decompression() else {
             return Ok(());
         };
-        let base_offset = self.ctx.base_offset;
-        let at = |e: Error| at_batch(base_offset, e);
-        let payload = d
-            .codec
-            .decompress_pooled(&self.payload, d.limit, d.pool.as_ref())
-            .map_err(at)?
-            .ok_or_else(|| {
-                at(Error::compression(format!(
-                    "{} payload decompresses to more than the {}-byte limit",
-                    d.codec, d.limit
-                )))
-            })?;
-        check_count(self.count, payload.len()).map_err(at)?;
+        let result = job.run();
+        self.install(result)
+    }
+
+    /// The decompression a payload left compressed still needs.
+    pub(crate) fn decompression(&self) -> Option<Decompression> {
+        let how = self.compressed.as_deref()?.clone();
+        Some(Decompression {
+            payload: self.payload.clone(),
+            how,
+            base_offset: self.ctx.base_offset,
+        })
+    }
+
+    /// Take the result of [`decompression`](Self::decompression)'s run: the payload is
+    /// decompressed from now on (and, on an error, not to be decoded).
+    pub(crate) fn install(&mut self, result: Result<Bytes>) -> Result<()> {
+        if self.compressed.take().is_none() {
+            return Ok(());
+        }
+        let checked = result.and_then(|p| {
+            check_count(self.count, p.len()).map_err(|e| at_batch(self.ctx.base_offset, e))?;
+            Ok(p)
+        });
+        let payload = match checked {
+            Ok(p) => p,
+            Err(e) => {
+                self.left = 0;
+                return Err(e);
+            }
+        };
         self.payload = payload;
         self.pos = 0;
         Ok(())

@@ -29,7 +29,9 @@ mod legacy;
 #[cfg(test)]
 pub(crate) use decode::DEFER_MAX;
 pub use decode::{decode_batches, decode_batches_within, DecodedBatches, MAX_BATCH_DECOMPRESSED};
-pub(crate) use decode::{decode_batches_lazy, decode_batches_pooled, EncodedRecords, LazyBatch};
+pub(crate) use decode::{
+    decode_batches_lazy, decode_batches_pooled, Decompression, EncodedRecords, LazyBatch,
+};
 pub use encode::RecordBatchBuilder;
 #[cfg(feature = "zstd")]
 pub(crate) use encode::KEPT_SCRATCH;
