@@ -942,3 +942,59 @@ fn a_compressed_batch_is_decompressed_without_the_state_and_a_stale_result_is_dr
         state::Popped::Nothing
     ));
 }
+
+#[test]
+fn a_batch_decompressed_while_its_partition_is_paused_counts_once_it_is_resumed() {
+    let lz4 = crate::compression::Compression::Lz4;
+    let cfg = ReaderConfig::new(["b:9092"]).queue_capacity(50);
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let tp = TopicPartition::new("t", 0);
+    fetch_lazily(&mut st, ids[0], wire_batch(0, 100, lz4), 0);
+    let mut loan = state::Loan::default();
+    let state::Popped::Inflate(job) = st.pop_or_inflate(Some(&mut loan)) else {
+        panic!("a batch to decompress");
+    };
+    assert!(st.full(&cfg));
+    st.pause(&tp);
+    let result = job.run();
+    st.install(job, result);
+    assert_eq!(still_compressed(&st, ids[0]), 0, "installed while paused");
+    assert!(!st.full(&cfg), "a paused partition does not count");
+    assert!(matches!(
+        st.pop_or_inflate(Some(&mut loan)),
+        state::Popped::Nothing
+    ));
+    assert!(st.resume(&tp));
+    assert!(st.full(&cfg));
+    let all: Vec<i64> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.expect("a message").offset)
+        .collect();
+    assert_eq!(all, (0..100).collect::<Vec<_>>());
+    st.settle(&mut loan);
+    assert_eq!(st.queued(), (0, 0));
+}
+
+#[test]
+fn a_batch_that_decompresses_past_its_limit_parks_the_partition_when_reached() {
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let mut data = wire_batch(0, 10, none());
+    data.extend_from_slice(&wire_batch(10, 100, crate::compression::Compression::Zstd));
+    // a hard limit below the second batch's 100 records
+    let d = crate::record::decode_batches_lazy(data.into(), 0, 1_000, None).expect("decodes");
+    assert_eq!(d.batches.len(), 2);
+    st.push_batches(ids[0], d.batches, 0, 1, 1_000);
+    let mut loan = state::Loan::default();
+    let mut got = Vec::new();
+    let err = loop {
+        match take(&mut st, &mut loan).expect("an item") {
+            Ok(m) => got.push(m.offset),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    assert_eq!(err.kind(), crate::ErrorKind::Compression, "{err}");
+    assert!(err.to_string().contains("1000-byte limit"), "{err}");
+    st.settle(&mut loan);
+    assert_eq!(st.queued(), (0, 0));
+    assert_eq!(st.parts[&ids[0]].fetch, Position::Parked);
+}
