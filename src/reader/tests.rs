@@ -394,6 +394,17 @@ fn take(st: &mut State, loan: &mut state::Loan) -> Option<Result<Message>> {
     }
 }
 
+/// The offsets taken up to the first error, and that error.
+fn until_error(st: &mut State, loan: &mut state::Loan) -> (Vec<i64>, crate::Error) {
+    let mut got = Vec::new();
+    loop {
+        match take(st, loan).expect("an item") {
+            Ok(m) => got.push(m.offset),
+            Err(e) => return (got, e),
+        }
+    }
+}
+
 fn offset_of(r: Option<Result<Message>>) -> i64 {
     r.expect("an item").expect("a message").offset
 }
@@ -610,13 +621,7 @@ fn a_malformed_record_surfaces_as_an_error_after_the_records_before_it() {
     fetch_lazily(&mut st, ids[0], wire_batch(100, 10, none()), 100);
     assert_eq!(st.queued().0, 110);
     let mut loan = state::Loan::default();
-    let mut got = Vec::new();
-    let err = loop {
-        match take(&mut st, &mut loan).expect("an item") {
-            Ok(m) => got.push(m.offset),
-            Err(e) => break e,
-        }
-    };
+    let (got, err) = until_error(&mut st, &mut loan);
     assert_eq!(got, (0..99).collect::<Vec<_>>());
     let text = err.to_string();
     assert!(
@@ -815,13 +820,7 @@ fn a_compressed_batch_that_does_not_decompress_is_an_error_after_the_batches_bef
     data.extend_from_slice(&wire_batch(200, 100, lz4));
     assert_eq!(fetch_lazily(&mut st, ids[0], data, 0).0, 300);
     let mut loan = state::Loan::default();
-    let mut got = Vec::new();
-    let err = loop {
-        match take(&mut st, &mut loan).expect("an item") {
-            Ok(m) => got.push(m.offset),
-            Err(e) => break e,
-        }
-    };
+    let (got, err) = until_error(&mut st, &mut loan);
     assert_eq!(got, (0..100).collect::<Vec<_>>());
     let text = err.to_string();
     assert!(
@@ -984,13 +983,7 @@ fn a_batch_that_decompresses_past_its_limit_parks_the_partition_when_reached() {
     assert_eq!(d.batches.len(), 2);
     st.push_batches(ids[0], d.batches, 0, 1, 1_000);
     let mut loan = state::Loan::default();
-    let mut got = Vec::new();
-    let err = loop {
-        match take(&mut st, &mut loan).expect("an item") {
-            Ok(m) => got.push(m.offset),
-            Err(e) => break e,
-        }
-    };
+    let (got, err) = until_error(&mut st, &mut loan);
     assert_eq!(got, (0..10).collect::<Vec<_>>());
     assert_eq!(err.kind(), crate::ErrorKind::Compression, "{err}");
     assert!(err.to_string().contains("1000-byte limit"), "{err}");
