@@ -14,6 +14,27 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 
+/// How much larger than its contents a buffer [`BufPool::freeze`] keeps may be, as a
+/// factor (above [`SHRINK_ABOVE`] bytes).
+const OVERSIZE: usize = 4;
+/// Buffers up to this size are kept whatever they hold.
+const SHRINK_ABOVE: usize = 8 << 10;
+
+/// Contents larger than this stay in their buffer whatever its size: copying them out
+/// would cost fresh memory each time (a fetch response of a few MiB in a pooled 16 MiB
+/// buffer), and they are few at a time.
+const SHRINK_UP_TO: usize = 256 << 10;
+
+/// Whether `buf` holds so little of its capacity that its contents should move to a
+/// buffer of their size rather than pin it: a small payload (a small batch decompressed
+/// into a large buffer) that records may keep alive long after the buffer could serve
+/// again.
+pub(crate) fn oversized(buf: &[u8], capacity: usize) -> bool {
+    capacity > SHRINK_ABOVE
+        && buf.len() <= SHRINK_UP_TO
+        && buf.len().saturating_mul(OVERSIZE) < capacity
+}
+
 /// A bounded pool of reusable `Vec<u8>` buffers; see the module documentation.
 #[derive(Debug)]
 pub(crate) struct BufPool {
@@ -69,8 +90,16 @@ impl BufPool {
     }
 
     /// `buf` as [`Bytes`]; the buffer returns to this pool when the last slice of it is
-    /// dropped.
+    /// dropped. Contents of at most 256 KiB filling less than a quarter of a buffer of
+    /// more than 8 KiB are copied out and the buffer goes back now: records are slices of
+    /// it, so a small batch decompressed into a large buffer would pin all of it while
+    /// they live.
     pub(crate) fn freeze(self: &Arc<Self>, buf: Vec<u8>) -> Bytes {
+        if oversized(&buf, buf.capacity()) {
+            let exact = Bytes::copy_from_slice(&buf);
+            self.give_back(buf);
+            return exact;
+        }
         Bytes::from_owner(Pooled {
             buf,
             pool: Arc::downgrade(self),
@@ -170,6 +199,27 @@ mod tests {
         // Nothing pooled is large enough: a new buffer.
         assert!(pool.take(4 << 20).capacity() >= 4 << 20);
         assert_eq!(pool.kept().0, 2);
+    }
+
+    /// Records are slices of the buffer: a small payload in a large pooled buffer would pin
+    /// all of it for as long as its records live.
+    #[test]
+    fn a_small_payload_in_a_large_buffer_is_copied_out_and_the_buffer_reused() {
+        let pool = BufPool::new(4, 16 << 20, 32 << 20);
+        drop(pool.freeze(Vec::with_capacity(16 << 20)));
+        let mut small = pool.take(1000);
+        assert!(small.capacity() >= 16 << 20, "the pooled buffer");
+        small.extend_from_slice(&[5u8; 1000]);
+        let frozen = pool.freeze(small);
+        assert_eq!(&frozen[..], &[5u8; 1000]);
+        assert_eq!(pool.kept().0, 1, "back in the pool while the payload lives");
+        // A payload filling a good part of its buffer stays in it.
+        let mut large = pool.take(8 << 20);
+        large.resize(8 << 20, 1);
+        let frozen = pool.freeze(large);
+        assert_eq!(pool.kept().0, 0);
+        drop(frozen);
+        assert_eq!(pool.kept().0, 1);
     }
 
     #[test]

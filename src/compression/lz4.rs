@@ -222,15 +222,9 @@ pub(super) fn decompress_sized(
     let done = decode_blocks(input, &h, max_len, &mut out);
     let freeze = |out: Vec<u8>| freeze_buf(pool, out);
     match done {
-        Some(Fit::Within(n)) if cap > n.saturating_mul(2).saturating_add(BLOCK_64K) => {
-            // Far less than the block headers allowed (a frame of 4 MiB blocks holding
-            // 100 KB): the content moves to a buffer of its size, so that its records do
-            // not pin the large one, which goes back to the pool now.
-            let mut exact = take_buf(pool, n);
-            exact.extend_from_slice(&out[..n]);
-            drop(freeze(out));
-            Some(Ok(Some(freeze(exact))))
-        }
+        // Content far less than the block headers allowed (a frame of 4 MiB blocks holding
+        // 100 KB, or a 64 KiB block holding a small batch) moves out to a buffer of its
+        // size as it is frozen (see `freeze_buf`).
         Some(Fit::Within(n)) => {
             out.truncate(n);
             Some(Ok(Some(freeze(out))))

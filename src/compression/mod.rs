@@ -220,10 +220,15 @@ fn take_buf(pool: Option<&Arc<BufPool>>, len: usize) -> Vec<u8> {
 /// `buf` as [`Bytes`], going back to `pool` (when there is one) once its last slice is
 /// dropped.
 #[allow(dead_code)]
-fn freeze_buf(pool: Option<&Arc<BufPool>>, buf: Vec<u8>) -> Bytes {
+fn freeze_buf(pool: Option<&Arc<BufPool>>, mut buf: Vec<u8>) -> Bytes {
     match pool {
         Some(p) => p.freeze(buf),
-        None => Bytes::from(buf),
+        None => {
+            if crate::bufpool::oversized(&buf, buf.capacity()) {
+                buf.shrink_to_fit();
+            }
+            Bytes::from(buf)
+        }
     }
 }
 
