@@ -292,7 +292,7 @@ pub(crate) struct Lent {
 }
 
 /// The buffer of one track-less partition, moved out of it (swapped, not copied) under
-/// the lock by [`State::pop_into`], of which the consumer yields up to [`RUN`]` - 1`
+/// the lock by [`State::pop_or_inflate`], of which the consumer yields up to [`RUN`]` - 1`
 /// messages without locking while [`Lent::gen`] stays the same. They count as buffered until
 /// [`State::settle`] (the next time the consumer takes the lock), which puts back those
 /// not yielded — or drops them, if the partition was reset or unassigned meanwhile, so
@@ -702,9 +702,10 @@ impl State {
     }
 
     /// Decode up to [`RUN`] messages of partition `id`'s pending batches into its
-    /// (empty) `buf`. A record that does not decode parks the partition, as a fetch that
+    /// (empty) `buf`, stopping before a batch still compressed ([`Run::Inflate`] when it
+    /// comes first). A record that does not decode parks the partition, as a fetch that
     /// does not decode does (see `task.rs`): what follows it is dropped, and the error is
-    /// yielded after the messages decoded before it. Returns whether that happened.
+    /// yielded after the messages decoded before it ([`Run::Failed`]).
     fn decode_run(&mut self, id: u64) -> Run {
         let Some(p) = self.parts.get_mut(&id) else {
             return Run::Decoded;
@@ -1023,7 +1024,7 @@ impl State {
         loan.next = p.position;
         p.buf_bytes = 0;
         if p.in_ready {
-            // it was queued again by `pop_into`: `settle` queues it after this run
+            // it was queued again by `pop_or_inflate`: `settle` queues it after this run
             p.in_ready = false;
             if let Some(i) = self.ready.iter().rposition(|r| *r == id) {
                 self.ready.remove(i);
