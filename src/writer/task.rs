@@ -254,6 +254,7 @@ const MSG_CHUNK: usize = 1024;
 #[derive(Default)]
 struct MsgQueue {
     chunks: Vec<Vec<Msg>>,
+    len: usize,
     earliest: Option<Instant>,
 }
 
@@ -264,6 +265,7 @@ type MsgChunks = Vec<Vec<Msg>>;
 impl MsgQueue {
     fn push(&mut self, m: Msg) {
         self.earliest = Some(self.earliest.map_or(m.accepted, |e| e.min(m.accepted)));
+        self.len += 1;
         match self.chunks.last_mut() {
             Some(last) if last.len() < MSG_CHUNK => last.push(m),
             // A short list grows its one chunk as a `Vec` does; a long one by whole chunks.
@@ -280,9 +282,8 @@ impl MsgQueue {
         self.chunks.is_empty()
     }
 
-    #[cfg(test)]
     fn len(&self) -> usize {
-        self.chunks.iter().map(Vec::len).sum()
+        self.len
     }
 
     #[cfg(test)]
@@ -293,6 +294,7 @@ impl MsgQueue {
     /// Every message, leaving the queue empty.
     fn take(&mut self) -> MsgChunks {
         self.earliest = None;
+        self.len = 0;
         std::mem::take(&mut self.chunks)
     }
 }
@@ -509,6 +511,7 @@ impl Task {
                     self.report(Delivery { message, result }, size);
                 }
             }
+            self.publish_waiting();
             self.check_drains();
             if self.closing && self.idle() {
                 break;
@@ -522,6 +525,17 @@ impl Task {
             let _ = w.send(());
         }
         debug!("writer task stopped");
+    }
+
+    /// Tell the senders how many messages wait for metadata (they wait while too many
+    /// do).
+    fn publish_waiting(&mut self) {
+        let n = self
+            .topics
+            .values()
+            .map(|t| t.waiting.len() + t.recheck.len())
+            .sum();
+        self.shared.set_waiting(n);
     }
 
     /// With `acks=0` nothing tells us the broker has read our produce requests, and
@@ -3153,6 +3167,12 @@ mod idempotence_tests {
         assert!(buf.is_empty());
         let waiting = |t: &str| task.topics[&Arc::from(t)].waiting.len();
         assert_eq!((waiting("a"), waiting("b")), (3, 2));
+        task.publish_waiting();
+        assert_eq!(
+            shared.waiting.load(Ordering::Relaxed),
+            5,
+            "told the senders"
+        );
         assert_eq!(shared.stats.errors.load(Ordering::Relaxed), 1);
         assert!(
             task.topics[&Arc::from("a")].seal_when_assigned,
