@@ -57,7 +57,8 @@ pub struct WriterConfig {
     /// [`Message::size`](super::Message::size) plus the size of the message struct
     /// (`size_of::<Message>()`, about 170 bytes). While it is exceeded `poll_ready` is
     /// pending (backpressure). Default 32 MiB (Java `buffer.memory`): about 120 000
-    /// messages of 100 bytes (librdkafka's default queue holds 100 000).
+    /// messages of 100 bytes (librdkafka's default queue holds 100 000). Of those, at
+    /// most 16 384 wait for metadata at a time (see the [module docs](super)).
     pub max_buffered_bytes: usize,
     /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java `acks=all`;
     /// kafka-go's default is none). Setting `Leader` or `None` turns the default

@@ -17,7 +17,10 @@
 //! * [`poll_ready`](futures::Sink::poll_ready) is pending while the bytes accepted but not
 //!   yet acknowledged exceed [`WriterConfig::max_buffered_bytes`]; acknowledgements wake it.
 //!   It also waits while the background task is more than 4096 messages behind taking
-//!   what was accepted (the task wakes it as it catches up).
+//!   what was accepted (the task wakes it as it catches up), and while it holds 16384
+//!   messages waiting for metadata (a topic's first lookup, or a partition it does not
+//!   know yet): nothing of theirs can be sent before it comes, and a message waits as
+//!   its whole struct, twice what it takes once encoded.
 //! * [`poll_ready`](futures::Sink::poll_ready) also returns, once, the first delivery
 //!   failure among the messages accepted since the last flush, so a `forward` stops soon
 //!   after a message fails for good rather than at the final flush (which reports it too).
@@ -246,6 +249,8 @@ struct Shared {
     closed: AtomicBool,
     /// `queue.len`, readable without the lock.
     backlog: AtomicUsize,
+    /// Messages the task holds waiting for metadata (published once a turn of its loop).
+    waiting: AtomicUsize,
     /// Writer clones not closed or dropped yet.
     writers: AtomicUsize,
 }
@@ -262,6 +267,13 @@ const SPARE_SEGMENTS: usize = 16;
 /// up megabytes of queue (fresh memory, a page fault each 4 KiB) ahead of it, and the
 /// queue fits the spare segments.
 const BACKLOG_MAX: usize = SEGMENT * SPARE_SEGMENTS;
+/// Messages the task holds waiting for metadata (a topic's first lookup, or a partition
+/// it does not know yet) beyond which senders wait (as for buffer space) until some are
+/// placed or fail. Nothing of theirs can be sent before the metadata comes, so holding
+/// more buys nothing, and a waiting message takes its whole struct (232 bytes), twice
+/// what it takes once encoded in a batch: a writer whose first lookup lagged filled its
+/// 32 MiB bound with 120 000 of them, 27 MB (16 384 take 3.8 MB).
+const WAITING_MAX: usize = 16 * 1024;
 
 /// The commands on their way to the task, in the order they were sent, in segments of
 /// [`SEGMENT`]. The task takes all of them at once and gives the emptied segments back
@@ -320,6 +332,7 @@ impl Shared {
             queue: Mutex::new(Queue::default()),
             closed: AtomicBool::new(false),
             backlog: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             writers: AtomicUsize::new(0),
         }
     }
@@ -557,10 +570,21 @@ impl Shared {
         }
     }
 
-    /// Within the byte budget, and the task not too far behind.
+    /// The task holds `n` messages waiting for metadata: senders waiting for fewer than
+    /// [`WAITING_MAX`] are woken when it drops below.
+    fn set_waiting(&self, n: usize) {
+        let before = self.waiting.swap(n, Ordering::AcqRel);
+        if before >= WAITING_MAX && n < WAITING_MAX {
+            self.space.notify_waiters();
+        }
+    }
+
+    /// Within the byte budget, the task not too far behind, and not too many messages
+    /// waiting for metadata.
     fn has_space(&self) -> bool {
         self.buffered.load(Ordering::Acquire) <= self.max_buffered
             && self.backlog.load(Ordering::Acquire) < BACKLOG_MAX
+            && self.waiting.load(Ordering::Acquire) < WAITING_MAX
     }
 
     fn task_gone(&self) {
@@ -1270,6 +1294,29 @@ mod tests {
         assert_eq!(values.next(), None);
         shared.give_back(&mut segments);
         assert!(shared.queue().spare.len() <= SPARE_SEGMENTS);
+    }
+
+    /// Senders wait while the task holds `WAITING_MAX` messages waiting for metadata, and
+    /// are woken when fewer are left.
+    #[tokio::test]
+    async fn senders_wait_while_too_many_messages_wait_for_metadata() {
+        let shared = Arc::new(Shared::new(usize::MAX));
+        shared.set_waiting(WAITING_MAX - 1);
+        assert!(shared.has_space());
+        shared.set_waiting(WAITING_MAX);
+        assert!(!shared.has_space(), "too many messages wait for metadata");
+        let waiting = tokio::spawn(shared.clone().wait_for_space());
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        shared.set_waiting(WAITING_MAX + 1);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        shared.set_waiting(0);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("the sender was not woken")
+            .unwrap();
+        assert!(shared.has_space());
     }
 
     #[tokio::test]

@@ -254,6 +254,7 @@ const MSG_CHUNK: usize = 1024;
 #[derive(Default)]
 struct MsgQueue {
     chunks: Vec<Vec<Msg>>,
+    len: usize,
     earliest: Option<Instant>,
 }
 
@@ -264,6 +265,7 @@ type MsgChunks = Vec<Vec<Msg>>;
 impl MsgQueue {
     fn push(&mut self, m: Msg) {
         self.earliest = Some(self.earliest.map_or(m.accepted, |e| e.min(m.accepted)));
+        self.len += 1;
         match self.chunks.last_mut() {
             Some(last) if last.len() < MSG_CHUNK => last.push(m),
             // A short list grows its one chunk as a `Vec` does; a long one by whole chunks.
@@ -280,9 +282,8 @@ impl MsgQueue {
         self.chunks.is_empty()
     }
 
-    #[cfg(test)]
     fn len(&self) -> usize {
-        self.chunks.iter().map(Vec::len).sum()
+        self.len
     }
 
     #[cfg(test)]
@@ -293,6 +294,7 @@ impl MsgQueue {
     /// Every message, leaving the queue empty.
     fn take(&mut self) -> MsgChunks {
         self.earliest = None;
+        self.len = 0;
         std::mem::take(&mut self.chunks)
     }
 }
@@ -509,6 +511,7 @@ impl Task {
                     self.report(Delivery { message, result }, size);
                 }
             }
+            self.publish_waiting();
             self.check_drains();
             if self.closing && self.idle() {
                 break;
@@ -522,6 +525,17 @@ impl Task {
             let _ = w.send(());
         }
         debug!("writer task stopped");
+    }
+
+    /// Tell the senders how many messages wait for metadata (they wait while too many
+    /// do).
+    fn publish_waiting(&mut self) {
+        let n = self
+            .topics
+            .values()
+            .map(|t| t.waiting.len() + t.recheck.len())
+            .sum();
+        self.shared.set_waiting(n);
     }
 
     /// With `acks=0` nothing tells us the broker has read our produce requests, and
@@ -1980,7 +1994,7 @@ impl Task {
 
     /// A batch is done: tell its callers, count it, report its messages if asked, free
     /// its bytes. `result` is the base offset the broker assigned (-1 with acks=0).
-    fn finish(&mut self, b: Sealed, result: std::result::Result<i64, &Error>) {
+    fn finish(&mut self, mut b: Sealed, result: std::result::Result<i64, &Error>) {
         let stats = &self.shared.stats;
         match result {
             Ok(_) => {
@@ -2001,13 +2015,19 @@ impl Task {
             }
         }
         let error = result.err();
-        for (g, n) in &b.runs {
-            g.done(*n, error);
-        }
+        // The tokens first (a failed batch's fail as they drop), then the flush groups:
+        // whoever a flush answer wakes (an exactly-once commit checking the processed
+        // offsets at once) must find the tokens of its messages settled.
+        let acks = std::mem::take(&mut b.acks);
         if error.is_none() {
-            for (_, ack) in b.acks {
+            for (_, ack) in acks {
                 ack.ack();
             }
+        } else {
+            drop(acks);
+        }
+        for (g, n) in &b.runs {
+            g.done(*n, error);
         }
         if self.spare_buffers.len() < SPARE_BATCH_BUFFERS {
             if let Ok(buf) = b.data.try_into_mut() {
@@ -2474,6 +2494,8 @@ fn seal(
                 .stats
                 .errors
                 .fetch_add(open.count as u64, Ordering::Relaxed);
+            // The tokens fail before the flush groups are answered (as in `finish`).
+            drop(open.acks);
             for (g, n) in &open.runs {
                 g.done(*n, Some(&e));
             }
@@ -2832,6 +2854,63 @@ mod idempotence_tests {
         stamp(&mut d, producer_id, epoch, base_sequence, transactional).then_some(d)
     }
 
+    /// A flush is answered only once the tokens of its acknowledged messages are acked:
+    /// an exactly-once commit checks the input's processed offsets right after its flush,
+    /// and a token acked after the answer made it defer the commit, which nothing retried
+    /// once the input was all read (eos_cluster stalled ~500 records short).
+    #[tokio::test]
+    async fn a_flush_is_answered_after_its_tokens_are_acked() {
+        use crate::group::{AckToken, Pulse, Track};
+        use futures::task::ArcWake;
+        use std::future::Future;
+
+        /// Reads the track's pending offset when the flush waiter is woken.
+        struct Probe {
+            track: Arc<Track>,
+            seen: std::sync::Mutex<Option<i64>>,
+        }
+        impl ArcWake for Probe {
+            fn wake_by_ref(arc_self: &Arc<Self>) {
+                *arc_self.seen.lock().unwrap() = Some(arc_self.track.pending_offset());
+            }
+        }
+
+        let cfg = WriterConfig::new(["127.0.0.1:1"]).topic("t");
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
+        let track = Arc::new(Track::new(-1, true, 100, Arc::new(Pulse::default())));
+        let seq = track.deliver(7, 8).unwrap();
+        let token = AckToken::tracked(track.clone(), seq, 7);
+
+        let mut builder = RecordBatchBuilder::new(Compression::None);
+        builder.append(1, None, Some(b"v"), &[]).unwrap();
+        let group = Group::open();
+        let b = Sealed {
+            runs: vec![(group.clone(), 1)],
+            acks: vec![(0, HeldAck::new(token))],
+            ..Sealed::of(builder.build().unwrap(), 1, 1)
+        };
+        shared.reserve(1);
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        group.seal(1, tx);
+        let probe = Arc::new(Probe {
+            track: track.clone(),
+            seen: std::sync::Mutex::new(None),
+        });
+        let waker = futures::task::waker(probe.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut rx).poll(&mut cx).is_pending());
+
+        task.finish(b, Ok(0));
+        assert!(matches!(rx.try_recv(), Ok(Ok(()))), "the flush is answered");
+        assert_eq!(
+            *probe.seen.lock().unwrap(),
+            Some(8),
+            "the token was acked when the flush was answered"
+        );
+    }
+
     #[tokio::test]
     async fn close_waits_for_background_lookups() {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
@@ -3153,6 +3232,12 @@ mod idempotence_tests {
         assert!(buf.is_empty());
         let waiting = |t: &str| task.topics[&Arc::from(t)].waiting.len();
         assert_eq!((waiting("a"), waiting("b")), (3, 2));
+        task.publish_waiting();
+        assert_eq!(
+            shared.waiting.load(Ordering::Relaxed),
+            5,
+            "told the senders"
+        );
         assert_eq!(shared.stats.errors.load(Ordering::Relaxed), 1);
         assert!(
             task.topics[&Arc::from("a")].seal_when_assigned,
