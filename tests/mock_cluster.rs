@@ -1219,3 +1219,72 @@ async fn an_exactly_once_pipeline_through_the_mock() {
     assert_eq!(seen, expected);
     check.close().await;
 }
+
+/// A commit deferred because an input's token was still held (here acked by hand, late,
+/// after the last input) is retried once it can go through, though no input follows to
+/// prompt it.
+#[tokio::test]
+async fn an_exactly_once_commit_deferred_for_a_token_acked_late_by_hand_goes_through() {
+    use futures::{StreamExt, TryStreamExt};
+    use kafkapipe::conn::IsolationLevel;
+    use kafkapipe::reader::StartOffset;
+    use kafkapipe::writer::{PipelineConfig, TransactionalWriter};
+
+    const N: usize = 50;
+    let cluster = MockCluster::builder()
+        .brokers(1)
+        .topic("in", 1)
+        .topic("out", 1)
+        .start()
+        .await
+        .unwrap();
+    write(&cluster, "in", numbered(0, N)).await;
+    let input = Reader::new(
+        reader(&cluster)
+            .group_id("late")
+            .topic("in")
+            .start_offset(StartOffset::First)
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .session_timeout(Duration::from_secs(5))
+            .heartbeat_interval(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    let handle = input.handle();
+    let mut sink = TransactionalWriter::new(writer(&cluster, "out").transactional_id("late-1"))
+        .unwrap()
+        .pipeline(
+            &handle,
+            PipelineConfig::new().commit_interval(Duration::from_millis(50)),
+        )
+        .await
+        .unwrap();
+    let stopper = async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let committed = cluster.committed("late", "in", 0).unwrap_or(-1);
+            if committed == N as i64 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "committed {committed} of {N}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        handle.close().await;
+    };
+    let pipeline = input
+        .map_ok(|mut m| {
+            let shared = m.take_ack_token().share();
+            if m.offset == N as i64 - 1 {
+                // a side task still busy with the last input: it acks by hand, later
+                let late = shared.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    late.ack();
+                });
+            }
+            Out::new(format!("out-{}", m.offset)).with_ack(shared)
+        })
+        .forward(&mut sink);
+    let (done, ()) = tokio::join!(pipeline, stopper);
+    done.unwrap();
+}
