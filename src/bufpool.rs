@@ -25,14 +25,12 @@ const SHRINK_ABOVE: usize = 8 << 10;
 /// buffer), and they are few at a time.
 const SHRINK_UP_TO: usize = 256 << 10;
 
-/// Whether `buf` holds so little of its capacity that its contents should move to a
-/// buffer of their size rather than pin it: a small payload (a small batch decompressed
-/// into a large buffer) that records may keep alive long after the buffer could serve
-/// again.
-pub(crate) fn oversized(buf: &[u8], capacity: usize) -> bool {
-    capacity > SHRINK_ABOVE
-        && buf.len() <= SHRINK_UP_TO
-        && buf.len().saturating_mul(OVERSIZE) < capacity
+/// Whether a buffer of `capacity` holding `len` bytes holds so little that its contents
+/// should move to a buffer of their size rather than pin it: a small payload (a small
+/// batch decompressed into a large buffer) that records may keep alive long after the
+/// buffer could serve again.
+pub(crate) fn oversized(len: usize, capacity: usize) -> bool {
+    capacity > SHRINK_ABOVE && len <= SHRINK_UP_TO && len.saturating_mul(OVERSIZE) < capacity
 }
 
 /// A bounded pool of reusable `Vec<u8>` buffers; see the module documentation.
@@ -95,7 +93,7 @@ impl BufPool {
     /// it, so a small batch decompressed into a large buffer would pin all of it while
     /// they live.
     pub(crate) fn freeze(self: &Arc<Self>, buf: Vec<u8>) -> Bytes {
-        if oversized(&buf, buf.capacity()) {
+        if oversized(buf.len(), buf.capacity()) {
             let exact = Bytes::copy_from_slice(&buf);
             self.give_back(buf);
             return exact;

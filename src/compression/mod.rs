@@ -224,7 +224,7 @@ fn freeze_buf(pool: Option<&Arc<BufPool>>, mut buf: Vec<u8>) -> Bytes {
     match pool {
         Some(p) => p.freeze(buf),
         None => {
-            if crate::bufpool::oversized(&buf, buf.capacity()) {
+            if crate::bufpool::oversized(buf.len(), buf.capacity()) {
                 buf.shrink_to_fit();
             }
             Bytes::from(buf)

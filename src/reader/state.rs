@@ -716,12 +716,15 @@ impl State {
                 break;
             };
             if let PendingRecords::Encoded(e) = &mut b.records {
-                if let Some(job) = e.decompression() {
+                if e.is_compressed() {
                     // A run ends before a compressed batch; one that starts with it hands
                     // its decompression to the consumer, to run without the lock.
                     if !p.buf.is_empty() {
                         break;
                     }
+                    let Some(job) = e.decompression() else {
+                        break;
+                    };
                     return Run::Inflate(Inflate {
                         id,
                         epoch: p.epoch,

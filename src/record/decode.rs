@@ -264,7 +264,8 @@ fn decode_batches_inner(
             }
             Step::OverLimit { at, codec } => {
                 return Err(Error::compression(format!(
-                    "{at}: {codec} payload decompresses to more than the {limit}-byte limit"
+                    "{at}: {}",
+                    over_limit(codec, limit)
                 )))
             }
         }
@@ -427,6 +428,11 @@ fn decode_v2(
     Ok(Step::Batch(batch, decompressed))
 }
 
+/// What a payload that decompresses past its limit is told.
+fn over_limit(codec: Compression, limit: usize) -> String {
+    format!("{codec} payload decompresses to more than the {limit}-byte limit")
+}
+
 /// A batch of `count` records cannot fit in `len` bytes.
 fn check_count(count: usize, len: usize) -> Result<()> {
     if count > len / MIN_RECORD_LEN {
@@ -484,12 +490,7 @@ impl Decompression {
         d.codec
             .decompress_pooled(&self.payload, d.limit, d.pool.as_ref())
             .map_err(at)?
-            .ok_or_else(|| {
-                at(Error::compression(format!(
-                    "{} payload decompresses to more than the {}-byte limit",
-                    d.codec, d.limit
-                )))
-            })
+            .ok_or_else(|| at(Error::compression(over_limit(d.codec, d.limit))))
     }
 }
 
