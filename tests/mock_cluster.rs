@@ -1138,12 +1138,41 @@ async fn transactional_writer_commits_aborts_and_is_fenced() {
 /// `ExactlyOnceSink`) through the mock's group and transaction coordinators: every
 /// kept input appears once in the read_committed output and the group's commits reach
 /// the end of the input.
+/// A read-committed group reader of "in" (group `group`, from the first offset) and an
+/// exactly-once sink into "out" with transactional id `txn_id`.
+async fn eos_pipeline(
+    cluster: &MockCluster,
+    group: &str,
+    txn_id: &str,
+    config: kafkapipe::writer::PipelineConfig,
+) -> (Reader, kafkapipe::writer::ExactlyOnceSink) {
+    use kafkapipe::conn::IsolationLevel;
+    use kafkapipe::reader::StartOffset;
+    use kafkapipe::writer::TransactionalWriter;
+    let input = Reader::new(
+        reader(cluster)
+            .group_id(group)
+            .topic("in")
+            .start_offset(StartOffset::First)
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .session_timeout(Duration::from_secs(5))
+            .heartbeat_interval(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    let sink = TransactionalWriter::new(writer(cluster, "out").transactional_id(txn_id))
+        .unwrap()
+        .pipeline(&input.handle(), config)
+        .await
+        .unwrap();
+    (input, sink)
+}
+
 #[tokio::test]
 async fn an_exactly_once_pipeline_through_the_mock() {
     use futures::{future, StreamExt, TryStreamExt};
     use kafkapipe::conn::IsolationLevel;
-    use kafkapipe::reader::StartOffset;
-    use kafkapipe::writer::{PipelineConfig, TransactionalWriter};
+    use kafkapipe::writer::PipelineConfig;
 
     const N: usize = 1000;
     let cluster = MockCluster::builder()
@@ -1154,23 +1183,8 @@ async fn an_exactly_once_pipeline_through_the_mock() {
         .await
         .unwrap();
     write(&cluster, "in", numbered(0, N)).await;
-    let input = Reader::new(
-        reader(&cluster)
-            .group_id("eos")
-            .topic("in")
-            .start_offset(StartOffset::First)
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .session_timeout(Duration::from_secs(5))
-            .heartbeat_interval(Duration::from_millis(100)),
-    )
-    .await
-    .unwrap();
+    let (input, mut sink) = eos_pipeline(&cluster, "eos", "eos-1", PipelineConfig::new()).await;
     let handle = input.handle();
-    let mut sink = TransactionalWriter::new(writer(&cluster, "out").transactional_id("eos-1"))
-        .unwrap()
-        .pipeline(&handle, PipelineConfig::new())
-        .await
-        .unwrap();
     let committed =
         |c: &MockCluster| -> i64 { (0..3).filter_map(|p| c.committed("eos", "in", p)).sum() };
     let stopper = async {
@@ -1226,9 +1240,7 @@ async fn an_exactly_once_pipeline_through_the_mock() {
 #[tokio::test]
 async fn an_exactly_once_commit_deferred_for_a_token_acked_late_by_hand_goes_through() {
     use futures::{StreamExt, TryStreamExt};
-    use kafkapipe::conn::IsolationLevel;
-    use kafkapipe::reader::StartOffset;
-    use kafkapipe::writer::{PipelineConfig, TransactionalWriter};
+    use kafkapipe::writer::PipelineConfig;
 
     const N: usize = 50;
     let cluster = MockCluster::builder()
@@ -1239,26 +1251,9 @@ async fn an_exactly_once_commit_deferred_for_a_token_acked_late_by_hand_goes_thr
         .await
         .unwrap();
     write(&cluster, "in", numbered(0, N)).await;
-    let input = Reader::new(
-        reader(&cluster)
-            .group_id("late")
-            .topic("in")
-            .start_offset(StartOffset::First)
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .session_timeout(Duration::from_secs(5))
-            .heartbeat_interval(Duration::from_millis(100)),
-    )
-    .await
-    .unwrap();
+    let config = PipelineConfig::new().commit_interval(Duration::from_millis(50));
+    let (input, mut sink) = eos_pipeline(&cluster, "late", "late-1", config).await;
     let handle = input.handle();
-    let mut sink = TransactionalWriter::new(writer(&cluster, "out").transactional_id("late-1"))
-        .unwrap()
-        .pipeline(
-            &handle,
-            PipelineConfig::new().commit_interval(Duration::from_millis(50)),
-        )
-        .await
-        .unwrap();
     let stopper = async {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {

@@ -682,22 +682,11 @@ fn an_lz4_block_larger_than_the_frame_block_size_is_an_error() {
 /// its size, and the large one goes back to the pool at once.
 #[test]
 fn lz4_output_of_a_frame_of_large_blocks_is_held_in_a_buffer_of_its_size() {
-    use crate::bufpool::BufPool;
     use lz4_flex::frame::{BlockSize, FrameInfo};
     let data = mixed_payload(120_000);
     let frame = lz4_frame(&data, FrameInfo::new().block_size(BlockSize::Max4MB));
-    let pool = BufPool::new(4, 8 << 20, 16 << 20);
-    let out = Compression::Lz4
-        .decompress_pooled(&frame, 8 << 20, Some(&pool))
-        .unwrap()
-        .unwrap();
-    assert_eq!(&out[..], &data[..]);
+    let (pool, out) = lz4_decoded_with_its_buffer_back(&frame, &data, 4 << 20);
     let (kept, capacity) = pool.kept();
-    assert_eq!(
-        (kept, capacity >= 4 << 20),
-        (1, true),
-        "the 4 MiB decode buffer is back in the pool while the output lives"
-    );
     drop(out);
     assert_eq!(
         pool.kept(),
@@ -711,20 +700,30 @@ fn lz4_output_of_a_frame_of_large_blocks_is_held_in_a_buffer_of_its_size() {
 /// take a hundred times their size.
 #[test]
 fn lz4_output_much_smaller_than_its_block_is_held_in_a_buffer_of_its_size() {
-    use crate::bufpool::BufPool;
     let data = mixed_payload(600);
     let mut frame = bytes::BytesMut::new();
     Compression::Lz4.compress(&data, &mut frame).unwrap();
-    let pool = BufPool::new(4, 8 << 20, 16 << 20);
+    lz4_decoded_with_its_buffer_back(&frame, &data, 64 << 10);
+}
+
+/// Decode the LZ4 `frame` of `data` with a pool: its decode buffer (of at least
+/// `buffer` bytes) must be back in the pool while the output lives.
+fn lz4_decoded_with_its_buffer_back(
+    frame: &[u8],
+    data: &[u8],
+    buffer: usize,
+) -> (std::sync::Arc<crate::bufpool::BufPool>, Bytes) {
+    let pool = crate::bufpool::BufPool::new(4, 8 << 20, 16 << 20);
     let out = Compression::Lz4
-        .decompress_pooled(&frame, 8 << 20, Some(&pool))
+        .decompress_pooled(frame, 8 << 20, Some(&pool))
         .unwrap()
         .unwrap();
-    assert_eq!(&out[..], &data[..]);
+    assert_eq!(&out[..], data);
     let (kept, capacity) = pool.kept();
     assert_eq!(
-        (kept, capacity >= 64 << 10),
+        (kept, capacity >= buffer),
         (1, true),
-        "the 64 KiB decode buffer is back in the pool while the output lives"
+        "the {buffer}-byte decode buffer is back in the pool while the output lives"
     );
+    (pool, out)
 }
