@@ -25,6 +25,24 @@ const SHRINK_ABOVE: usize = 8 << 10;
 /// buffer), and they are few at a time.
 const SHRINK_UP_TO: usize = 256 << 10;
 
+/// The largest buffer [`BufPool::for_fetches`] keeps: 16 MiB of records and 1 MiB for
+/// the rest of a response.
+const FETCH_BUFFER_MAX: usize = 17 << 20;
+
+/// New buffers of at least this size are rounded up to a multiple of it.
+const ROUND_ABOVE: usize = 1 << 20;
+
+/// The capacity a new buffer for `min` bytes gets: large ones are rounded up to a whole
+/// MiB, so that a kept buffer also serves the next response when it is a few bytes
+/// larger (responses to the same fetch differ by a few bytes from one to the next). The
+/// extra room costs no memory until it is written.
+fn rounded(min: usize) -> usize {
+    if min < ROUND_ABOVE {
+        return min;
+    }
+    min.div_ceil(ROUND_ABOVE).saturating_mul(ROUND_ABOVE)
+}
+
 /// Whether a buffer of `capacity` holding `len` bytes holds so little that its contents
 /// should move to a buffer of their size rather than pin it: a small payload (a small
 /// batch decompressed into a large buffer) that records may keep alive long after the
@@ -54,9 +72,12 @@ impl BufPool {
         })
     }
 
-    /// The pool for the consume path: 8 buffers of at most 16 MiB, 32 MiB in total.
+    /// The pool for the consume path: 8 buffers of at most 17 MiB, 34 MiB in total.
+    /// A fetch of 16 partitions at the default 1 MiB each answers a little over 16 MiB
+    /// (the response's own fields on top), so the bound is 16 MiB plus room for those:
+    /// at exactly 16 MiB, every such response was read into fresh memory.
     pub(crate) fn for_fetches() -> Arc<Self> {
-        Self::new(8, 16 << 20, 32 << 20)
+        Self::new(8, FETCH_BUFFER_MAX, 2 * FETCH_BUFFER_MAX)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
@@ -83,7 +104,7 @@ impl BufPool {
                 b.clear();
                 b
             }
-            None => Vec::with_capacity(min),
+            None => Vec::with_capacity(rounded(min)),
         }
     }
 
@@ -218,6 +239,27 @@ mod tests {
         assert_eq!(pool.kept().0, 0);
         drop(frozen);
         assert_eq!(pool.kept().0, 1);
+    }
+
+    /// A fetch response for 16 partitions of 1 MiB each is a little over 16 MiB (the
+    /// response's own fields): the consume path's pool must keep such frames, and reuse
+    /// one for the next response even when that one is a few bytes larger.
+    #[test]
+    fn full_responses_of_sixteen_one_mib_partitions_are_pooled_and_reused() {
+        let pool = BufPool::for_fetches();
+        let frame = (16 << 20) + 647;
+        let mut a = pool.take(frame);
+        a.resize(frame, 1);
+        let mut b = pool.take(frame);
+        b.resize(frame, 2);
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        drop((pool.freeze(a), pool.freeze(b)));
+        assert_eq!(pool.kept().0, 2, "both frames are kept");
+        let next = pool.take(frame + 1000);
+        assert!(
+            next.as_ptr() == pa || next.as_ptr() == pb,
+            "a kept frame is reused"
+        );
     }
 
     #[test]
