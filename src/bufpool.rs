@@ -29,13 +29,11 @@ const SHRINK_UP_TO: usize = 256 << 10;
 /// the rest of a response.
 const FETCH_BUFFER_MAX: usize = 17 << 20;
 
-/// New buffers of at least this size are rounded up to a multiple of it.
+/// New buffers of at least this size from [`BufPool::take_rounded`] are rounded up to a
+/// multiple of it.
 const ROUND_ABOVE: usize = 1 << 20;
 
-/// The capacity a new buffer for `min` bytes gets: large ones are rounded up to a whole
-/// MiB, so that a kept buffer also serves the next response when it is a few bytes
-/// larger (responses to the same fetch differ by a few bytes from one to the next). The
-/// extra room costs no memory until it is written.
+/// `min` rounded up to a whole MiB from 1 MiB on (see [`BufPool::take_rounded`]).
 fn rounded(min: usize) -> usize {
     if min < ROUND_ABOVE {
         return min;
@@ -89,6 +87,18 @@ impl BufPool {
     /// An empty buffer with room for at least `min` bytes: the smallest pooled buffer
     /// that is large enough, else a new one.
     pub(crate) fn take(&self, min: usize) -> Vec<u8> {
+        self.take_or_new(min, min)
+    }
+
+    /// Like [`take`](Self::take), for buffers whose sizes vary a little from one use to
+    /// the next (response frames): a new buffer of 1 MiB or more is rounded up to a whole
+    /// MiB, so it also serves the next frame when that one is a few bytes larger. The
+    /// extra room costs no memory until it is written.
+    pub(crate) fn take_rounded(&self, min: usize) -> Vec<u8> {
+        self.take_or_new(min, rounded(min))
+    }
+
+    fn take_or_new(&self, min: usize, new: usize) -> Vec<u8> {
         let found = {
             let mut free = self.lock();
             let best = free
@@ -104,7 +114,7 @@ impl BufPool {
                 b.clear();
                 b
             }
-            None => Vec::with_capacity(rounded(min)),
+            None => Vec::with_capacity(new),
         }
     }
 
@@ -248,14 +258,14 @@ mod tests {
     fn full_responses_of_sixteen_one_mib_partitions_are_pooled_and_reused() {
         let pool = BufPool::for_fetches();
         let frame = (16 << 20) + 647;
-        let mut a = pool.take(frame);
+        let mut a = pool.take_rounded(frame);
         a.resize(frame, 1);
-        let mut b = pool.take(frame);
+        let mut b = pool.take_rounded(frame);
         b.resize(frame, 2);
         let (pa, pb) = (a.as_ptr(), b.as_ptr());
         drop((pool.freeze(a), pool.freeze(b)));
         assert_eq!(pool.kept().0, 2, "both frames are kept");
-        let next = pool.take(frame + 1000);
+        let next = pool.take_rounded(frame + 1000);
         assert!(
             next.as_ptr() == pa || next.as_ptr() == pb,
             "a kept frame is reused"

@@ -1221,7 +1221,7 @@ async fn read_pooled_frame<R: AsyncRead + Unpin>(
     size: usize,
     pool: &Arc<BufPool>,
 ) -> Result<Bytes, Failure> {
-    let mut frame = pool.take(size);
+    let mut frame = pool.take_rounded(size);
     let have = buf.len().min(size);
     frame.extend_from_slice(&buf[..have]);
     buf.advance(have);
