@@ -202,6 +202,27 @@ impl RecordBatchBuilder {
     /// Finish the batch: compress the records if asked, fill in the header and the
     /// CRC-32C, and return the complete RecordBatch v2 bytes.
     pub fn build(self) -> Result<Bytes> {
+        self.finish().map(BytesMut::freeze)
+    }
+
+    /// Like [`build`](Self::build), for a caller that reuses batch buffers: a compressed
+    /// batch that fills only a small part of its buffer (see [`crate::bufpool::oversized`])
+    /// is copied out to bytes of its own size, and the buffer comes back empty for the
+    /// next batch. Records of well-compressing values fill a large buffer that their
+    /// compressed batch then holds a few KiB of until it is acknowledged; with many such
+    /// batches queued, every new batch was written into fresh memory.
+    pub(crate) fn build_compact(self) -> Result<(Bytes, Option<BytesMut>)> {
+        let compressed = self.compression != Compression::None;
+        let mut buf = self.finish()?;
+        if compressed && crate::bufpool::oversized(buf.len(), buf.capacity()) {
+            let data = Bytes::copy_from_slice(&buf);
+            buf.clear();
+            return Ok((data, Some(buf)));
+        }
+        Ok((buf.freeze(), None))
+    }
+
+    fn finish(self) -> Result<BytesMut> {
         let RecordBatchBuilder {
             compression,
             timestamp_type,
@@ -260,7 +281,7 @@ impl RecordBatchBuilder {
         // CRC-32C covers attributes (offset 21) through the end of the batch.
         let crc = crc32c::crc32c(&buf[21..]);
         buf[17..21].copy_from_slice(&crc.to_be_bytes());
-        Ok(buf.freeze())
+        Ok(buf)
     }
 }
 

@@ -1143,3 +1143,54 @@ fn a_compressed_batch_claiming_more_records_than_offsets_is_an_error_at_once() {
     let err = decode_batches_lazy(bad.freeze(), 0, MB, None).unwrap_err();
     assert!(err.to_string().contains("record count"), "{err}");
 }
+
+/// A compressed batch far smaller than its buffer is copied out to bytes of its size and
+/// the buffer handed back for the next batch; an uncompressed batch, or one filling a good
+/// part of its buffer, keeps it.
+#[cfg(feature = "lz4")]
+#[test]
+fn a_small_compressed_batch_gives_its_large_buffer_back() {
+    let fill = |compression, value: &[u8]| {
+        let mut b = RecordBatchBuilder::with_capacity(compression, 1 << 20);
+        for i in 0..100 {
+            b.append(1_700_000_000_000 + i, None, Some(value), &[])
+                .unwrap();
+        }
+        b
+    };
+    let value = vec![b'x'; 10_000];
+    let (data, emptied) = fill(Compression::Lz4, &value).build_compact().unwrap();
+    let emptied = emptied.expect("the buffer comes back");
+    assert!(emptied.is_empty() && emptied.capacity() >= 1 << 20);
+    assert!(data.len() < 64 << 10, "{}", data.len());
+    let batch = decode_one(data);
+    assert_eq!(batch.records.len(), 100);
+    assert!(batch
+        .records
+        .iter()
+        .all(|r| r.value.as_deref() == Some(&value[..])));
+
+    let (data, emptied) = fill(Compression::None, &value).build_compact().unwrap();
+    assert!(emptied.is_none(), "uncompressed records fill their buffer");
+    assert_eq!(decode_one(data).records.len(), 100);
+
+    let mut b = RecordBatchBuilder::with_capacity(Compression::Lz4, 1 << 20);
+    let mut x = 0x2545_f491_u32;
+    for i in 0..100 {
+        let noise: Vec<u8> = (0..10_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect();
+        b.append(1_700_000_000_000 + i, None, Some(&noise), &[])
+            .unwrap();
+    }
+    let (_, emptied) = b.build_compact().unwrap();
+    assert!(
+        emptied.is_none(),
+        "a batch that hardly compresses keeps its buffer"
+    );
+}

@@ -939,8 +939,11 @@ impl Task {
                 if ps.open.is_some() {
                     self.unreported.extend(seal(
                         ps,
-                        &self.shared,
-                        self.cfg.delivery_timeout,
+                        Sealing {
+                            shared: &self.shared,
+                            delivery_timeout: self.cfg.delivery_timeout,
+                            spare: &mut self.spare_buffers,
+                        },
                         name,
                         *p,
                     ));
@@ -979,8 +982,16 @@ impl Task {
                 if blocked && after(o.first_accepted, delivery_timeout) > now {
                     continue;
                 }
-                self.unreported
-                    .extend(seal(ps, &self.shared, self.cfg.delivery_timeout, name, *p));
+                self.unreported.extend(seal(
+                    ps,
+                    Sealing {
+                        shared: &self.shared,
+                        delivery_timeout: self.cfg.delivery_timeout,
+                        spare: &mut self.spare_buffers,
+                    },
+                    name,
+                    *p,
+                ));
                 sealed = true;
             }
         }
@@ -1709,8 +1720,11 @@ impl Task {
                             if ps.open.is_some() {
                                 self.unreported.extend(seal(
                                     ps,
-                                    &self.shared,
-                                    self.cfg.delivery_timeout,
+                                    Sealing {
+                                        shared: &self.shared,
+                                        delivery_timeout: self.cfg.delivery_timeout,
+                                        spare: &mut self.spare_buffers,
+                                    },
                                     &topic,
                                     *p,
                                 ));
@@ -2029,13 +2043,8 @@ impl Task {
         for (g, n) in &b.runs {
             g.done(*n, error);
         }
-        if self.spare_buffers.len() < SPARE_BATCH_BUFFERS {
-            if let Ok(buf) = b.data.try_into_mut() {
-                let kept: usize = self.spare_buffers.iter().map(BytesMut::capacity).sum();
-                if kept.saturating_add(buf.capacity()) <= SPARE_BATCH_BYTES {
-                    self.spare_buffers.push(buf);
-                }
-            }
+        if let Ok(buf) = b.data.try_into_mut() {
+            recycle(&mut self.spare_buffers, buf);
         }
         let kept_bytes: usize = b.kept.iter().map(|(_, _, size)| size).sum();
         self.shared
@@ -2143,19 +2152,23 @@ fn place(
             .record_size(ts, key, value, headers)
             .unwrap_or(usize::MAX);
         if open.builder.estimated_size().saturating_add(more) > cfg.batch_bytes {
-            cx.unreported
-                .extend(seal(ps, cx.shared, cfg.delivery_timeout, topic, partition));
+            cx.unreported.extend(seal(
+                ps,
+                Sealing {
+                    shared: cx.shared,
+                    delivery_timeout: cfg.delivery_timeout,
+                    spare: cx.spare_buffers,
+                },
+                topic,
+                partition,
+            ));
         }
     }
     let last_len = ps.last_len;
     let spare = &mut *cx.spare_buffers;
     let open = ps.open.get_or_insert_with(|| OpenBatch {
         builder: {
-            let want = cfg
-                .batch_size
-                .saturating_mul(64)
-                .max(last_len)
-                .min(cfg.batch_bytes);
+            let want = batch_capacity(cfg, last_len);
             // Any spare buffer large enough; smaller ones stay for smaller batches.
             match spare.iter().position(|b| b.capacity() >= want) {
                 Some(i) => RecordBatchBuilder::with_buffer(cfg.compression, spare.swap_remove(i)),
@@ -2194,8 +2207,16 @@ fn place(
     open.count += 1;
     open.bytes += m.size;
     if open.count >= cfg.batch_size {
-        cx.unreported
-            .extend(seal(ps, cx.shared, cfg.delivery_timeout, topic, partition));
+        cx.unreported.extend(seal(
+            ps,
+            Sealing {
+                shared: cx.shared,
+                delivery_timeout: cfg.delivery_timeout,
+                spare: cx.spare_buffers,
+            },
+            topic,
+            partition,
+        ));
     }
     Ok(())
 }
@@ -2457,17 +2478,71 @@ fn split_bytes(bytes: usize, count: usize, mid: usize, kept1: &Kept, kept2: &Kep
 
 /// Close `ps`'s open batch and queue it for sending. If the batch cannot be built its
 /// messages fail; those kept for delivery reports are returned with the error.
+/// Room for the records of a new batch of a partition whose last batch was `last_len`
+/// bytes: a quarter more than that, since batches sealed for size end within a record
+/// of `batch_bytes` and one sized to the last would often grow (a `Vec` doubling: a copy,
+/// and twice the memory, mostly fresh pages); never more than `batch_bytes`, which no
+/// batch outgrows.
+fn batch_capacity(cfg: &WriterConfig, last_len: usize) -> usize {
+    cfg.batch_size
+        .saturating_mul(64)
+        .max(last_len.saturating_add(last_len / 4))
+        .min(cfg.batch_bytes)
+}
+
+/// What [`seal`] needs besides the partition: the writer's shared state, its delivery
+/// timeout, and the spare batch buffers.
+struct Sealing<'a> {
+    shared: &'a Shared,
+    delivery_timeout: Duration,
+    spare: &'a mut Vec<BytesMut>,
+}
+
+/// Keep `buf` for the next batches, within [`SPARE_BATCH_BUFFERS`] and
+/// [`SPARE_BATCH_BYTES`]: when they are exceeded, the smallest buffers go (the bytes of a
+/// compacted batch, a few KiB, must not crowd out the large buffers new batches want).
+fn recycle(spare: &mut Vec<BytesMut>, buf: BytesMut) {
+    if buf.capacity() == 0 || buf.capacity() > SPARE_BATCH_BYTES {
+        return;
+    }
+    spare.push(buf);
+    loop {
+        let kept: usize = spare.iter().map(BytesMut::capacity).sum();
+        if spare.len() <= SPARE_BATCH_BUFFERS && kept <= SPARE_BATCH_BYTES {
+            return;
+        }
+        let smallest = spare
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        match smallest {
+            Some(i) => drop(spare.swap_remove(i)),
+            None => return,
+        }
+    }
+}
+
+/// Seal the partition's open batch (if any) into its queue. A compressed batch much
+/// smaller than its buffer gives the buffer back to `spare` at once.
 fn seal(
     ps: &mut PartState,
-    shared: &Shared,
-    delivery_timeout: Duration,
+    sealing: Sealing<'_>,
     topic: &str,
     partition: i32,
 ) -> Option<(Kept, Error)> {
+    let Sealing {
+        shared,
+        delivery_timeout,
+        spare,
+    } = sealing;
     let open = ps.open.take()?;
     ps.last_len = open.builder.estimated_size();
-    match open.builder.build() {
-        Ok(data) => {
+    match open.builder.build_compact() {
+        Ok((data, emptied)) => {
+            if let Some(buf) = emptied {
+                recycle(spare, buf);
+            }
             let id = ps.next_id;
             ps.next_id += 1;
             ps.sealed.push_back(Sealed {
@@ -3202,6 +3277,80 @@ mod idempotence_tests {
             o.held = true;
         }
         assert_eq!(task.next_deadline(now), Some(deadline + timeout));
+    }
+
+    /// A partition whose batches fill `batch_bytes` gets buffers that hold a whole batch,
+    /// not one sized to the last batch (a record short of the limit), which the next
+    /// batch outgrew: a reallocation of a megabyte, mostly fresh memory, per batch.
+    #[test]
+    fn a_busy_partition_s_batches_get_room_for_a_whole_batch() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]).batch_bytes(1 << 20);
+        assert_eq!(batch_capacity(&cfg, (1 << 20) - 10_000), 1 << 20);
+        assert_eq!(batch_capacity(&cfg, 0), cfg.batch_size * 64);
+        let small = 600 << 10;
+        assert!(batch_capacity(&cfg, small) > small + small / 8);
+    }
+
+    /// Sealing a well-compressed batch puts its buffer back among the spare buffers at
+    /// once, rather than keeping a megabyte for a few KiB until the batch is acknowledged.
+    #[cfg(feature = "lz4")]
+    #[test]
+    fn sealing_a_small_compressed_batch_returns_its_buffer() {
+        let shared = Shared::new(32 << 20);
+        let mut builder = RecordBatchBuilder::with_capacity(Compression::Lz4, 1 << 20);
+        let value = vec![b'x'; 10_000];
+        for i in 0..100 {
+            builder
+                .append(1_700_000_000_000 + i, None, Some(&value), &[])
+                .unwrap();
+        }
+        let now = Instant::now();
+        let mut ps = PartState {
+            open: Some(OpenBatch {
+                builder,
+                runs: Runs::new(),
+                kept: Kept::new(),
+                acks: Acks::new(),
+                count: 100,
+                bytes: 0,
+                deadline: now,
+                first_accepted: now,
+                held: false,
+            }),
+            ..PartState::default()
+        };
+        let mut spare = Vec::new();
+        let sealing = Sealing {
+            shared: &shared,
+            delivery_timeout: Duration::from_secs(1),
+            spare: &mut spare,
+        };
+        assert!(seal(&mut ps, sealing, "t", 0).is_none());
+        assert_eq!(spare.len(), 1);
+        assert!(spare[0].capacity() >= 1 << 20);
+        let b = ps.sealed.front().unwrap();
+        assert!(b.data.len() < 64 << 10, "{}", b.data.len());
+        let batches = decode_batches(b.data.clone(), 1 << 30).unwrap().batches;
+        assert_eq!(batches[0].records.len(), 100);
+    }
+
+    /// The spare buffers keep the largest: small ones (the bytes of a compacted batch)
+    /// give way rather than fill the list and turn the megabyte buffers away.
+    #[test]
+    fn spare_buffers_keep_the_largest() {
+        let mut spare = Vec::new();
+        for _ in 0..SPARE_BATCH_BUFFERS {
+            recycle(&mut spare, BytesMut::with_capacity(4 << 10));
+        }
+        recycle(&mut spare, BytesMut::with_capacity(1 << 20));
+        assert_eq!(spare.len(), SPARE_BATCH_BUFFERS);
+        assert!(spare.iter().any(|b| b.capacity() >= 1 << 20));
+        for _ in 0..32 {
+            recycle(&mut spare, BytesMut::with_capacity(1 << 20));
+        }
+        let kept: usize = spare.iter().map(BytesMut::capacity).sum();
+        assert!(kept <= SPARE_BATCH_BYTES, "{kept}");
+        assert!(spare.iter().all(|b| b.capacity() >= 1 << 20));
     }
 
     /// One wake's commands: runs of messages to alternating topics each reach their own
