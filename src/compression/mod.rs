@@ -400,6 +400,18 @@ const ZSTD_LEVEL: i32 = 3;
 #[cfg(feature = "zstd")]
 const ZSTD_MAX_BLOCK: u32 = 127 << 10;
 
+/// Turn off zstd's block pre-splitter through `set` (see [`ZSTD_MAX_BLOCK`]), on the
+/// zstd versions that have it. Best effort: the block size is an experimental parameter,
+/// which a zstd older than 1.5.6 (a system library, with `ZSTD_SYS_USE_PKG_CONFIG`) does
+/// not know; compression then goes on with zstd's defaults.
+#[cfg(feature = "zstd")]
+fn skip_block_splitter(set: impl FnOnce(zstd::zstd_safe::CParameter) -> std::io::Result<()>) {
+    if zstd::zstd_safe::version_number() >= 10507 {
+        // An error leaves the parameter unset, which is what older versions do anyway.
+        let _ = set(zstd::zstd_safe::CParameter::MaxBlockSize(ZSTD_MAX_BLOCK));
+    }
+}
+
 #[cfg(feature = "zstd")]
 thread_local! {
     /// A zstd compression context per thread (at [`ZSTD_LEVEL`]) and the buffer it
@@ -418,8 +430,7 @@ fn zstd_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
         let mut slot = cell.try_borrow_mut().ok()?;
         if slot.is_none() {
             let mut c = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok()?;
-            c.set_parameter(zstd::zstd_safe::CParameter::MaxBlockSize(ZSTD_MAX_BLOCK))
-                .ok()?;
+            skip_block_splitter(|p| c.set_parameter(p).map(drop));
             *slot = Some((c, Vec::new()));
         }
         let (cctx, buf) = slot.as_mut()?;
@@ -445,7 +456,7 @@ fn zstd_compress_streaming(input: &[u8], out: &mut BytesMut) -> std::io::Result<
     use bytes::BufMut;
     use std::io::Write;
     let mut enc = zstd::stream::write::Encoder::new(out.writer(), ZSTD_LEVEL)?;
-    enc.set_parameter(zstd::zstd_safe::CParameter::MaxBlockSize(ZSTD_MAX_BLOCK))?;
+    skip_block_splitter(|p| enc.set_parameter(p));
     enc.set_pledged_src_size(u64::try_from(input.len()).ok())?;
     enc.write_all(input)?;
     enc.finish().map(drop)

@@ -39,7 +39,8 @@
 //!   once the last message pointing into them is dropped, and the next fetch reuses them
 //!   instead of faulting in fresh multi-megabyte allocations: one pool per broker
 //!   connection for frames of 64 KiB and more, one per reader for decompressed payloads,
-//!   each keeping at most 8 buffers and 32 MiB, and never a buffer over 16 MiB.
+//!   each keeping at most 8 buffers and 34 MiB, and never a buffer over 17 MiB (a
+//!   response for 16 partitions at 1 MiB each is a little over 16 MiB).
 //! - **Epochs instead of kafka-go's versions.** Each partition has an epoch bumped by
 //!   [`Reader::seek`], [`Reader::seek_to_time`] and re-assignment; a result that was in
 //!   flight across the change is dropped, and the partition's buffer is cleared under the

@@ -34,8 +34,12 @@ const BATCH_OVERHEAD: usize = 61;
 const SPARE_BATCH_BUFFERS: usize = 64;
 /// Most capacity kept in spare batch buffers: a request's worth of 1 MiB batches for 16
 /// partitions is reused whole (4 buffers made 12 of 16 partitions' batches fresh, page-
-/// faulted memory on every round).
-const SPARE_BATCH_BYTES: usize = 16 << 20;
+/// faulted memory on every round), with their headers and [`BATCH_SLACK`].
+const SPARE_BATCH_BYTES: usize = 17 << 20;
+/// Room a new batch buffer has beyond its records' bytes (and the header): the framing
+/// a codec adds to data that hardly compresses (an LZ4 frame of 1 MiB adds some 80
+/// bytes), so that such a batch does not outgrow its buffer when compressed in place.
+const BATCH_SLACK: usize = 1 << 10;
 /// Highest Produce version used: v13 addresses topics by id, which buys nothing here.
 const MAX_PRODUCE_VERSION: i16 = 12;
 
@@ -2044,7 +2048,10 @@ impl Task {
             g.done(*n, error);
         }
         if let Ok(buf) = b.data.try_into_mut() {
-            recycle(&mut self.spare_buffers, buf);
+            // Not the bytes of a compacted batch, smaller than any new batch wants.
+            if buf.capacity() >= batch_capacity(&self.cfg, 0) {
+                recycle(&mut self.spare_buffers, buf);
+            }
         }
         let kept_bytes: usize = b.kept.iter().map(|(_, _, size)| size).sum();
         self.shared
@@ -2169,8 +2176,14 @@ fn place(
     let open = ps.open.get_or_insert_with(|| OpenBatch {
         builder: {
             let want = batch_capacity(cfg, last_len);
-            // Any spare buffer large enough; smaller ones stay for smaller batches.
-            match spare.iter().position(|b| b.capacity() >= want) {
+            // The smallest spare buffer large enough; larger ones stay for larger batches.
+            let fit = spare
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.capacity() >= want)
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, _)| i);
+            match fit {
                 Some(i) => RecordBatchBuilder::with_buffer(cfg.compression, spare.swap_remove(i)),
                 None => RecordBatchBuilder::with_capacity(cfg.compression, want),
             }
@@ -2481,13 +2494,14 @@ fn split_bytes(bytes: usize, count: usize, mid: usize, kept1: &Kept, kept2: &Kep
 /// Room for the records of a new batch of a partition whose last batch was `last_len`
 /// bytes: a quarter more than that, since batches sealed for size end within a record
 /// of `batch_bytes` and one sized to the last would often grow (a `Vec` doubling: a copy,
-/// and twice the memory, mostly fresh pages); never more than `batch_bytes`, which no
-/// batch outgrows.
+/// and twice the memory, mostly fresh pages); never more than `batch_bytes` (which no
+/// batch of records outgrows) and [`BATCH_SLACK`] for a codec's framing.
 fn batch_capacity(cfg: &WriterConfig, last_len: usize) -> usize {
     cfg.batch_size
         .saturating_mul(64)
         .max(last_len.saturating_add(last_len / 4))
         .min(cfg.batch_bytes)
+        .saturating_add(BATCH_SLACK)
 }
 
 /// What [`seal`] needs besides the partition: the writer's shared state, its delivery
@@ -3285,8 +3299,11 @@ mod idempotence_tests {
     #[test]
     fn a_busy_partition_s_batches_get_room_for_a_whole_batch() {
         let cfg = WriterConfig::new(["127.0.0.1:1"]).batch_bytes(1 << 20);
-        assert_eq!(batch_capacity(&cfg, (1 << 20) - 10_000), 1 << 20);
-        assert_eq!(batch_capacity(&cfg, 0), cfg.batch_size * 64);
+        assert_eq!(
+            batch_capacity(&cfg, (1 << 20) - 10_000),
+            (1 << 20) + BATCH_SLACK
+        );
+        assert_eq!(batch_capacity(&cfg, 0), cfg.batch_size * 64 + BATCH_SLACK);
         let small = 600 << 10;
         assert!(batch_capacity(&cfg, small) > small + small / 8);
     }
@@ -3332,6 +3349,21 @@ mod idempotence_tests {
         assert!(b.data.len() < 64 << 10, "{}", b.data.len());
         let batches = decode_batches(b.data.clone(), 1 << 30).unwrap().batches;
         assert_eq!(batches[0].records.len(), 100);
+    }
+
+    /// Sixteen partitions' full batches of the default 1 MiB (with their headers and
+    /// slack) all fit among the spare buffers, to be reused whole on the next round.
+    #[test]
+    fn a_round_of_sixteen_full_batch_buffers_is_kept_whole() {
+        let cfg = WriterConfig::new(["127.0.0.1:1"]).batch_bytes(1 << 20);
+        let mut spare = Vec::new();
+        for _ in 0..16 {
+            let b =
+                RecordBatchBuilder::with_capacity(Compression::None, batch_capacity(&cfg, 1 << 20));
+            let buf = b.build_compact().unwrap().0.try_into_mut().unwrap();
+            recycle(&mut spare, buf);
+        }
+        assert_eq!(spare.len(), 16);
     }
 
     /// The spare buffers keep the largest: small ones (the bytes of a compacted batch)
