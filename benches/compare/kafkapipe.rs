@@ -7,7 +7,7 @@
 //! compare_peer produce  --brokers B --topic T --count N --size S [--compression none|lz4|zstd|…]
 //!                       [--acks 0|1|all] [--linger-ms 5] [--batch-bytes 1048576]
 //!                       [--batch-msgs 10000] [--idempotent false]
-//! compare_peer consume  --brokers B --topic T --count N
+//! compare_peer consume  --brokers B --topic T --count N [--group G]
 //! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
 //! compare_peer create-topic --brokers B --topic T --partitions P
 //! compare_peer delete-topic --brokers B --topic T
@@ -15,7 +15,8 @@
 //!
 //! `produce` writes N unkeyed values of S bytes through the `Writer` sink and closes it
 //! (every message acknowledged); `consume` reads N messages from the first offset of every
-//! partition. Each prints one JSON line with its own timing; the harness uses the process
+//! partition (as a member of consumer group G with `--group`: acknowledgement tracking and
+//! commits included). Each prints one JSON line with its own timing; the harness uses the process
 //! numbers from `/usr/bin/time` (CPU, wall, peak RSS) for the table.
 //!
 //! `latency` creates the topic itself, starts a `Reader` on it, then offers N messages at R
@@ -219,12 +220,13 @@ async fn produce(opts: &Opts) -> Result<()> {
 async fn consume(opts: &Opts) -> Result<()> {
     let (brokers, topic) = (opts.str("brokers")?, opts.str("topic")?);
     let count: usize = opts.num("count", None)?;
-    let mut reader = Reader::new(
-        ReaderConfig::new(brokers.split(','))
-            .topic(topic)
-            .start_offset(StartOffset::First),
-    )
-    .await?;
+    let mut config = ReaderConfig::new(brokers.split(','))
+        .topic(topic)
+        .start_offset(StartOffset::First);
+    if let Some(group) = opts.flags.get("group") {
+        config = config.group_id(group.as_str());
+    }
+    let mut reader = Reader::new(config).await?;
     let started = Instant::now();
     let mut bytes = 0usize;
     for _ in 0..count {
