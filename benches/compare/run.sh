@@ -21,7 +21,12 @@
 #   --reps N                       repetitions per client and row (default 3)
 #   --peers LIST                   comma-separated subset of
 #                                  kafkapipe,librdkafka,kafka-go,franz-go,java (default all)
-#   --ops LIST                     produce,consume (default both)
+#   --ops LIST                     produce,consume,group (default produce,consume); group =
+#                                  consume as a member of a new consumer group (offset
+#                                  tracking and commits included), for the clients that
+#                                  have one here: kafkapipe, librdkafka (its high-level
+#                                  consumer, -G) and java (ConsumerPerformance, which
+#                                  always joins a group)
 #   --latency                      run the latency comparison (and no throughput rows
 #                                  unless --set/--rows is also given)
 #   --rate N --latency-count N     latency: offered msgs/s (default 20000) and messages
@@ -167,6 +172,9 @@ client_cmd() {
             --batch-bytes 1048576 --batch-msgs 10000 ;;
     kafkapipe/consume)
         printf '%s\n' "$kp" consume --brokers "$broker" --topic "$topic" --count "$count" ;;
+    kafkapipe/group)
+        printf '%s\n' "$kp" consume --brokers "$broker" --topic "$topic" --count "$count" \
+            --group "$group" ;;
     librdkafka/produce)
         printf '%s\n' "$rdk" -P -b "$broker" -t "$topic" -c "$count" -s "$size" -z "$codec" \
             -a "$racks" -X "linger.ms=$linger" -X batch.size=1048576 -X batch.num.messages=10000 \
@@ -174,6 +182,9 @@ client_cmd() {
     librdkafka/consume)
         printf '%s\n' "$rdk" -C -b "$broker" -t "$topic" -c "$count" -o beginning -i 60000
         for ((p = 0; p < parts; p++)); do printf '%s\n' -p "$p"; done ;;
+    librdkafka/group)
+        printf '%s\n' "$rdk" -C -G "$group" -b "$broker" -t "$topic" -c "$count" \
+            -X auto.offset.reset=earliest -i 60000 ;;
     kafka-go/*)
         printf '%s\n' "$gobin/kafkago" "$op" --brokers "$broker" --topic "$topic" --count "$count" \
             --size "$size" --compression "$codec" --acks "$acks" --linger-ms "$linger" \
@@ -188,7 +199,7 @@ client_cmd() {
             --topic "$topic" --num-records "$count" --record-size "$size" --throughput -1 \
             --producer-props "bootstrap.servers=$broker" "acks=$jacks" "linger.ms=$linger" \
             batch.size=1048576 "compression.type=$codec" enable.idempotence=false ;;
-    java/consume)
+    java/consume | java/group)
         printf '%s\n' "$java" -Xmx512m "-Dlog4j2.configurationFile=$java_log4j" \
             -cp "${KAFKAPIPE_KAFKA_LIBS}/*" org.apache.kafka.tools.ConsumerPerformance \
             --bootstrap-server "$broker" --topic "$topic" --messages "$count" --group "$group" \
@@ -201,7 +212,7 @@ client_cmd() {
 timed_run() {
     local label="$1" op="$2" client="$3" topic="$4" count="$5" size="$6" codec="$7" acks="$8" parts="$9" rep="${10}"
     local log="$out/logs/${label}.${op}.${client}.${rep}" cmd=() tm
-    mapfile -t cmd < <(client_cmd "$op" "$client" "$topic" "$count" "$size" "$codec" "$acks" "$parts" "g-${label}-${client}-${rep}-$$")
+    mapfile -t cmd < <(client_cmd "$op" "$client" "$topic" "$count" "$size" "$codec" "$acks" "$parts" "g-${label}-${op}-${client}-${rep}-$$")
     tm="$log.time"
     if "$here/rusage.py" "$tm" 300 "${cmd[@]}" >"$log.out" 2>"$log.err"; then
         read -r wall user sys rss_kb minflt <"$tm"
@@ -241,16 +252,25 @@ for row in "${row_list[@]}"; do
         done
     fi
     ckey="${count}:${size}:${codec}:${parts}"
-    if [[ ",$ops," == *",consume,"* && -z "${consumed[$ckey]:-}" ]]; then
+    read_ops=()
+    [[ ",$ops," == *",consume,"* ]] && read_ops+=(consume)
+    [[ ",$ops," == *",group,"* ]] && read_ops+=(group)
+    if ((${#read_ops[@]})) && [[ -z "${consumed[$ckey]:-}" ]]; then
         consumed[$ckey]=1
         topic="cmp-fill-${count}x${size}-${codec}-p${parts}-$$"
         kp_admin create-topic --topic "$topic" --partitions "$parts"
         "$kp" produce --brokers "$broker" --topic "$topic" --count "$count" --size "$size" \
             --compression "$codec" --acks 1 --linger-ms "$linger" >/dev/null
-        for ((rep = 1; rep <= reps; rep++)); do
-            for ((i = 0; i < ${#peer_list[@]}; i++)); do
-                client="${peer_list[$(((i + rep - 1) % ${#peer_list[@]}))]}"
-                timed_run "$label" consume "$client" "$topic" "$count" "$size" "$codec" - "$parts" "$rep"
+        for op in "${read_ops[@]}"; do
+            for ((rep = 1; rep <= reps; rep++)); do
+                for ((i = 0; i < ${#peer_list[@]}; i++)); do
+                    client="${peer_list[$(((i + rep - 1) % ${#peer_list[@]}))]}"
+                    # the Go peers read without a group here
+                    if [[ "$op" == group && ",kafkapipe,librdkafka,java," != *",$client,"* ]]; then
+                        continue
+                    fi
+                    timed_run "$label" "$op" "$client" "$topic" "$count" "$size" "$codec" - "$parts" "$rep"
+                done
             done
         done
         kp_admin delete-topic --topic "$topic" || true
