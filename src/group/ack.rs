@@ -97,6 +97,9 @@ struct TrackState {
     active: bool,
     /// The reader found the track full and waits for room.
     blocked: bool,
+    /// How many times the track was restarted (a seek or reset of its partition) or
+    /// given up: a loan made before refuses its messages (see [`Track::deliver_lent`]).
+    restarts: u64,
 }
 
 /// How a token ended.
@@ -123,6 +126,11 @@ static NEXT_TRACK: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Full;
 
+/// Why [`Track::deliver_lent`] refused a message: the track is full, or it was restarted
+/// or given up since the loan was made.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Refused;
+
 impl Track {
     pub(crate) fn new(
         committed: i64,
@@ -142,6 +150,7 @@ impl Track {
                 slots: VecDeque::new(),
                 active: true,
                 blocked: false,
+                restarts: 0,
             }),
         }
     }
@@ -183,13 +192,40 @@ impl Track {
     /// before `commit_to`: its sequence number, or `Full` when `max_unacked` messages of
     /// this partition are not processed yet.
     pub(crate) fn deliver(&self, offset: i64, commit_to: i64) -> Result<u64, Full> {
+        self.deliver_in(&mut self.lock(), offset, commit_to)
+    }
+
+    /// [`deliver`](Self::deliver) for a message the consumer yields from a loan, without
+    /// the reader's lock: refused when the track is full, and when it was restarted (a
+    /// seek, a reset) or given up since the loan was made (`restarts`, as
+    /// [`restarts`](Self::restarts) said then), which the reader's lock orders for
+    /// messages yielded under it. The consumer then goes on under the lock.
+    pub(crate) fn deliver_lent(
+        &self,
+        offset: i64,
+        commit_to: i64,
+        restarts: u64,
+    ) -> Result<u64, Refused> {
         let mut s = self.lock();
+        if !s.active || s.restarts != restarts {
+            return Err(Refused);
+        }
+        self.deliver_in(&mut s, offset, commit_to)
+            .map_err(|Full| Refused)
+    }
+
+    /// See [`deliver_lent`](Self::deliver_lent).
+    pub(crate) fn restarts(&self) -> u64 {
+        self.lock().restarts
+    }
+
+    fn deliver_in(&self, s: &mut TrackState, offset: i64, commit_to: i64) -> Result<u64, Full> {
         if s.slots.back().is_some_and(|sl| sl.offset >= offset) {
             // A seek back: earlier deliveries no longer decide anything.
-            Self::forget(&mut s);
+            Self::forget(s);
         }
         if s.slots.len() >= self.max_unacked {
-            self.advance(&mut s);
+            self.advance(s);
             if s.slots.len() >= self.max_unacked {
                 s.blocked = true;
                 return Err(Full);
@@ -241,7 +277,9 @@ impl Track {
 
     /// A seek: deliveries so far no longer decide the commit.
     pub(crate) fn restart(&self) {
-        Self::forget(&mut self.lock());
+        let mut s = self.lock();
+        s.restarts += 1;
+        Self::forget(&mut s);
     }
 
     fn settle(&self, seq: u64, offset: i64, how: Settle) {
@@ -324,6 +362,7 @@ impl Track {
     pub(crate) fn deactivate(&self) {
         let mut s = self.lock();
         s.active = false;
+        s.restarts += 1;
         Self::forget(&mut s);
         if s.blocked {
             s.blocked = false;

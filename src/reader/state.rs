@@ -291,15 +291,20 @@ pub(crate) struct Lent {
     yielded_bytes: AtomicUsize,
 }
 
-/// The buffer of one track-less partition, moved out of it (swapped, not copied) under
-/// the lock by [`State::pop_or_inflate`], of which the consumer yields up to [`RUN`]` - 1`
-/// messages without locking while [`Lent::gen`] stays the same. They count as buffered until
+/// The buffer of one partition, moved out of it (swapped, not copied) under the lock by
+/// [`State::pop_or_inflate`], of which the consumer yields up to [`RUN`]` - 1` messages
+/// without locking while [`Lent::gen`] stays the same. A group partition's messages are
+/// delivered to its track as they are yielded ([`Track::deliver_lent`]); a full track, or
+/// one restarted since, ends the loan early. They count as buffered until
 /// [`State::settle`] (the next time the consumer takes the lock), which puts back those
 /// not yielded — or drops them, if the partition was reset or unassigned meanwhile, so
 /// nothing fetched before a seek is yielded after it.
 #[derive(Default)]
 pub(crate) struct Loan {
     msgs: VecDeque<Message>,
+    /// A group partition's track, and its restart count when the loan was made: each
+    /// lent message is delivered to it as it is yielded.
+    track: Option<(Arc<Track>, u64)>,
     active: bool,
     id: u64,
     epoch: u64,
@@ -329,19 +334,32 @@ impl Loan {
         if lent.gen.load(Ordering::Acquire) != self.gen {
             return None;
         }
-        self.left -= 1;
-        self.next = if self.msgs.len() == 1 {
+        let next = if self.msgs.len() == 1 {
             self.tail_next
         } else {
             m.offset.saturating_add(1)
         };
+        let token = match &self.track {
+            None => None,
+            Some((t, restarts)) => match t.deliver_lent(m.offset, next, *restarts) {
+                Ok(seq) => Some(AckToken::tracked(t.clone(), seq, m.offset)),
+                // full, or restarted: the lock path decides
+                Err(_) => return None,
+            },
+        };
+        self.left -= 1;
+        self.next = next;
         self.yielded += 1;
         self.yielded_bytes += m.queued_size();
         lent.pos.store(self.next, Ordering::Relaxed);
         lent.yielded.store(self.yielded, Ordering::Relaxed);
         lent.yielded_bytes
             .store(self.yielded_bytes, Ordering::Relaxed);
-        self.msgs.pop_front()
+        let mut m = self.msgs.pop_front()?;
+        if let Some(token) = token {
+            m.set_ack_token(token);
+        }
+        Some(m)
     }
 }
 
@@ -418,6 +436,7 @@ impl State {
             return;
         }
         loan.active = false;
+        loan.track = None;
         if self.loan_of != Some((loan.id, loan.epoch)) {
             loan.msgs.clear();
             return;
@@ -879,8 +898,8 @@ impl State {
         }
     }
 
-    /// The next message, round robin over partitions. With `loan` (settled, empty), a
-    /// track-less partition also lends the rest of its buffer, of which up to
+    /// The next message, round robin over partitions. With `loan` (settled, empty), the
+    /// partition also lends the rest of its buffer, of which up to
     /// [`RUN`]` - 1` messages are taken one after another before the next partition's
     /// turn.
     ///
@@ -996,15 +1015,16 @@ impl State {
     }
 
     /// Lend the consumer the rest of partition `id`'s buffer (just popped from, so in
-    /// `ready` if it has more), when it has no track and is not parked.
+    /// `ready` if it has more), when it is not parked.
     fn lend(&mut self, id: u64, loan: &mut Loan) {
         let Some(p) = self.parts.get_mut(&id) else {
             return;
         };
-        if p.buf.is_empty() || p.track.is_some() || p.parked_error.is_some() || loan.active {
+        if p.buf.is_empty() || p.parked_error.is_some() || loan.active {
             return;
         }
         loan.msgs.clear();
+        loan.track = p.track.as_ref().map(|t| (t.clone(), t.restarts()));
         std::mem::swap(&mut loan.msgs, &mut p.buf);
         let (k, bytes) = (loan.msgs.len(), p.buf_bytes);
         let last = loan

@@ -728,6 +728,62 @@ fn a_group_partition_yields_lazily_decoded_messages_one_at_a_time_through_its_tr
     assert_eq!(st.queued(), (0, 0));
 }
 
+/// A group partition's run is lent to the consumer as a track-less one's is: the lent
+/// messages carry tokens of the partition's track, delivered to it as they are yielded
+/// (without the reader's lock), and the loan stops at a full track or one restarted (a
+/// seek) since it was made, to go on under the lock.
+#[test]
+fn a_group_partition_s_run_is_lent_with_its_track_s_tokens() {
+    use crate::group::{AckToken, Pulse, Track};
+    use std::sync::Arc;
+    let tp = TopicPartition::new("t", 0);
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let track = Arc::new(Track::new(-1, true, 1000, Arc::new(Pulse::default())));
+    st.set_track(&tp, Some(track.clone()));
+    st.push(ids[0], (0..100).map(|o| msg("t", 0, o, 1)).collect());
+    let mut loan = state::Loan::default();
+    let first = offset_of(take(&mut st, &mut loan));
+    assert_eq!(first, 0);
+    assert!(st.is_lent(ids[0]), "the rest of the run is lent");
+    let lent = st.lent.clone();
+    let mut tokens = Vec::new();
+    while let Some(mut m) = loan.next(&lent) {
+        assert!(m.ack_token().is_tracked(), "offset {}", m.offset);
+        tokens.push(m.take_ack_token());
+    }
+    assert_eq!(tokens.len(), state::RUN - 1);
+    assert_eq!(
+        track.unacked().0,
+        state::RUN,
+        "every lent message yielded is delivered"
+    );
+    tokens.into_iter().for_each(AckToken::ack);
+
+    // A full track stops the loan; the lock path then blocks the partition.
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let track = Arc::new(Track::new(-1, true, 3, Arc::new(Pulse::default())));
+    st.set_track(&tp, Some(track.clone()));
+    st.push(ids[0], (0..10).map(|o| msg("t", 0, o, 1)).collect());
+    let mut loan = state::Loan::default();
+    let got: Vec<i64> = std::iter::from_fn(|| take(&mut st, &mut loan))
+        .map(|r| r.expect("a message").offset)
+        .collect();
+    assert_eq!(got, vec![0, 1, 2]);
+    assert_eq!(track.unacked().0, 3);
+    assert_eq!(st.queued().0, 7, "the rest is back in the buffer");
+
+    // A track restarted since the loan was made (a seek) refuses lent messages.
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let track = Arc::new(Track::new(-1, true, 1000, Arc::new(Pulse::default())));
+    st.set_track(&tp, Some(track.clone()));
+    st.push(ids[0], (0..10).map(|o| msg("t", 0, o, 1)).collect());
+    let mut loan = state::Loan::default();
+    assert_eq!(offset_of(take(&mut st, &mut loan)), 0);
+    track.restart();
+    assert!(loan.next(&st.lent.clone()).is_none());
+    assert_eq!(track.unacked().0, 0);
+}
+
 #[test]
 fn a_paused_partitions_encoded_batches_stop_counting_and_resume_where_they_stopped() {
     let cfg = ReaderConfig::new(["b:9092"]).queue_capacity(50);
