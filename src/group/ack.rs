@@ -38,6 +38,9 @@ use futures::task::AtomicWaker;
 pub(crate) struct Pulse {
     polls: AtomicU64,
     parked: AtomicBool,
+    /// A nudge came since the last poll while the reader was not parked: the poll under
+    /// way may have missed what it was for, so the park that ends it wakes at once.
+    missed: AtomicBool,
     waker: AtomicWaker,
 }
 
@@ -46,12 +49,19 @@ impl Pulse {
     pub(crate) fn polled(&self) {
         self.polls.fetch_add(1, Ordering::SeqCst);
         self.parked.store(false, Ordering::SeqCst);
+        self.missed.store(false, Ordering::SeqCst);
     }
 
-    /// The reader returned `Pending` to the consumer whose waker is in `cx`.
+    /// The reader returned `Pending` to the consumer whose waker is in `cx`. A nudge
+    /// that came during the poll (a track made room after the poll found it full, a
+    /// token dropped after the poll counted the drops) wakes the consumer now: nothing
+    /// else would.
     pub(crate) fn park(&self, waker: &std::task::Waker) {
         self.waker.register(waker);
         self.parked.store(true, Ordering::SeqCst);
+        if self.missed.swap(false, Ordering::SeqCst) && self.parked.swap(false, Ordering::SeqCst) {
+            waker.wake_by_ref();
+        }
     }
 
     pub(crate) fn polls(&self) -> u64 {
@@ -61,6 +71,9 @@ impl Pulse {
     /// Wake a parked reader (so that it is polled and confirms dropped tokens, or
     /// yields from a partition that has room again).
     fn nudge(&self) {
+        // `missed` first: a park between the two sees it (and wakes), or this sees the
+        // park (and wakes); never neither.
+        self.missed.store(true, Ordering::SeqCst);
         if self.parked.swap(false, Ordering::SeqCst) {
             self.waker.wake();
         }
@@ -702,6 +715,33 @@ impl Drop for SharedInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A track makes room (an ack elsewhere) after the consumer's poll found it full but
+    /// before the consumer parked: the consumer is woken once it parks, not left waiting.
+    #[test]
+    fn a_nudge_between_a_poll_and_the_park_is_not_lost() {
+        use std::sync::atomic::AtomicUsize;
+        use std::task::{Wake, Waker};
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let pulse = Pulse::default();
+        pulse.polled();
+        pulse.nudge();
+        pulse.park(&waker);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "woken at the park");
+        // and only once: a later poll and park wait for the next nudge
+        pulse.polled();
+        pulse.park(&waker);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        pulse.nudge();
+        assert_eq!(count.0.load(Ordering::SeqCst), 2);
+    }
 
     fn track(contiguous: bool, max: usize) -> (Arc<Pulse>, Arc<Track>) {
         let pulse = Arc::new(Pulse::default());

@@ -467,8 +467,15 @@ impl State {
         self.buffered_bytes += bytes;
         if p.is_empty() {
             // Everything fetched is yielded: the position moves to the next fetch's
-            // offset (past control records), as `pop` does for the last message.
+            // offset (past control records), as `pop` does for the last message, and
+            // so may the group's commit (a fetch of only control records ended while
+            // the run was lent: `fetched_to` left it to this).
             if let Position::Offset(f) = p.fetch {
+                if f > p.position {
+                    if let Some(t) = &p.track {
+                        t.gap(p.position, f);
+                    }
+                }
                 p.position = p.position.max(f);
             }
             if let Some(e) = p.parked_error.take() {
@@ -497,6 +504,10 @@ impl State {
     /// nothing buffered, the position moves there (past control records and aborted
     /// transactions) and so may the group's commit.
     pub(crate) fn fetched_to(&mut self, id: u64, from: i64, next: i64) {
+        if self.is_lent(id) {
+            // the rest of the run is with the consumer: `settle` moves on from there
+            return;
+        }
         let Some(p) = self.parts.get_mut(&id) else {
             return;
         };

@@ -784,6 +784,43 @@ fn a_group_partition_s_run_is_lent_with_its_track_s_tokens() {
     assert_eq!(track.unacked().0, 0);
 }
 
+/// A fetch that returns only control records (a transaction marker) while the rest of a
+/// group partition's run is lent: once the loan's last message is processed, the commit
+/// moves past the marker, as it does when the message is yielded under the lock.
+#[test]
+fn a_marker_fetched_while_a_group_run_is_lent_is_committed_past() {
+    use crate::group::{AckToken, Pulse, Track};
+    use std::sync::Arc;
+    let tp = TopicPartition::new("t", 0);
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    let pulse = Arc::new(Pulse::default());
+    let track = Arc::new(Track::new(-1, true, 1000, pulse.clone()));
+    st.set_track(&tp, Some(track.clone()));
+    st.push(ids[0], (0..10).map(|o| msg("t", 0, o, 1)).collect());
+    st.parts.get_mut(&ids[0]).expect("assigned").fetch = Position::Offset(10);
+    let mut loan = state::Loan::default();
+    let mut tokens = Vec::new();
+    let mut first = take(&mut st, &mut loan)
+        .expect("an item")
+        .expect("a message");
+    tokens.push(first.take_ack_token());
+    assert!(st.is_lent(ids[0]));
+    // the fetch task: offset 10 is a commit marker, the next fetch starts at 11
+    st.parts.get_mut(&ids[0]).expect("assigned").fetch = Position::Offset(11);
+    st.fetched_to(ids[0], 10, 11);
+    while let Some(Ok(mut m)) = take(&mut st, &mut loan) {
+        tokens.push(m.take_ack_token());
+    }
+    assert_eq!(tokens.len(), 10);
+    tokens.into_iter().for_each(AckToken::ack);
+    assert_eq!(st.parts[&ids[0]].position, 11);
+    assert_eq!(
+        track.pending_offset(),
+        11,
+        "the commit moves past the marker"
+    );
+}
+
 #[test]
 fn a_paused_partitions_encoded_batches_stop_counting_and_resume_where_they_stopped() {
     let cfg = ReaderConfig::new(["b:9092"]).queue_capacity(50);
