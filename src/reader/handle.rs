@@ -136,7 +136,8 @@ impl ReaderHandle {
     }
 
     /// Stop reading `partitions`; their buffered messages are dropped and no message of
-    /// them is yielded after this returns. Unknown partitions are ignored.
+    /// them is yielded after this returns, except the one a poll of the reader already
+    /// under way on another thread may be returning. Unknown partitions are ignored.
     ///
     /// ```no_run
     /// # use kafkapipe::reader::{ReaderHandle, TopicPartition};
@@ -234,7 +235,8 @@ impl ReaderHandle {
     /// Stop fetching and yielding `partitions` (Java `pause`, librdkafka `pause`, franz-go
     /// `PauseFetchPartitions`) while keeping their position and buffered messages; the
     /// other partitions go on. No message of a paused partition is yielded after this
-    /// returns; a fetch already in flight for it still lands in its buffer. Its buffered
+    /// returns (but the one a poll already under way on another thread may be
+    /// returning); a fetch already in flight for it still lands in its buffer. Its buffered
     /// messages stop counting against [`ReaderConfig::queue_capacity`](super::ReaderConfig::queue_capacity),
     /// so a paused partition never stalls the others. Partitions not assigned are
     /// ignored.
@@ -314,7 +316,8 @@ impl ReaderHandle {
     }
 
     /// Continue `topic`/`partition` at `offset` (kafka-go `SetOffset`). No message from
-    /// before the seek is yielded after this returns.
+    /// before the seek is yielded after this returns, but the one a poll of the reader
+    /// already under way on another thread may be returning.
     ///
     /// ```no_run
     /// # fn demo(handle: &kafkapipe::reader::ReaderHandle) -> kafkapipe::Result<()> {
@@ -335,7 +338,8 @@ impl ReaderHandle {
 
     /// Continue `topic`/`partition` at the first offset whose timestamp is at or after
     /// `timestamp_ms` (kafka-go `SetOffsetAt`), looked up with ListOffsets by the fetch
-    /// task. No message from before the seek is yielded after this returns.
+    /// task. No message from before the seek is yielded after this returns, but the one
+    /// a poll of the reader already under way on another thread may be returning.
     ///
     /// ```no_run
     /// # fn demo(handle: &kafkapipe::reader::ReaderHandle) -> kafkapipe::Result<()> {

@@ -44,7 +44,10 @@
 //! - **Epochs instead of kafka-go's versions.** Each partition has an epoch bumped by
 //!   [`Reader::seek`], [`Reader::seek_to_time`] and re-assignment; a result that was in
 //!   flight across the change is dropped, and the partition's buffer is cleared under the
-//!   same lock, so nothing from before a seek is yielded after it returns.
+//!   same lock, so nothing from before a seek is yielded after it returns (but the one
+//!   message a poll already under way on another thread may be returning: the
+//!   consumer yields a run of a partition's messages without the lock, checking a
+//!   generation the seek bumps before each).
 //! - **Dynamic assignment.** [`Reader::assign`] and [`Reader::unassign`] add and revoke
 //!   partitions at runtime without disturbing the others; a revoked partition's buffered
 //!   messages are dropped. Consumer groups drive these.
