@@ -49,6 +49,48 @@ pub(crate) fn oversized(len: usize, capacity: usize) -> bool {
     capacity > SHRINK_ABOVE && len <= SHRINK_UP_TO && len.saturating_mul(OVERSIZE) < capacity
 }
 
+/// Take the smallest of `spare` whose capacity (`cap`) is at least `min`, if any: larger
+/// ones stay for larger needs. (The pool's rule, and the writer's for batch buffers.)
+pub(crate) fn take_best_fit<T>(
+    spare: &mut Vec<T>,
+    min: usize,
+    cap: impl Fn(&T) -> usize,
+) -> Option<T> {
+    let best = spare
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| cap(b) >= min)
+        .min_by_key(|(_, b)| cap(b))
+        .map(|(i, _)| i)?;
+    Some(spare.swap_remove(best))
+}
+
+/// Free the smallest of `spare` until at most `max_items` are left, of at most
+/// `max_bytes` of capacity (`cap`) together. (The pool's rule, and the writer's for batch
+/// buffers.)
+pub(crate) fn keep_largest<T>(
+    spare: &mut Vec<T>,
+    max_items: usize,
+    max_bytes: usize,
+    cap: impl Fn(&T) -> usize,
+) {
+    loop {
+        let total: usize = spare.iter().map(&cap).sum();
+        if spare.len() <= max_items && total <= max_bytes {
+            return;
+        }
+        let smallest = spare
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, b)| cap(b))
+            .map(|(i, _)| i);
+        match smallest {
+            Some(i) => drop(spare.swap_remove(i)),
+            None => return,
+        }
+    }
+}
+
 /// A bounded pool of reusable `Vec<u8>` buffers; see the module documentation.
 #[derive(Debug)]
 pub(crate) struct BufPool {
@@ -101,13 +143,7 @@ impl BufPool {
     fn take_or_new(&self, min: usize, new: usize) -> Vec<u8> {
         let found = {
             let mut free = self.lock();
-            let best = free
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| b.capacity() >= min)
-                .min_by_key(|(_, b)| b.capacity())
-                .map(|(i, _)| i);
-            best.map(|i| free.swap_remove(i))
+            take_best_fit(&mut free, min, Vec::capacity)
         };
         match found {
             Some(mut b) => {
@@ -144,21 +180,7 @@ impl BufPool {
         }
         let mut free = self.lock();
         free.push(buf);
-        loop {
-            let total: usize = free.iter().map(Vec::capacity).sum();
-            if free.len() <= self.max_buffers && total <= self.max_bytes {
-                break;
-            }
-            let smallest = free
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, b)| b.capacity())
-                .map(|(i, _)| i);
-            match smallest {
-                Some(i) => drop(free.swap_remove(i)),
-                None => break,
-            }
-        }
+        keep_largest(&mut free, self.max_buffers, self.max_bytes, Vec::capacity);
     }
 
     /// The number of buffers kept and their total capacity.

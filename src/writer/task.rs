@@ -2176,15 +2176,8 @@ fn place(
     let open = ps.open.get_or_insert_with(|| OpenBatch {
         builder: {
             let want = batch_capacity(cfg, last_len);
-            // The smallest spare buffer large enough; larger ones stay for larger batches.
-            let fit = spare
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| b.capacity() >= want)
-                .min_by_key(|(_, b)| b.capacity())
-                .map(|(i, _)| i);
-            match fit {
-                Some(i) => RecordBatchBuilder::with_buffer(cfg.compression, spare.swap_remove(i)),
+            match crate::bufpool::take_best_fit(spare, want, BytesMut::capacity) {
+                Some(buf) => RecordBatchBuilder::with_buffer(cfg.compression, buf),
                 None => RecordBatchBuilder::with_capacity(cfg.compression, want),
             }
         },
@@ -2520,21 +2513,12 @@ fn recycle(spare: &mut Vec<BytesMut>, buf: BytesMut) {
         return;
     }
     spare.push(buf);
-    loop {
-        let kept: usize = spare.iter().map(BytesMut::capacity).sum();
-        if spare.len() <= SPARE_BATCH_BUFFERS && kept <= SPARE_BATCH_BYTES {
-            return;
-        }
-        let smallest = spare
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, b)| b.capacity())
-            .map(|(i, _)| i);
-        match smallest {
-            Some(i) => drop(spare.swap_remove(i)),
-            None => return,
-        }
-    }
+    crate::bufpool::keep_largest(
+        spare,
+        SPARE_BATCH_BUFFERS,
+        SPARE_BATCH_BYTES,
+        BytesMut::capacity,
+    );
 }
 
 /// Seal the partition's open batch (if any) into its queue. A compressed batch much
