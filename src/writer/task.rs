@@ -943,11 +943,9 @@ impl Task {
                 if ps.open.is_some() {
                     self.unreported.extend(seal(
                         ps,
-                        Sealing {
-                            shared: &self.shared,
-                            delivery_timeout: self.cfg.delivery_timeout,
-                            spare: &mut self.spare_buffers,
-                        },
+                        &self.shared,
+                        self.cfg.delivery_timeout,
+                        &mut self.spare_buffers,
                         name,
                         *p,
                     ));
@@ -988,11 +986,9 @@ impl Task {
                 }
                 self.unreported.extend(seal(
                     ps,
-                    Sealing {
-                        shared: &self.shared,
-                        delivery_timeout: self.cfg.delivery_timeout,
-                        spare: &mut self.spare_buffers,
-                    },
+                    &self.shared,
+                    self.cfg.delivery_timeout,
+                    &mut self.spare_buffers,
                     name,
                     *p,
                 ));
@@ -1724,11 +1720,9 @@ impl Task {
                             if ps.open.is_some() {
                                 self.unreported.extend(seal(
                                     ps,
-                                    Sealing {
-                                        shared: &self.shared,
-                                        delivery_timeout: self.cfg.delivery_timeout,
-                                        spare: &mut self.spare_buffers,
-                                    },
+                                    &self.shared,
+                                    self.cfg.delivery_timeout,
+                                    &mut self.spare_buffers,
                                     &topic,
                                     *p,
                                 ));
@@ -2090,6 +2084,21 @@ struct Placing<'a> {
     spare_buffers: &'a mut Vec<BytesMut>,
 }
 
+impl Placing<'_> {
+    /// Seal partition `partition`'s open batch (see [`seal`]); the messages of one that
+    /// could not be built are kept for their reports.
+    fn seal(&mut self, ps: &mut PartState, topic: &str, partition: i32) {
+        self.unreported.extend(seal(
+            ps,
+            self.shared,
+            self.cfg.delivery_timeout,
+            self.spare_buffers,
+            topic,
+            partition,
+        ));
+    }
+}
+
 /// Put a message of topic `topic` (state `t`, partitions known) into its partition's open
 /// batch, or give it back with the error to reject it with.
 fn place(
@@ -2159,16 +2168,7 @@ fn place(
             .record_size(ts, key, value, headers)
             .unwrap_or(usize::MAX);
         if open.builder.estimated_size().saturating_add(more) > cfg.batch_bytes {
-            cx.unreported.extend(seal(
-                ps,
-                Sealing {
-                    shared: cx.shared,
-                    delivery_timeout: cfg.delivery_timeout,
-                    spare: cx.spare_buffers,
-                },
-                topic,
-                partition,
-            ));
+            cx.seal(ps, topic, partition);
         }
     }
     let last_len = ps.last_len;
@@ -2213,16 +2213,7 @@ fn place(
     open.count += 1;
     open.bytes += m.size;
     if open.count >= cfg.batch_size {
-        cx.unreported.extend(seal(
-            ps,
-            Sealing {
-                shared: cx.shared,
-                delivery_timeout: cfg.delivery_timeout,
-                spare: cx.spare_buffers,
-            },
-            topic,
-            partition,
-        ));
+        cx.seal(ps, topic, partition);
     }
     Ok(())
 }
@@ -2497,14 +2488,6 @@ fn batch_capacity(cfg: &WriterConfig, last_len: usize) -> usize {
         .saturating_add(BATCH_SLACK)
 }
 
-/// What [`seal`] needs besides the partition: the writer's shared state, its delivery
-/// timeout, and the spare batch buffers.
-struct Sealing<'a> {
-    shared: &'a Shared,
-    delivery_timeout: Duration,
-    spare: &'a mut Vec<BytesMut>,
-}
-
 /// Keep `buf` for the next batches, within [`SPARE_BATCH_BUFFERS`] and
 /// [`SPARE_BATCH_BYTES`]: when they are exceeded, the smallest buffers go (the bytes of a
 /// compacted batch, a few KiB, must not crowd out the large buffers new batches want).
@@ -2525,15 +2508,12 @@ fn recycle(spare: &mut Vec<BytesMut>, buf: BytesMut) {
 /// smaller than its buffer gives the buffer back to `spare` at once.
 fn seal(
     ps: &mut PartState,
-    sealing: Sealing<'_>,
+    shared: &Shared,
+    delivery_timeout: Duration,
+    spare: &mut Vec<BytesMut>,
     topic: &str,
     partition: i32,
 ) -> Option<(Kept, Error)> {
-    let Sealing {
-        shared,
-        delivery_timeout,
-        spare,
-    } = sealing;
     let open = ps.open.take()?;
     ps.last_len = open.builder.estimated_size();
     match open.builder.build_compact() {
@@ -3321,12 +3301,8 @@ mod idempotence_tests {
             ..PartState::default()
         };
         let mut spare = Vec::new();
-        let sealing = Sealing {
-            shared: &shared,
-            delivery_timeout: Duration::from_secs(1),
-            spare: &mut spare,
-        };
-        assert!(seal(&mut ps, sealing, "t", 0).is_none());
+        let timeout = Duration::from_secs(1);
+        assert!(seal(&mut ps, &shared, timeout, &mut spare, "t", 0).is_none());
         assert_eq!(spare.len(), 1);
         assert!(spare[0].capacity() >= 1 << 20);
         let b = ps.sealed.front().unwrap();
