@@ -724,3 +724,75 @@ async fn partitions_added_while_writing_are_used() {
     }
     eprintln!("new partition reached after {rounds} balanced rounds");
 }
+
+/// Large values wait un-encoded while two batches' worth is encoded ahead of the
+/// acknowledgements (the writer's `encode_ahead`), and every message behind one waits
+/// too, small or large. Against the broker: a flush under a long linger still delivers
+/// the waiting messages at once (their batch is sealed when they are placed), and each
+/// partition keeps its order through the waiting, with a delivery report per message.
+#[tokio::test]
+async fn large_values_waiting_to_be_encoded_keep_order_and_flush() {
+    const N: usize = 600;
+    let topic = new_topic("writer-held", 2).await;
+    let mut writer = Writer::new(
+        config(&topic)
+            .balancer(Hash::default())
+            .batch_bytes(8 << 10)
+            .batch_size(1000)
+            .batch_timeout(Duration::from_secs(60)),
+    )
+    .unwrap();
+    let mut reports = writer.deliveries();
+    // Values of 2 KiB (encoded later, when the window allows) between small ones (never
+    // held on their own, but behind a held one they wait their turn).
+    let msgs = (0..N).map(|i| {
+        let filler = if i % 3 == 0 { 10 } else { 2048 };
+        let value = format!("{i:06}-{}", "x".repeat(filler));
+        Message::keyed(format!("k{}", i % 2), value)
+    });
+    let flushed = async {
+        for m in msgs {
+            writer.feed(m).await?;
+        }
+        writer.flush().await
+    };
+    tokio::time::timeout(Duration::from_secs(30), flushed)
+        .await
+        .expect("a flush of waiting messages was held up by the 60 s linger")
+        .unwrap();
+    let conn = admin().await;
+    let mut seen = 0;
+    for p in 0..2 {
+        let records = read_partition(&conn, &topic, p).await;
+        let indexes: Vec<usize> = records
+            .iter()
+            .map(|r| {
+                let v = std::str::from_utf8(r.value.as_deref().unwrap()).unwrap();
+                v[..6].parse().unwrap()
+            })
+            .collect();
+        let mut sorted = indexes.clone();
+        sorted.sort_unstable();
+        assert_eq!(indexes, sorted, "partition {p} out of order");
+        seen += indexes.len();
+    }
+    assert_eq!(seen, N);
+    let mut offsets: HashMap<i32, i64> = HashMap::new();
+    for _ in 0..N {
+        let d = reports.next().await.unwrap();
+        let offset = d.result.unwrap();
+        let p = d.message.partition.unwrap();
+        let last = offsets.insert(p, offset);
+        assert!(
+            last.map_or(true, |l| l < offset),
+            "reports of {p} out of order"
+        );
+    }
+    let s = writer.stats();
+    assert_eq!(
+        (s.messages, s.errors, s.buffered_bytes),
+        (N as u64, 0, 0),
+        "{s:?}"
+    );
+    assert!(s.batches >= (N * 1400 / (8 << 10)) as u64, "{s:?}");
+}

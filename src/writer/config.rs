@@ -59,6 +59,13 @@ pub struct WriterConfig {
     /// pending (backpressure). Default 32 MiB (Java `buffer.memory`): about 120 000
     /// messages of 100 bytes (librdkafka's default queue holds 100 000). Of those, at
     /// most 16 384 wait for metadata at a time (see the [module docs](super)).
+    ///
+    /// Messages are encoded into batches as they come, except large ones (512 bytes or
+    /// more by `Message::size`): once the batches sealed and not yet acknowledged hold
+    /// two batches' worth ([`batch_bytes`](Self::batch_bytes) × 2), a partition that has
+    /// such a batch keeps its next messages as they are until the acknowledgements make
+    /// room. For large values this bound then holds the values themselves rather than
+    /// encoded copies of them, and a batch is encoded shortly before it is sent.
     pub max_buffered_bytes: usize,
     /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java `acks=all`;
     /// kafka-go's default is none). Setting `Leader` or `None` turns the default

@@ -253,6 +253,8 @@ struct Shared {
     waiting: AtomicUsize,
     /// Writer clones not closed or dropped yet.
     writers: AtomicUsize,
+    /// Bytes of the task's batches sealed and not done yet (kept by `task::Encoded`).
+    encoded: AtomicUsize,
 }
 
 /// Commands per segment of the [`Queue`]: small enough to come from the allocator's heap
@@ -334,6 +336,7 @@ impl Shared {
             backlog: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             writers: AtomicUsize::new(0),
+            encoded: AtomicUsize::new(0),
         }
     }
 

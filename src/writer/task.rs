@@ -42,6 +42,14 @@ const SPARE_BATCH_BYTES: usize = 17 << 20;
 const BATCH_SLACK: usize = 1 << 10;
 /// Highest Produce version used: v13 addresses topics by id, which buys nothing here.
 const MAX_PRODUCE_VERSION: i16 = 12;
+/// Messages of at least this many accounted bytes ([`Message::size`]) may wait
+/// un-encoded in their partition's `held` queue (see [`Task::encode_ahead`]). A waiting
+/// message costs its [`Msg`] (some 200 bytes) beside the value it already holds, which
+/// for small values is more than their encoded form: those are always encoded at once.
+const HOLD_MIN: usize = 512;
+/// How many full batches' bytes ([`WriterConfig::batch_bytes`]) are encoded ahead of the
+/// acknowledgements before large messages wait un-encoded (see [`Task::encode_ahead`]).
+const ENCODE_AHEAD_BATCHES: usize = 2;
 
 /// One accepted message on its way to the task.
 pub(crate) struct Msg {
@@ -172,6 +180,8 @@ struct Sealed {
     /// Tells the partition's batches apart (responses may come for any in flight).
     id: u64,
     data: Bytes,
+    /// Counts `data` in the task's encoded bytes while the batch lives.
+    encoded: Encoded,
     runs: Runs,
     kept: Kept,
     acks: Acks,
@@ -191,9 +201,40 @@ struct Sealed {
     sent: bool,
 }
 
+/// A sealed batch's share of the task's encoded bytes (the bytes of every batch sealed
+/// and not done yet), counted from its seal until it is dropped, whichever way it goes.
+struct Encoded {
+    bytes: usize,
+    shared: Arc<Shared>,
+}
+
+impl Encoded {
+    fn new(shared: &Arc<Shared>, bytes: usize) -> Encoded {
+        shared.encoded.fetch_add(bytes, Ordering::Relaxed);
+        Encoded {
+            bytes,
+            shared: shared.clone(),
+        }
+    }
+}
+
+impl Drop for Encoded {
+    fn drop(&mut self) {
+        self.shared.encoded.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 #[derive(Default)]
 struct PartState {
     open: Option<OpenBatch>,
+    /// Large messages of the partition waiting to be encoded, oldest first: the task
+    /// holds the encoded bytes of its sealed batches to [`Task::encode_ahead`], so a batch
+    /// is encoded shortly before it is sent (while its buffer is still in the cache) and
+    /// the producer's memory is the messages' values rather than copies of them. Every
+    /// later message of the partition waits behind them (order).
+    held: VecDeque<Msg>,
+    /// A flush came while messages were held: seal their batch once they are placed.
+    seal_held: bool,
     /// Batches not done yet, oldest first; those in requests and those sent before
     /// (idempotent writers: those with sequence numbers) come first.
     sealed: VecDeque<Sealed>,
@@ -371,6 +412,12 @@ pub(crate) struct Task {
     /// Buffers of acknowledged batches, for new batches (at most [`SPARE_BATCH_BUFFERS`]
     /// of [`SPARE_BATCH_BYTES`] together).
     spare_buffers: Vec<BytesMut>,
+    /// While the bytes of the batches sealed and not done reach this, a large message
+    /// ([`HOLD_MIN`]) of a partition that has such a batch waits in the partition's
+    /// `held` queue instead of being encoded: batches are encoded shortly before they can
+    /// be sent, not up to `max_buffered_bytes` ahead of the socket (cold in the cache by
+    /// then, and a copy of every value in memory). [`ENCODE_AHEAD_BATCHES`] full batches.
+    encode_ahead: usize,
 }
 
 enum Wake {
@@ -383,7 +430,6 @@ impl Task {
     pub(crate) fn new(cfg: Arc<WriterConfig>, cluster: Cluster, shared: Arc<Shared>) -> Task {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         Task {
-            cfg,
             cluster,
             shared,
             group: None,
@@ -406,6 +452,8 @@ impl Task {
             renew_for_bump: false,
             txn: None,
             spare_buffers: Vec::new(),
+            encode_ahead: cfg.batch_bytes.saturating_mul(ENCODE_AHEAD_BATCHES),
+            cfg,
         }
     }
 
@@ -447,6 +495,7 @@ impl Task {
     fn fail_pending(&mut self, err: &Error) {
         self.seal_all();
         let mut msgs = MsgChunks::new();
+        let mut held = Vec::new();
         let mut batches = Vec::new();
         for (name, t) in &mut self.topics {
             msgs.append(&mut t.waiting.take());
@@ -457,6 +506,8 @@ impl Task {
                     batches.push((name.clone(), *p, b));
                 }
                 ps.retry_at = None;
+                ps.seal_held = false;
+                held.extend(ps.held.drain(..));
             }
         }
         for m in msgs.into_iter().flatten() {
@@ -466,6 +517,10 @@ impl Task {
         batches.reverse();
         for (name, p, b) in batches {
             self.give_up(&name, p, b, err, false);
+        }
+        // Behind every batch of their partitions.
+        for m in held {
+            self.reject(m, err.clone());
         }
     }
 
@@ -501,6 +556,7 @@ impl Task {
                 Wake::Timer => {}
             }
             let now = Instant::now();
+            self.release_held();
             self.seal_expired(now);
             self.expire(now);
             self.request_metadata(now);
@@ -576,7 +632,7 @@ impl Task {
                     && t.recheck.is_empty()
                     && t.parts
                         .values()
-                        .all(|p| p.open.is_none() && p.sealed.is_empty())
+                        .all(|p| p.open.is_none() && p.sealed.is_empty() && p.held.is_empty())
             })
     }
 
@@ -623,6 +679,9 @@ impl Task {
                 if let Some(b) = p.sealed.front().filter(|b| !b.in_flight) {
                     consider(b.expires);
                 }
+                if let Some(m) = p.held.front() {
+                    consider(after(m.accepted, self.cfg.delivery_timeout));
+                }
             }
         }
         next
@@ -634,6 +693,7 @@ impl Task {
     fn expire(&mut self, now: Instant) {
         let cfg = self.cfg.clone();
         let mut rejected: Vec<(Msg, Error)> = Vec::new();
+        let mut held: Vec<(Msg, Error)> = Vec::new();
         let mut batches: Vec<(Arc<str>, i32, Sealed, Error)> = Vec::new();
         for (name, t) in &mut self.topics {
             for recheck in [false, true] {
@@ -710,6 +770,28 @@ impl Task {
                         .with_partition(*p);
                     batches.push((name.clone(), *p, b, e));
                 }
+                // Held messages wait behind the partition's batches: they are due no
+                // later than those (a writer clone's message may have been accepted a
+                // moment before the one ahead of it, and waits for that one).
+                while ps
+                    .held
+                    .front()
+                    .is_some_and(|m| after(m.accepted, cfg.delivery_timeout) <= now)
+                {
+                    let Some(m) = ps.held.pop_front() else {
+                        break;
+                    };
+                    let last = ps
+                        .sealed
+                        .front()
+                        .and_then(|b| b.last_error.as_ref())
+                        .or(t.last_error.as_ref())
+                        .or(self.producer_error.as_ref());
+                    let e = expired_error(last, cfg.delivery_timeout, "waiting to be encoded")
+                        .with_topic(&**name)
+                        .with_partition(*p);
+                    held.push((m, e));
+                }
             }
         }
         for (m, e) in rejected {
@@ -719,6 +801,12 @@ impl Task {
         for (name, p, b, e) in batches {
             warn!(topic = %name, partition = p, messages = b.count, error = %e, "batch expired");
             self.give_up(&name, p, b, &e, false);
+        }
+        if let Some((_, e)) = held.first() {
+            warn!(messages = held.len(), error = %e, "messages expired waiting to be encoded");
+        }
+        for (m, e) in held {
+            self.reject(m, e);
         }
     }
 
@@ -743,12 +831,14 @@ impl Task {
                     topics,
                     group,
                     spare_buffers,
+                    encode_ahead,
                     ..
                 } = &mut *self;
                 let cfg: &WriterConfig = cfg;
                 let mut cx = Placing {
                     cfg,
                     shared,
+                    encode_ahead: *encode_ahead,
                     unreported,
                     keep,
                     spare_buffers,
@@ -919,6 +1009,7 @@ impl Task {
         let mut cx = Placing {
             cfg: &self.cfg,
             shared: &self.shared,
+            encode_ahead: self.encode_ahead,
             unreported: &mut self.unreported,
             keep,
             spare_buffers: &mut self.spare_buffers,
@@ -940,6 +1031,9 @@ impl Task {
                 t.seal_when_assigned = true;
             }
             for (p, ps) in &mut t.parts {
+                if !ps.held.is_empty() {
+                    ps.seal_held = true;
+                }
                 if ps.open.is_some() {
                     self.unreported.extend(seal(
                         ps,
@@ -951,6 +1045,58 @@ impl Task {
                     ));
                 }
             }
+        }
+    }
+
+    /// Append held messages (see [`PartState::held`]) to their partitions' batches while
+    /// the encoded bytes are under [`Task::encode_ahead`], or while the partition has no
+    /// batch left to wait for. A partition flushed while it held messages has its batch
+    /// sealed once they are in.
+    fn release_held(&mut self) {
+        let keep = self.keeps_reports();
+        let mut rejected = Vec::new();
+        let Task {
+            cfg,
+            shared,
+            unreported,
+            topics,
+            spare_buffers,
+            encode_ahead,
+            ..
+        } = &mut *self;
+        let mut cx = Placing {
+            cfg,
+            shared,
+            encode_ahead: *encode_ahead,
+            unreported,
+            keep,
+            spare_buffers,
+        };
+        for (name, t) in topics.iter_mut() {
+            for (p, ps) in &mut t.parts {
+                if ps.held.is_empty() {
+                    continue;
+                }
+                while !ps.held.is_empty()
+                    && (ps.sealed.is_empty()
+                        || cx.shared.encoded.load(Ordering::Relaxed) < cx.encode_ahead)
+                {
+                    let Some(m) = ps.held.pop_front() else {
+                        break;
+                    };
+                    let ts = m.msg.timestamp.unwrap_or_default();
+                    if let Err(r) = append(&mut cx, name, ps, *p, m, ts) {
+                        rejected.push(*r);
+                    }
+                }
+                if ps.seal_held {
+                    cx.seal(ps, name, *p);
+                    ps.seal_held = !ps.held.is_empty();
+                }
+            }
+        }
+        for (m, e) in rejected {
+            self.reject(m, e);
         }
     }
 
@@ -1717,6 +1863,9 @@ impl Task {
                 if let Some(t) = self.topics.get_mut(&topic) {
                     if std::mem::take(&mut t.seal_when_assigned) {
                         for (p, ps) in &mut t.parts {
+                            if !ps.held.is_empty() {
+                                ps.seal_held = true;
+                            }
                             if ps.open.is_some() {
                                 self.unreported.extend(seal(
                                     ps,
@@ -2075,7 +2224,9 @@ impl Drop for Task {
 /// What `place` needs of the task besides the topic.
 struct Placing<'a> {
     cfg: &'a WriterConfig,
-    shared: &'a Shared,
+    shared: &'a Arc<Shared>,
+    /// [`Task::encode_ahead`].
+    encode_ahead: usize,
     /// Reports of messages whose batch could not be built.
     unreported: &'a mut Vec<(Kept, Error)>,
     /// Keep the messages for delivery reports.
@@ -2162,6 +2313,33 @@ fn place(
             )))
         }
     }
+    if !ps.held.is_empty()
+        || (m.size >= HOLD_MIN
+            && !ps.sealed.is_empty()
+            && cx.shared.encoded.load(Ordering::Relaxed) >= cx.encode_ahead)
+    {
+        // Its partition and timestamp are fixed now; `Task::release_held` appends it.
+        m.msg.partition = Some(partition);
+        m.msg.timestamp = Some(ts);
+        ps.held.push_back(m);
+        return Ok(());
+    }
+    append(cx, topic, ps, partition, m, ts)
+}
+
+/// Append message `m` (its size checked against `batch_bytes`) to partition
+/// `partition`'s open batch, opening one if needed and sealing it when full, or give it
+/// back with the error to reject it with.
+fn append(
+    cx: &mut Placing<'_>,
+    topic: &Arc<str>,
+    ps: &mut PartState,
+    partition: i32,
+    mut m: Msg,
+    ts: i64,
+) -> std::result::Result<(), Box<(Msg, Error)>> {
+    let cfg = cx.cfg;
+    let (key, value, headers) = (m.msg.key.as_deref(), m.msg.value.as_deref(), &m.msg.headers);
     if let Some(open) = &ps.open {
         let more = open
             .builder
@@ -2396,6 +2574,7 @@ fn split(
         Ok(h) => h,
         Err(e) => return Err(Box::new((b, e))),
     };
+    let shared = b.encoded.shared.clone();
     let mut runs1 = Vec::new();
     let mut runs2 = Vec::new();
     let mut seen = 0;
@@ -2423,6 +2602,7 @@ fn split(
             id: 0,
             in_flight: false,
             sent: false,
+            encoded: Encoded::new(&shared, first.len()),
             data: first,
             runs: runs1,
             kept: kept1,
@@ -2438,6 +2618,7 @@ fn split(
             id: 0,
             in_flight: false,
             sent: false,
+            encoded: Encoded::new(&shared, second.len()),
             data: second,
             runs: runs2,
             kept: kept2,
@@ -2508,7 +2689,7 @@ fn recycle(spare: &mut Vec<BytesMut>, buf: BytesMut) {
 /// smaller than its buffer gives the buffer back to `spare` at once.
 fn seal(
     ps: &mut PartState,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     delivery_timeout: Duration,
     spare: &mut Vec<BytesMut>,
     topic: &str,
@@ -2527,6 +2708,7 @@ fn seal(
                 id,
                 in_flight: false,
                 sent: false,
+                encoded: Encoded::new(shared, data.len()),
                 data,
                 runs: open.runs,
                 kept: open.kept,
@@ -2694,6 +2876,7 @@ impl Sealed {
             id: 0,
             in_flight: false,
             sent: false,
+            encoded: Encoded::new(&Arc::new(Shared::new(1 << 20)), data.len()),
             data,
             runs: Vec::new(),
             kept: Vec::new(),
@@ -3277,7 +3460,7 @@ mod idempotence_tests {
     #[cfg(feature = "lz4")]
     #[test]
     fn sealing_a_small_compressed_batch_returns_its_buffer() {
-        let shared = Shared::new(32 << 20);
+        let shared = Arc::new(Shared::new(32 << 20));
         let mut builder = RecordBatchBuilder::with_capacity(Compression::Lz4, 1 << 20);
         let value = vec![b'x'; 10_000];
         for i in 0..100 {
@@ -3451,5 +3634,134 @@ mod idempotence_tests {
         assert_eq!(next_sequence(i32::MAX - 1, 1), i32::MAX);
         assert_eq!(next_sequence(i32::MAX, 1), 0);
         assert_eq!(next_sequence(i32::MAX - 2, 5), 2);
+    }
+
+    /// A task whose topic "t" has partition 0 (and no broker), with batches of at most
+    /// 8 KiB: two batches' worth of encoded bytes is 16 KiB.
+    fn held_task() -> (Task, Arc<Shared>, Arc<str>) {
+        let cfg = WriterConfig::new(["127.0.0.1:1"])
+            .topic("t")
+            .batch_bytes(8 << 10)
+            .batch_size(1000);
+        let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
+        let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
+        let mut task = Task::new(Arc::new(cfg), cluster, shared.clone());
+        let name: Arc<str> = Arc::from("t");
+        let topic = TopicState {
+            ids: vec![0],
+            ..TopicState::default()
+        };
+        task.topics.insert(name.clone(), topic);
+        (task, shared, name)
+    }
+
+    /// Message `i`: its index first, then 1000 bytes, or 1 for every fourth (small
+    /// messages are never held on their own, only behind a held one).
+    fn held_msg(shared: &Shared, i: usize, accepted: Instant) -> Msg {
+        let filler = if i % 4 == 3 { 1 } else { 1000 };
+        let msg = Message::new(format!("{i:03}{}", "x".repeat(filler)));
+        shared.reserve(msg.size());
+        Msg {
+            size: msg.size(),
+            msg,
+            group: Group::open(),
+            ack: HeldAck::new(Default::default()),
+            accepted,
+        }
+    }
+
+    fn indexes(data: &Bytes) -> Vec<usize> {
+        decode_batches(data.clone(), 1 << 20)
+            .unwrap()
+            .batches
+            .into_iter()
+            .flat_map(|b| b.records)
+            .map(|r| {
+                std::str::from_utf8(&r.value.unwrap()[..3])
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    /// Large messages are not encoded more than two batches ahead of the acknowledgements:
+    /// beyond that they wait in their partition's `held` queue (before, all 40 were
+    /// encoded at once: 40 KiB of batches for 16 KiB allowed). As batches are
+    /// acknowledged they are appended, in order, small messages behind them included;
+    /// after a flush each one's batch is sealed as soon as they are in, not at its linger.
+    #[tokio::test]
+    async fn large_messages_wait_unencoded_beyond_two_batches_and_keep_order() {
+        let (mut task, shared, name) = held_task();
+        let now = Instant::now();
+        for i in 0..40 {
+            task.assign(&name, held_msg(&shared, i, now), 0);
+        }
+        let allowed = 16 << 10;
+        let encoded = shared.encoded.load(Ordering::Relaxed);
+        assert!(
+            (allowed..allowed + (8 << 10)).contains(&encoded),
+            "{encoded} bytes encoded"
+        );
+        let held = task.topics[&name].parts[&0].held.len();
+        assert!(held >= 5, "{held} held");
+        task.seal_all();
+        let mut got = Vec::new();
+        loop {
+            let Some(ps) = task.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&0)) else {
+                panic!("no partition");
+            };
+            assert!(
+                ps.open.is_none(),
+                "a flushed message lingers in an open batch"
+            );
+            let Some(b) = ps.sealed.pop_front() else {
+                assert!(
+                    ps.held.is_empty(),
+                    "held messages with no batch to wait for"
+                );
+                break;
+            };
+            got.extend(indexes(&b.data));
+            task.finish(b, Ok(0));
+            task.release_held();
+            assert!(shared.encoded.load(Ordering::Relaxed) < allowed + (8 << 10));
+        }
+        assert_eq!(got, (0..40).collect::<Vec<_>>());
+        assert_eq!(shared.encoded.load(Ordering::Relaxed), 0);
+        assert_eq!(shared.stats.messages.load(Ordering::Relaxed), 40);
+        assert!(task.idle());
+    }
+
+    /// A held message reaches its delivery timeout like a message in a batch: it fails
+    /// then, with the partition named, and the loop's timer wakes for it. Batches in
+    /// flight stay (their fate is the broker's answer).
+    #[tokio::test]
+    async fn held_messages_expire_at_their_delivery_timeout() {
+        let (mut task, shared, name) = held_task();
+        let timeout = task.cfg.delivery_timeout;
+        let now = Instant::now();
+        let Some(early) = now.checked_sub(timeout + Duration::from_secs(1)) else {
+            return; // the clock started too recently to go back that far
+        };
+        for i in 0..40 {
+            task.assign(&name, held_msg(&shared, i, early), 0);
+        }
+        task.seal_all();
+        let Some(ps) = task.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&0)) else {
+            panic!("no partition");
+        };
+        for b in &mut ps.sealed {
+            b.in_flight = true;
+        }
+        let (sealed, held) = (ps.sealed.len(), ps.held.len());
+        assert!(held > 0);
+        assert!(task
+            .next_deadline(now)
+            .is_some_and(|d| d <= early + timeout));
+        task.expire(now);
+        let ps = &task.topics[&name].parts[&0];
+        assert_eq!((ps.sealed.len(), ps.held.len()), (sealed, 0));
+        assert_eq!(shared.stats.errors.load(Ordering::Relaxed), held as u64);
     }
 }
