@@ -62,9 +62,9 @@ pub struct WriterConfig {
     ///
     /// Messages are encoded into batches as they come, except large ones (512 bytes or
     /// more by `Message::size`): once the batches sealed and not yet acknowledged hold
-    /// two batches' worth ([`batch_bytes`](Self::batch_bytes) × 2), a partition that has
-    /// such a batch keeps its next messages as they are until the acknowledgements make
-    /// room. For large values this bound then holds the values themselves rather than
+    /// two batches' worth ([`batch_bytes`](Self::batch_bytes) × 2, at least 2 MiB), a
+    /// partition that has such a batch keeps its next messages as they are until the
+    /// acknowledgements make room. For large values this bound then holds the values themselves rather than
     /// encoded copies of them, and a batch is encoded shortly before it is sent.
     pub max_buffered_bytes: usize,
     /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java `acks=all`;

@@ -7,6 +7,10 @@
 //!   choice) and appends it to that partition's open batch. A batch is sealed when it
 //!   holds [`WriterConfig::batch_size`] messages or [`WriterConfig::batch_bytes`] bytes, or
 //!   [`WriterConfig::batch_timeout`] after its first message (a timer per open batch).
+//!   Large messages (512 bytes or more) are appended only while the batches sealed and
+//!   not yet acknowledged hold less than two batches' worth (at least 2 MiB), or their
+//!   partition has none: otherwise they wait as they are, in order, and are encoded as
+//!   acknowledgements make room (see [`WriterConfig::max_buffered_bytes`]).
 //! * The sealed batches of all partitions led by one broker travel in **one** produce
 //!   request (as the Java client and franz-go do; kafka-go sends one per partition) of at
 //!   most [`WriterConfig::max_request_bytes`] (the rest go in the next request), with

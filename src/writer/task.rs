@@ -45,11 +45,14 @@ const MAX_PRODUCE_VERSION: i16 = 12;
 /// Messages of at least this many accounted bytes ([`Message::size`]) may wait
 /// un-encoded in their partition's `held` queue (see [`Task::encode_ahead`]). A waiting
 /// message costs its [`Msg`] (some 200 bytes) beside the value it already holds, which
-/// for small values is more than their encoded form: those are always encoded at once.
+/// for small values is more than their encoded form: those are encoded at once, unless a
+/// held message is ahead of them in their partition.
 const HOLD_MIN: usize = 512;
 /// How many full batches' bytes ([`WriterConfig::batch_bytes`]) are encoded ahead of the
-/// acknowledgements before large messages wait un-encoded (see [`Task::encode_ahead`]).
+/// acknowledgements before large messages wait un-encoded (see [`Task::encode_ahead`]),
+/// and the least number of bytes that is (small batches keep several in flight).
 const ENCODE_AHEAD_BATCHES: usize = 2;
+const ENCODE_AHEAD_MIN: usize = 2 << 20;
 
 /// One accepted message on its way to the task.
 pub(crate) struct Msg {
@@ -231,7 +234,9 @@ struct PartState {
     /// holds the encoded bytes of its sealed batches to [`Task::encode_ahead`], so a batch
     /// is encoded shortly before it is sent (while its buffer is still in the cache) and
     /// the producer's memory is the messages' values rather than copies of them. Every
-    /// later message of the partition waits behind them (order).
+    /// later message of the partition waits behind them (order). Messages are held only
+    /// while the partition has a sealed batch: its answer or expiry releases them (see
+    /// [`releasable`]), and their delivery timeout then runs out in their own batch.
     held: VecDeque<Msg>,
     /// A flush came while messages were held: seal their batch once they are placed.
     seal_held: bool,
@@ -412,11 +417,14 @@ pub(crate) struct Task {
     /// Buffers of acknowledged batches, for new batches (at most [`SPARE_BATCH_BUFFERS`]
     /// of [`SPARE_BATCH_BYTES`] together).
     spare_buffers: Vec<BytesMut>,
-    /// While the bytes of the batches sealed and not done reach this, a large message
-    /// ([`HOLD_MIN`]) of a partition that has such a batch waits in the partition's
-    /// `held` queue instead of being encoded: batches are encoded shortly before they can
-    /// be sent, not up to `max_buffered_bytes` ahead of the socket (cold in the cache by
-    /// then, and a copy of every value in memory). [`ENCODE_AHEAD_BATCHES`] full batches.
+    /// While the bytes of the batches sealed and not done (in requests or not) reach
+    /// this, a large message ([`HOLD_MIN`]) of a partition that has such a batch waits in
+    /// the partition's `held` queue instead of being encoded: batches are encoded shortly
+    /// before they can be sent, not up to `max_buffered_bytes` ahead of the socket (cold
+    /// in the cache by then, and a copy of every value in memory).
+    /// [`ENCODE_AHEAD_BATCHES`] full batches, at least [`ENCODE_AHEAD_MIN`]. A partition
+    /// without such a batch always takes its messages, so each busy partition keeps at
+    /// least one batch on its way.
     encode_ahead: usize,
 }
 
@@ -452,7 +460,10 @@ impl Task {
             renew_for_bump: false,
             txn: None,
             spare_buffers: Vec::new(),
-            encode_ahead: cfg.batch_bytes.saturating_mul(ENCODE_AHEAD_BATCHES),
+            encode_ahead: cfg
+                .batch_bytes
+                .saturating_mul(ENCODE_AHEAD_BATCHES)
+                .max(ENCODE_AHEAD_MIN),
             cfg,
         }
     }
@@ -654,6 +665,7 @@ impl Task {
         if let Some(at) = self.producer_retry_at.filter(|at| *at > now) {
             consider(at);
         }
+        let over_budget = self.shared.encoded.load(Ordering::Relaxed) >= self.encode_ahead;
         for t in self.topics.values() {
             if let Some(at) = t.meta_retry_at.filter(|at| *at > now) {
                 consider(at);
@@ -679,8 +691,10 @@ impl Task {
                 if let Some(b) = p.sealed.front().filter(|b| !b.in_flight) {
                     consider(b.expires);
                 }
-                if let Some(m) = p.held.front() {
-                    consider(after(m.accepted, self.cfg.delivery_timeout));
+                // Held messages wait for a batch of their partition (whose answer or
+                // expiry is an event or a deadline above), or go now.
+                if releasable(p, over_budget) {
+                    consider(now);
                 }
             }
         }
@@ -693,7 +707,6 @@ impl Task {
     fn expire(&mut self, now: Instant) {
         let cfg = self.cfg.clone();
         let mut rejected: Vec<(Msg, Error)> = Vec::new();
-        let mut held: Vec<(Msg, Error)> = Vec::new();
         let mut batches: Vec<(Arc<str>, i32, Sealed, Error)> = Vec::new();
         for (name, t) in &mut self.topics {
             for recheck in [false, true] {
@@ -770,28 +783,6 @@ impl Task {
                         .with_partition(*p);
                     batches.push((name.clone(), *p, b, e));
                 }
-                // Held messages wait behind the partition's batches: they are due no
-                // later than those (a writer clone's message may have been accepted a
-                // moment before the one ahead of it, and waits for that one).
-                while ps
-                    .held
-                    .front()
-                    .is_some_and(|m| after(m.accepted, cfg.delivery_timeout) <= now)
-                {
-                    let Some(m) = ps.held.pop_front() else {
-                        break;
-                    };
-                    let last = ps
-                        .sealed
-                        .front()
-                        .and_then(|b| b.last_error.as_ref())
-                        .or(t.last_error.as_ref())
-                        .or(self.producer_error.as_ref());
-                    let e = expired_error(last, cfg.delivery_timeout, "waiting to be encoded")
-                        .with_topic(&**name)
-                        .with_partition(*p);
-                    held.push((m, e));
-                }
             }
         }
         for (m, e) in rejected {
@@ -801,12 +792,6 @@ impl Task {
         for (name, p, b, e) in batches {
             warn!(topic = %name, partition = p, messages = b.count, error = %e, "batch expired");
             self.give_up(&name, p, b, &e, false);
-        }
-        if let Some((_, e)) = held.first() {
-            warn!(messages = held.len(), error = %e, "messages expired waiting to be encoded");
-        }
-        for (m, e) in held {
-            self.reject(m, e);
         }
     }
 
@@ -1074,24 +1059,25 @@ impl Task {
         };
         for (name, t) in topics.iter_mut() {
             for (p, ps) in &mut t.parts {
-                if ps.held.is_empty() {
-                    continue;
-                }
-                while !ps.held.is_empty()
-                    && (ps.sealed.is_empty()
-                        || cx.shared.encoded.load(Ordering::Relaxed) < cx.encode_ahead)
-                {
+                while releasable(ps, cx.over_budget()) {
                     let Some(m) = ps.held.pop_front() else {
                         break;
                     };
                     let ts = m.msg.timestamp.unwrap_or_default();
-                    if let Err(r) = append(&mut cx, name, ps, *p, m, ts) {
-                        rejected.push(*r);
+                    match append(&mut cx, name, ps, *p, m, ts, true) {
+                        Ok(None) => {}
+                        Ok(Some(m)) => {
+                            ps.held.push_front(m);
+                            break;
+                        }
+                        Err(r) => rejected.push(*r),
                     }
                 }
-                if ps.seal_held {
+                // Flushed: the last of them go as soon as they are in (earlier ones went
+                // in full batches).
+                if ps.seal_held && ps.held.is_empty() {
+                    ps.seal_held = false;
                     cx.seal(ps, name, *p);
-                    ps.seal_held = !ps.held.is_empty();
                 }
             }
         }
@@ -2219,6 +2205,14 @@ impl Drop for Task {
     }
 }
 
+/// Whether partition `ps` holds messages that may be appended now: it has no batch left
+/// to wait for, or the encoded bytes are under the budget. [`Task::release_held`] leaves
+/// none such, and [`Task::next_deadline`] wakes the loop at once for any it finds (a
+/// batch may go after the release in a turn: expired, or finished by an epoch bump).
+fn releasable(ps: &PartState, over_budget: bool) -> bool {
+    !ps.held.is_empty() && (ps.sealed.is_empty() || !over_budget)
+}
+
 /// When message `m` of topic `t`, still without a partition, fails: at its delivery
 /// timeout, or earlier by `unknown_topic_timeout` while metadata says the topic is unknown.
 /// What `place` needs of the task besides the topic.
@@ -2236,6 +2230,11 @@ struct Placing<'a> {
 }
 
 impl Placing<'_> {
+    /// Whether the encoded bytes have reached [`Task::encode_ahead`].
+    fn over_budget(&self) -> bool {
+        self.shared.encoded.load(Ordering::Relaxed) >= self.encode_ahead
+    }
+
     /// Seal partition `partition`'s open batch (see [`seal`]); the messages of one that
     /// could not be built are kept for their reports.
     fn seal(&mut self, ps: &mut PartState, topic: &str, partition: i32) {
@@ -2256,7 +2255,7 @@ fn place(
     cx: &mut Placing<'_>,
     topic: &Arc<str>,
     t: &mut TopicState,
-    mut m: Msg,
+    m: Msg,
     ts: i64,
 ) -> std::result::Result<(), Box<(Msg, Error)>> {
     let cfg = cx.cfg;
@@ -2313,23 +2312,31 @@ fn place(
             )))
         }
     }
-    if !ps.held.is_empty()
-        || (m.size >= HOLD_MIN
-            && !ps.sealed.is_empty()
-            && cx.shared.encoded.load(Ordering::Relaxed) >= cx.encode_ahead)
-    {
-        // Its partition and timestamp are fixed now; `Task::release_held` appends it.
-        m.msg.partition = Some(partition);
-        m.msg.timestamp = Some(ts);
-        ps.held.push_back(m);
+    let large = m.size >= HOLD_MIN;
+    if !ps.held.is_empty() || (large && !ps.sealed.is_empty() && cx.over_budget()) {
+        hold(ps, m, partition, ts);
         return Ok(());
     }
-    append(cx, topic, ps, partition, m, ts)
+    if let Some(m) = append(cx, topic, ps, partition, m, ts, large)? {
+        hold(ps, m, partition, ts);
+    }
+    Ok(())
+}
+
+/// Queue `m` in its partition's `held` list, its partition and timestamp fixed now
+/// ([`Task::release_held`] appends it later).
+fn hold(ps: &mut PartState, mut m: Msg, partition: i32, ts: i64) {
+    m.msg.partition = Some(partition);
+    m.msg.timestamp = Some(ts);
+    ps.held.push_back(m);
 }
 
 /// Append message `m` (its size checked against `batch_bytes`) to partition
 /// `partition`'s open batch, opening one if needed and sealing it when full, or give it
-/// back with the error to reject it with.
+/// back with the error to reject it with. With `may_hold`, a message that fills the open
+/// batch is given back as `Ok(Some(m))` when sealing that batch used up the encoding
+/// budget: it is held rather than left alone in a new batch (which the linger or a
+/// flush would send as a batch of one, every time the budget runs out).
 fn append(
     cx: &mut Placing<'_>,
     topic: &Arc<str>,
@@ -2337,7 +2344,8 @@ fn append(
     partition: i32,
     mut m: Msg,
     ts: i64,
-) -> std::result::Result<(), Box<(Msg, Error)>> {
+    may_hold: bool,
+) -> std::result::Result<Option<Msg>, Box<(Msg, Error)>> {
     let cfg = cx.cfg;
     let (key, value, headers) = (m.msg.key.as_deref(), m.msg.value.as_deref(), &m.msg.headers);
     if let Some(open) = &ps.open {
@@ -2347,6 +2355,9 @@ fn append(
             .unwrap_or(usize::MAX);
         if open.builder.estimated_size().saturating_add(more) > cfg.batch_bytes {
             cx.seal(ps, topic, partition);
+            if may_hold && cx.over_budget() {
+                return Ok(Some(m));
+            }
         }
     }
     let last_len = ps.last_len;
@@ -2393,7 +2404,7 @@ fn append(
     if open.count >= cfg.batch_size {
         cx.seal(ps, topic, partition);
     }
-    Ok(())
+    Ok(None)
 }
 
 /// When a message accepted at `accepted` and waiting for `t`'s metadata expires.
@@ -3685,19 +3696,23 @@ mod idempotence_tests {
             .collect()
     }
 
-    /// Large messages are not encoded more than two batches ahead of the acknowledgements:
+    /// Large messages are not encoded more than the budget ahead of the acknowledgements:
     /// beyond that they wait in their partition's `held` queue (before, all 40 were
-    /// encoded at once: 40 KiB of batches for 16 KiB allowed). As batches are
-    /// acknowledged they are appended, in order, small messages behind them included;
-    /// after a flush each one's batch is sealed as soon as they are in, not at its linger.
+    /// encoded at once: 40 KiB of batches for 12 KiB allowed). As batches are
+    /// acknowledged they are appended, in order, small messages behind them included, in
+    /// full batches (the message that fills a batch is held again, not left alone in a
+    /// new one); after a flush their last batch is sealed as soon as they are in, not at
+    /// its linger.
     #[tokio::test]
-    async fn large_messages_wait_unencoded_beyond_two_batches_and_keep_order() {
+    async fn large_messages_wait_unencoded_beyond_the_budget_and_keep_order() {
         let (mut task, shared, name) = held_task();
+        // A batch and a half: the batch that fills the budget is sealed with room left.
+        let allowed = 12 << 10;
+        task.encode_ahead = allowed;
         let now = Instant::now();
         for i in 0..40 {
             task.assign(&name, held_msg(&shared, i, now), 0);
         }
-        let allowed = 16 << 10;
         let encoded = shared.encoded.load(Ordering::Relaxed);
         assert!(
             (allowed..allowed + (8 << 10)).contains(&encoded),
@@ -3707,6 +3722,7 @@ mod idempotence_tests {
         assert!(held >= 5, "{held} held");
         task.seal_all();
         let mut got = Vec::new();
+        let mut sizes = Vec::new();
         loop {
             let Some(ps) = task.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&0)) else {
                 panic!("no partition");
@@ -3722,23 +3738,32 @@ mod idempotence_tests {
                 );
                 break;
             };
-            got.extend(indexes(&b.data));
+            let indexes = indexes(&b.data);
+            sizes.push(indexes.len());
+            got.extend(indexes);
             task.finish(b, Ok(0));
             task.release_held();
             assert!(shared.encoded.load(Ordering::Relaxed) < allowed + (8 << 10));
         }
         assert_eq!(got, (0..40).collect::<Vec<_>>());
+        let (last, full) = sizes.split_last().unwrap();
+        assert!(full.iter().all(|n| *n >= 8), "batch sizes {sizes:?}");
+        assert!(*last >= 1);
         assert_eq!(shared.encoded.load(Ordering::Relaxed), 0);
         assert_eq!(shared.stats.messages.load(Ordering::Relaxed), 40);
         assert!(task.idle());
     }
 
-    /// A held message reaches its delivery timeout like a message in a batch: it fails
-    /// then, with the partition named, and the loop's timer wakes for it. Batches in
-    /// flight stay (their fate is the broker's answer).
+    /// Held messages are not failed on their own (reports would overtake the batches ahead
+    /// of them, perhaps still in a request): when the batches ahead expire, the loop wakes
+    /// at once to append them, and they fail at their delivery timeout in their own batch,
+    /// reported after the batches ahead, in order.
     #[tokio::test]
-    async fn held_messages_expire_at_their_delivery_timeout() {
+    async fn held_messages_fail_after_the_batches_ahead_of_them_and_in_order() {
         let (mut task, shared, name) = held_task();
+        task.encode_ahead = 16 << 10;
+        let (tx, mut reports) = mpsc::unbounded_channel();
+        task.reports = Some(tx);
         let timeout = task.cfg.delivery_timeout;
         let now = Instant::now();
         let Some(early) = now.checked_sub(timeout + Duration::from_secs(1)) else {
@@ -3747,21 +3772,31 @@ mod idempotence_tests {
         for i in 0..40 {
             task.assign(&name, held_msg(&shared, i, early), 0);
         }
-        task.seal_all();
-        let Some(ps) = task.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&0)) else {
-            panic!("no partition");
-        };
-        for b in &mut ps.sealed {
-            b.in_flight = true;
-        }
-        let (sealed, held) = (ps.sealed.len(), ps.held.len());
-        assert!(held > 0);
-        assert!(task
-            .next_deadline(now)
-            .is_some_and(|d| d <= early + timeout));
+        assert!(!task.topics[&name].parts[&0].held.is_empty());
         task.expire(now);
         let ps = &task.topics[&name].parts[&0];
-        assert_eq!((ps.sealed.len(), ps.held.len()), (sealed, 0));
-        assert_eq!(shared.stats.errors.load(Ordering::Relaxed), held as u64);
+        assert!(ps.sealed.is_empty() && !ps.held.is_empty());
+        assert!(
+            task.next_deadline(now).is_some_and(|d| d <= now),
+            "held messages with nothing ahead of them wait for no event"
+        );
+        task.release_held();
+        assert!(task.topics[&name].parts[&0].held.is_empty());
+        task.seal_all();
+        task.expire(now);
+        assert!(task.idle());
+        let mut got = Vec::new();
+        while let Ok((d, _)) = reports.try_recv() {
+            assert!(d.result.is_err());
+            let v = d.message.value.unwrap();
+            got.push(
+                std::str::from_utf8(&v[..3])
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap(),
+            );
+        }
+        assert_eq!(got, (0..40).collect::<Vec<_>>());
+        assert_eq!(shared.stats.errors.load(Ordering::Relaxed), 40);
     }
 }
