@@ -313,6 +313,9 @@ impl Queue {
         self.cmds.is_empty() && self.full.is_empty()
     }
 
+    // Inlined: the 176-byte command is then written into the segment where the caller
+    // built it, not moved once more through this call.
+    #[inline(always)]
     fn push(&mut self, cmd: Cmd) {
         if self.cmds.len() >= SEGMENT {
             let next = self
