@@ -796,3 +796,28 @@ async fn large_values_waiting_to_be_encoded_keep_order_and_flush() {
     );
     assert!(s.batches >= (N * 1400 / (8 << 10)) as u64, "{s:?}");
 }
+
+/// The `deliveries()` doc example against the broker: the report stream is asked for and
+/// a message sent right after it, which the stream reports. (When the task takes both off
+/// its queue in one turn it decided once per turn whether to keep messages for reports,
+/// and kept none; the unit test
+/// `messages_after_a_report_request_in_the_same_turn_are_reported` builds that turn, which
+/// this run's timing does not reliably produce.)
+#[tokio::test]
+async fn a_report_stream_taken_just_before_a_send_reports_it() {
+    let topic = new_topic("writer-report-first", 1).await;
+    for i in 0..5 {
+        let mut writer = Writer::new(config(&topic)).unwrap();
+        let mut deliveries = writer.deliveries();
+        writer
+            .feed(Message::keyed("k", format!("v{i}")))
+            .await
+            .unwrap();
+        let d = tokio::time::timeout(Duration::from_secs(10), deliveries.next())
+            .await
+            .expect("no report for the message sent after deliveries()")
+            .unwrap();
+        assert_eq!(d.result.unwrap(), i);
+        writer.close().await.unwrap();
+    }
+}

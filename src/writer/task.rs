@@ -99,6 +99,9 @@ trait Incoming {
     fn into_msg(self) -> Msg;
     /// The message itself (for its delivery report).
     fn into_message(self) -> Message;
+    /// Encoded and not kept: let go of its key, value and headers now (a queued
+    /// message's would otherwise live until the segment is cleared).
+    fn encoded(self);
 }
 
 impl Incoming for Msg {
@@ -123,6 +126,7 @@ impl Incoming for Msg {
     fn into_message(self) -> Message {
         self.msg
     }
+    fn encoded(self) {}
 }
 
 /// A message in the command queue's segment (see [`Incoming`]).
@@ -162,6 +166,11 @@ impl Incoming for Queued<'_> {
     }
     fn into_message(self) -> Message {
         std::mem::take(self.msg)
+    }
+    fn encoded(self) {
+        self.msg.key = None;
+        self.msg.value = None;
+        self.msg.headers = Vec::new();
     }
 }
 
@@ -885,7 +894,6 @@ impl Task {
     /// The messages' delivery timeouts count from now (one clock read for all of them):
     /// they were accepted at most one turn of the task's loop earlier.
     fn on_cmds(&mut self, buf: &mut Vec<Cmd>, ts: i64) {
-        let keep = self.keeps_reports();
         let accepted = Instant::now();
         let mut cmds = std::mem::take(buf);
         // Messages are placed where they lie in the segment (see [`Incoming`]); what is
@@ -894,6 +902,8 @@ impl Task {
         let mut rejected: Vec<(Msg, Error)> = Vec::new();
         loop {
             let mut other = None;
+            // Again after each command: a `Reports` ahead of messages wants them kept.
+            let keep = self.keeps_reports();
             {
                 let Task {
                     cfg,
@@ -954,6 +964,9 @@ impl Task {
                         cur = topics.get_mut(&key).map(|t| (key, t));
                     }
                     let Some((key, t)) = cur.as_mut() else {
+                        // Not reached: the topic's state was found or made just above.
+                        let e = Error::closed("the writer lost the topic's state");
+                        rejected.push((m.into_msg(), e));
                         continue;
                     };
                     if t.meta.is_none() {
@@ -2496,6 +2509,8 @@ fn append<M: Incoming>(
         msg.timestamp = Some(ts);
         open.kept
             .push((u32::try_from(open.count).unwrap_or(u32::MAX), msg, size));
+    } else {
+        m.encoded();
     }
     open.count += 1;
     open.bytes += size;
@@ -3896,5 +3911,28 @@ mod idempotence_tests {
         }
         assert_eq!(got, (0..40).collect::<Vec<_>>());
         assert_eq!(shared.stats.errors.load(Ordering::Relaxed), 40);
+    }
+
+    /// Messages taken off the queue in the same turn as a `Reports` ahead of them are kept
+    /// for their reports: `deliveries()` then `send` put `Reports`, `Group` and `One` in one
+    /// segment, and `keep`, computed once per turn before the `Reports`, left the message
+    /// without a report (its stream waited forever).
+    #[tokio::test]
+    async fn messages_after_a_report_request_in_the_same_turn_are_reported() {
+        let (mut task, shared, name) = held_task();
+        if let Some(t) = task.topics.get_mut(&name) {
+            t.meta = Some(Arc::new(TopicMetadata {
+                name: name.to_string(),
+                partitions: vec![crate::cluster::PartitionLeader { id: 0, leader: 1 }],
+            }));
+        }
+        let (tx, _reports) = mpsc::unbounded_channel();
+        let msg = Message::new("v");
+        shared.reserve(msg.size());
+        let mut buf = vec![Cmd::Reports(tx), Cmd::Group(Group::open()), Cmd::One(msg)];
+        task.on_cmds(&mut buf, 0);
+        let open = task.topics[&name].parts[&0].open.as_ref().unwrap();
+        assert_eq!(open.count, 1);
+        assert_eq!(open.kept.len(), 1, "the message is kept for its report");
     }
 }
