@@ -571,7 +571,7 @@ fn produce_survives_mutation() {
             topic_id: [4; 16],
             partition_data: vec![ProducePartitionData {
                 index: 0,
-                records: Some(Bytes::from(batches().swap_remove(1))),
+                records: Some(Bytes::from(batches().swap_remove(1)).into()),
                 tagged_fields: tagged(),
             }],
             tagged_fields: tagged(),

@@ -746,7 +746,7 @@ async fn mutated_requests_never_panic_the_mock() {
                     name: "t".into(),
                     partition_data: vec![ProducePartitionData {
                         index: 0,
-                        records: Some(batch),
+                        records: Some(batch.into()),
                         ..Default::default()
                     }],
                     ..Default::default()

@@ -221,7 +221,7 @@ fn produce() {
                 topic_id: if v >= 13 { ID } else { [0; 16] },
                 partition_data: vec![ProducePartitionData {
                     index: 1,
-                    records: Some(Bytes::from_static(b"\x00\x01batch")),
+                    records: Some(Bytes::from_static(b"\x00\x01batch").into()),
                     tagged_fields: unknown(flexible),
                 }],
                 tagged_fields: unknown(flexible),

@@ -821,3 +821,62 @@ async fn a_report_stream_taken_just_before_a_send_reports_it() {
         writer.close().await.unwrap();
     }
 }
+
+/// Values of 8 KiB and more go into uncompressed batches by reference (spliced into the
+/// produce request, not copied into the batch): Apache Kafka takes the batches (their CRC
+/// covers the spliced values, and an idempotent writer rewrites the header after), and
+/// every value reads back byte for byte, in order, between small and null values and
+/// with headers.
+#[tokio::test]
+async fn large_values_spliced_into_batches_read_back_exactly() {
+    const N: usize = 400;
+    let topic = new_topic("writer-spliced", 3).await;
+    let mut writer = Writer::new(
+        config(&topic)
+            .balancer(Hash::default())
+            .idempotent(true)
+            .batch_bytes(256 << 10),
+    )
+    .unwrap();
+    let value = |i: usize| -> Option<Bytes> {
+        match i % 4 {
+            0 => None,
+            1 => Some(Bytes::from(format!("small {i}"))),
+            // around the threshold and well past it, each with its own content
+            n => Some(
+                (0..(8 << 10) - 2 + n + (i % 7) * 4000)
+                    .map(|j| (i * 7 + j) as u8)
+                    .collect(),
+            ),
+        }
+    };
+    let msgs = (0..N).map(|i| {
+        let mut m =
+            Message::keyed(format!("k{}", i % 5), Bytes::new()).with_header("i", i.to_string());
+        m.value = value(i);
+        Ok(m)
+    });
+    stream::iter(msgs).forward(&mut writer).await.unwrap();
+    writer.close().await.unwrap();
+    assert_eq!(
+        (writer.stats().messages, writer.stats().errors),
+        (N as u64, 0)
+    );
+    let conn = admin().await;
+    let mut seen = 0;
+    for p in 0..3 {
+        let mut last = None;
+        for r in read_partition(&conn, &topic, p).await {
+            let h = &r.headers[0];
+            let i: usize = std::str::from_utf8(h.value.as_deref().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(r.value, value(i), "value of message {i}");
+            assert!(last < Some(i), "partition {p}: {i} after {last:?}");
+            last = Some(i);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, N);
+}

@@ -650,7 +650,7 @@ impl Conn {
                 topic_id,
                 partition_data: vec![ProducePartitionData {
                     index: partition,
-                    records: Some(batch),
+                    records: Some(batch.into()),
                     ..Default::default()
                 }],
                 ..Default::default()

@@ -1494,7 +1494,7 @@ mod tests {
         let partitions = (0..100)
             .map(|i| ProducePartitionData {
                 index: i,
-                records: Some(batch([20_000, 10, 9_000][i as usize % 3], i as u8 | 1)),
+                records: Some(batch([20_000, 10, 9_000][i as usize % 3], i as u8 | 1).into()),
                 ..Default::default()
             })
             .collect();

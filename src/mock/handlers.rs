@@ -391,15 +391,17 @@ fn produce(
                             .or_else(|| {
                                 // Transactions v2: Produce v12+ adds the partition.
                                 let tid = req.transactional_id.as_deref()?;
-                                let records = p.records.as_deref().unwrap_or_default();
+                                let records =
+                                    p.records.as_ref().map(|r| r.to_bytes()).unwrap_or_default();
                                 (version >= 12 && st.transactions_v2())
-                                    .then(|| super::txn::join(st, tid, &name, p.index, records))
+                                    .then(|| super::txn::join(st, tid, &name, p.index, &records))
                                     .flatten()
                             });
                         let max = st.max_message_bytes;
                         let result = match (error, st.partition_mut(&name, p.index)) {
                             (None, Some(log)) => {
-                                let records = p.records.clone().unwrap_or_default();
+                                let records =
+                                    p.records.as_ref().map(|r| r.to_bytes()).unwrap_or_default();
                                 let result = log.append(&records, max);
                                 r.log_start_offset = log.log_start;
                                 result

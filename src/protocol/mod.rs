@@ -49,7 +49,7 @@ pub trait Encode {
     ///         name: "events".into(),
     ///         partition_data: vec![ProducePartitionData {
     ///             index: 0,
-    ///             records: Some(Bytes::from(vec![7u8; 100_000])),
+    ///             records: Some(Bytes::from(vec![7u8; 100_000]).into()),
     ///             ..Default::default()
     ///         }],
     ///         ..Default::default()

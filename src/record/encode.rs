@@ -9,7 +9,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::{Header, TimestampType, BATCH_HEADER_LEN, MAGIC_V2, NO_PRODUCER_ID};
+use super::{
+    crc32c_of, BatchBytes, Header, TimestampType, BATCH_HEADER_LEN, MAGIC_V2, NO_PRODUCER_ID,
+};
 use crate::compression::Compression;
 use crate::error::{Error, Result};
 use crate::protocol::primitives::{put_varint, put_varlong, varint_len, varlong_len};
@@ -43,8 +45,12 @@ pub struct RecordBatchBuilder {
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
-    /// `BATCH_HEADER_LEN` reserved bytes, then the encoded records.
+    /// `BATCH_HEADER_LEN` reserved bytes, then the encoded records (but spliced values).
     buf: BytesMut,
+    /// Values kept by reference (uncompressed batches only), at their offsets in `buf`.
+    spliced: Vec<(usize, Bytes)>,
+    /// The spliced values' bytes, together.
+    spliced_len: usize,
     count: i32,
     base_timestamp: i64,
     max_timestamp: i64,
@@ -80,6 +86,8 @@ impl RecordBatchBuilder {
             producer_epoch: -1,
             base_sequence: -1,
             buf,
+            spliced: Vec::new(),
+            spliced_len: 0,
             count: 0,
             base_timestamp: 0,
             max_timestamp: i64::MIN,
@@ -131,6 +139,11 @@ impl RecordBatchBuilder {
     /// The size of the batch if built now, uncompressed (an upper bound for a
     /// compressed batch, give or take codec framing).
     pub fn estimated_size(&self) -> usize {
+        self.buf.len() + self.spliced_len
+    }
+
+    /// The bytes written into the batch's buffer so far (the size but spliced values).
+    pub(crate) fn buffer_len(&self) -> usize {
         self.buf.len()
     }
 
@@ -167,33 +180,71 @@ impl RecordBatchBuilder {
         value: Option<&[u8]>,
         headers: &[Header],
     ) -> Result<()> {
+        self.append_record(timestamp, key, value, None, headers)
+    }
+
+    /// Like [`append`](Self::append) for a value held as shared bytes: in an
+    /// uncompressed batch a value of [`VALUE_SPLICE_MIN`] bytes or more is kept by
+    /// reference rather than copied (see [`BatchBytes`]; the batch comes from
+    /// [`build_compact`](Self::build_compact)).
+    pub(crate) fn append_shared(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&Bytes>,
+        headers: &[Header],
+    ) -> Result<()> {
+        let shared =
+            value.filter(|v| self.compression == Compression::None && v.len() >= VALUE_SPLICE_MIN);
+        self.append_record(timestamp, key, value.map(|v| &v[..]), shared, headers)
+    }
+
+    /// Append a record; `shared`, when given, is `value` to splice in by reference.
+    fn append_record(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        shared: Option<&Bytes>,
+        headers: &[Header],
+    ) -> Result<()> {
         if self.count == i32::MAX {
             return Err(Error::encode("too many records in one batch"));
         }
-        if self.count == 0 {
-            self.base_timestamp = timestamp;
-        }
-        let ts_delta = timestamp.wrapping_sub(self.base_timestamp);
+        let base_timestamp = if self.count == 0 {
+            timestamp
+        } else {
+            self.base_timestamp
+        };
+        let ts_delta = timestamp.wrapping_sub(base_timestamp);
         let offset_delta = self.count;
         let body = body_len(ts_delta, offset_delta, key, value, headers)?;
         let total = varint_len(body) + body as usize;
-        if self.buf.len().saturating_add(total) > i32::MAX as usize {
+        if self.estimated_size().saturating_add(total) > i32::MAX as usize {
             return Err(Error::encode("record batch larger than 2 GiB"));
         }
         let buf = &mut self.buf;
-        buf.reserve(total);
+        buf.reserve(total - shared.map_or(0, Bytes::len));
         put_varint(buf, body);
         buf.put_i8(0); // record attributes: unused
         put_varlong(buf, ts_delta);
         put_varint(buf, offset_delta);
         put_nullable(buf, key);
-        put_nullable(buf, value);
+        match shared {
+            Some(v) => {
+                put_varint(buf, v.len() as i32); // checked by body_len
+                self.spliced.push((buf.len(), v.clone()));
+                self.spliced_len += v.len();
+            }
+            None => put_nullable(buf, value),
+        }
         put_varint(buf, headers.len() as i32); // checked by body_len
         for h in headers {
             put_varint(buf, h.key.len() as i32);
             buf.put_slice(h.key.as_bytes());
             put_nullable(buf, h.value.as_deref());
         }
+        self.base_timestamp = base_timestamp;
         self.count += 1;
         self.max_timestamp = self.max_timestamp.max(timestamp);
         Ok(())
@@ -202,7 +253,11 @@ impl RecordBatchBuilder {
     /// Finish the batch: compress the records if asked, fill in the header and the
     /// CRC-32C, and return the complete RecordBatch v2 bytes.
     pub fn build(self) -> Result<Bytes> {
-        self.finish().map(BytesMut::freeze)
+        let (buf, spliced) = self.finish()?;
+        if spliced.is_empty() {
+            return Ok(buf.freeze());
+        }
+        Ok(BatchBytes::spliced(buf.freeze(), spliced).to_bytes())
     }
 
     /// Like [`build`](Self::build), for a caller that reuses batch buffers: a compressed
@@ -210,19 +265,21 @@ impl RecordBatchBuilder {
     /// is copied out to bytes of its own size, and the buffer comes back empty for the
     /// next batch. Records of well-compressing values fill a large buffer that their
     /// compressed batch then holds a few KiB of until it is acknowledged; with many such
-    /// batches queued, every new batch was written into fresh memory.
-    pub(crate) fn build_compact(self) -> Result<(Bytes, Option<BytesMut>)> {
+    /// batches queued, every new batch was written into fresh memory. Values appended
+    /// with [`append_shared`](Self::append_shared) stay spliced in.
+    pub(crate) fn build_compact(self) -> Result<(BatchBytes, Option<BytesMut>)> {
         let compressed = self.compression != Compression::None;
-        let mut buf = self.finish()?;
+        let (mut buf, spliced) = self.finish()?;
         if compressed && crate::bufpool::oversized(buf.len(), buf.capacity()) {
             let data = Bytes::copy_from_slice(&buf);
             buf.clear();
-            return Ok((data, Some(buf)));
+            return Ok((data.into(), Some(buf)));
         }
-        Ok((buf.freeze(), None))
+        Ok((BatchBytes::spliced(buf.freeze(), spliced), None))
     }
 
-    fn finish(self) -> Result<BytesMut> {
+    /// The batch's buffer, header and CRC filled in, and the values spliced into it.
+    fn finish(self) -> Result<(BytesMut, Vec<(usize, Bytes)>)> {
         let RecordBatchBuilder {
             compression,
             timestamp_type,
@@ -233,15 +290,21 @@ impl RecordBatchBuilder {
             producer_epoch,
             base_sequence,
             mut buf,
+            spliced,
+            spliced_len,
             count,
             base_timestamp,
             max_timestamp,
         } = self;
 
         if compression != Compression::None {
+            debug_assert!(
+                spliced.is_empty(),
+                "values are spliced into uncompressed batches only"
+            );
             compress_in_place(compression, &mut buf)?;
         }
-        let batch_length = i32::try_from(buf.len() - 12)
+        let batch_length = i32::try_from(buf.len() + spliced_len - 12)
             .map_err(|_| Error::encode("record batch larger than 2 GiB"))?;
 
         let mut attributes = compression.code();
@@ -279,11 +342,16 @@ impl RecordBatchBuilder {
         }
         buf[..BATCH_HEADER_LEN].copy_from_slice(&header);
         // CRC-32C covers attributes (offset 21) through the end of the batch.
-        let crc = crc32c::crc32c(&buf[21..]);
+        let crc = crc32c_of(&buf, &spliced, 21);
         buf[17..21].copy_from_slice(&crc.to_be_bytes());
-        Ok(buf)
+        Ok((buf, spliced))
     }
 }
+
+/// Values at least this large, appended with [`RecordBatchBuilder::append_shared`] to an
+/// uncompressed batch, are spliced in by reference instead of copied: below it, a copy
+/// costs less than the extra pieces of a vectored write.
+pub(crate) const VALUE_SPLICE_MIN: usize = 8 * 1024;
 
 fn len_i32(len: usize, what: &str) -> Result<i32> {
     i32::try_from(len).map_err(|_| Error::encode(format!("{what} too long: {len} bytes")))

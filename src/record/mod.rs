@@ -21,11 +21,14 @@ use bytes::Bytes;
 use crate::compression::Compression;
 use crate::error::{Error, Result};
 
+mod batch_bytes;
 pub(crate) mod crc32;
 mod decode;
 mod encode;
 mod legacy;
 
+pub(crate) use batch_bytes::crc32c_of;
+pub use batch_bytes::BatchBytes;
 #[cfg(test)]
 pub(crate) use decode::DEFER_MAX;
 pub use decode::{decode_batches, decode_batches_within, DecodedBatches, MAX_BATCH_DECOMPRESSED};
@@ -35,6 +38,8 @@ pub(crate) use decode::{
 pub use encode::RecordBatchBuilder;
 #[cfg(feature = "zstd")]
 pub(crate) use encode::KEPT_SCRATCH;
+#[cfg(test)]
+pub(crate) use encode::VALUE_SPLICE_MIN;
 
 /// The magic byte of RecordBatch v2.
 pub const MAGIC_V2: i8 = 2;

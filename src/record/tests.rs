@@ -1144,6 +1144,50 @@ fn a_compressed_batch_claiming_more_records_than_offsets_is_an_error_at_once() {
     assert!(err.to_string().contains("record count"), "{err}");
 }
 
+proptest! {
+    /// Values appended as shared bytes: an uncompressed batch keeps the large ones by
+    /// reference and its bytes are exactly those of the batch with every value copied
+    /// (same CRC); a compressed batch copies them all.
+    #[test]
+    fn shared_values_make_the_same_batch_as_copied_ones(
+        sizes in proptest::collection::vec(
+            prop_oneof![0..100usize, VALUE_SPLICE_MIN - 2..VALUE_SPLICE_MIN + 2, 20_000..20_100usize],
+            1..12,
+        ),
+        compressed: bool,
+    ) {
+        let compression = if compressed && cfg!(feature = "lz4") {
+            Compression::Lz4
+        } else {
+            Compression::None
+        };
+        let (mut shared, mut copied) = (
+            RecordBatchBuilder::new(compression),
+            RecordBatchBuilder::new(compression),
+        );
+        let values: Vec<Bytes> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (0..*n).map(|j| (i * 31 + j) as u8).collect())
+            .collect();
+        for (i, v) in values.iter().enumerate() {
+            let headers = [Header::new("h", format!("{i}"))];
+            shared.append_shared(i as i64, Some(b"k"), Some(v), &headers).unwrap();
+            copied.append(i as i64, Some(b"k"), Some(v), &headers).unwrap();
+            prop_assert_eq!(shared.estimated_size(), copied.estimated_size());
+        }
+        let large = sizes.iter().filter(|n| **n >= VALUE_SPLICE_MIN).count();
+        let (batch, _) = shared.build_compact().unwrap();
+        let expected = if compression == Compression::None { large } else { 0 };
+        prop_assert_eq!(batch.spliced_values().len(), expected);
+        let copied = copied.build().unwrap();
+        prop_assert_eq!(&batch.to_bytes(), &copied);
+        let decoded = decode_batches(batch.to_bytes(), 1 << 30).unwrap();
+        let got: Vec<_> = decoded.batches[0].records.iter().map(|r| r.value.clone().unwrap()).collect();
+        prop_assert_eq!(got, values);
+    }
+}
+
 /// A compressed batch far smaller than its buffer is copied out to bytes of its size and
 /// the buffer handed back for the next batch; an uncompressed batch, or one filling a good
 /// part of its buffer, keeps it.
@@ -1163,7 +1207,7 @@ fn a_small_compressed_batch_gives_its_large_buffer_back() {
     let emptied = emptied.expect("the buffer comes back");
     assert!(emptied.is_empty() && emptied.capacity() >= 1 << 20);
     assert!(data.len() < 64 << 10, "{}", data.len());
-    let batch = decode_one(data);
+    let batch = decode_one(data.to_bytes());
     assert_eq!(batch.records.len(), 100);
     assert!(batch
         .records
@@ -1172,7 +1216,7 @@ fn a_small_compressed_batch_gives_its_large_buffer_back() {
 
     let (data, emptied) = fill(Compression::None, &value).build_compact().unwrap();
     assert!(emptied.is_none(), "uncompressed records fill their buffer");
-    assert_eq!(decode_one(data).records.len(), 100);
+    assert_eq!(decode_one(data.to_bytes()).records.len(), 100);
 
     let mut b = RecordBatchBuilder::with_capacity(Compression::Lz4, 1 << 20);
     let mut x = 0x2545_f491_u32;

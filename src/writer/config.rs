@@ -65,7 +65,10 @@ pub struct WriterConfig {
     /// two batches' worth ([`batch_bytes`](Self::batch_bytes) × 2, at least 2 MiB), a
     /// partition that has such a batch keeps its next messages as they are until the
     /// acknowledgements make room. For large values this bound then holds the values themselves rather than
-    /// encoded copies of them, and a batch is encoded shortly before it is sent.
+    /// encoded copies of them, and a batch is encoded shortly before it is sent. Values of
+    /// 8 KiB or more in uncompressed batches are never copied: the batch keeps a
+    /// reference to the message's bytes (so a value sliced from a larger buffer keeps
+    /// that buffer until its batch is acknowledged).
     pub max_buffered_bytes: usize,
     /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java `acks=all`;
     /// kafka-go's default is none). Setting `Leader` or `None` turns the default

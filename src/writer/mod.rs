@@ -10,7 +10,10 @@
 //!   Large messages (512 bytes or more) are appended only while the batches sealed and
 //!   not yet acknowledged hold less than two batches' worth (at least 2 MiB), or their
 //!   partition has none: otherwise they wait as they are, in order, and are encoded as
-//!   acknowledgements make room (see [`WriterConfig::max_buffered_bytes`]).
+//!   acknowledgements make room (see [`WriterConfig::max_buffered_bytes`]). In an
+//!   uncompressed batch a value of 8 KiB or more is not copied: the batch holds the
+//!   message's own [`Bytes`](bytes::Bytes) until it is acknowledged, and the produce
+//!   request writes it from there (a vectored write; see [`crate::record::BatchBytes`]).
 //! * The sealed batches of all partitions led by one broker travel in **one** produce
 //!   request (as the Java client and franz-go do; kafka-go sends one per partition) of at
 //!   most [`WriterConfig::max_request_bytes`] (the rest go in the next request), with

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, trace, warn, Instrument};
 
@@ -25,7 +25,7 @@ use crate::protocol::messages::{
     ProduceResponse, ProduceTopicData,
 };
 use crate::protocol::ErrorCode;
-use crate::record::{decode_batches, RecordBatchBuilder};
+use crate::record::{decode_batches, BatchBytes, RecordBatchBuilder};
 
 /// Size of a RecordBatch v2 header (everything before the records).
 const BATCH_OVERHEAD: usize = 61;
@@ -275,7 +275,7 @@ struct OpenBatch {
 struct Sealed {
     /// Tells the partition's batches apart (responses may come for any in flight).
     id: u64,
-    data: Bytes,
+    data: BatchBytes,
     /// Counts `data` in the task's encoded bytes while the batch lives.
     encoded: Encoded,
     runs: Runs,
@@ -1444,7 +1444,7 @@ impl Task {
         limit: usize,
         now: Instant,
         conn: Option<&Connection>,
-    ) -> Option<(Vec<(Arc<str>, i32, Bytes)>, Vec<(Arc<str>, i32, u64)>)> {
+    ) -> Option<(Vec<(Arc<str>, i32, BatchBytes)>, Vec<(Arc<str>, i32, u64)>)> {
         let mut batches = Vec::new();
         // The batches actually carried, in the order of `batches`.
         let mut sent = Vec::new();
@@ -1656,7 +1656,7 @@ impl Task {
     fn send_request(
         &mut self,
         broker: i32,
-        batches: Vec<(Arc<str>, i32, Bytes)>,
+        batches: Vec<(Arc<str>, i32, BatchBytes)>,
         parts: Vec<(Arc<str>, i32, u64)>,
         conn: Option<Connection>,
     ) {
@@ -2283,7 +2283,7 @@ impl Task {
         for (g, n) in &b.runs {
             g.done(*n, error);
         }
-        if let Ok(buf) = b.data.try_into_mut() {
+        if let Ok(buf) = b.data.take_head().try_into_mut() {
             // Not the bytes of a compacted batch, smaller than any new batch wants.
             if buf.capacity() >= batch_capacity(&self.cfg, 0) {
                 recycle(&mut self.spare_buffers, buf);
@@ -2491,7 +2491,10 @@ fn append<M: Incoming>(
         held: false,
     });
     open.first_accepted = open.first_accepted.min(accepted);
-    if let Err(e) = open.builder.append(ts, key, value, headers) {
+    if let Err(e) = open
+        .builder
+        .append_shared(ts, key, msg.value.as_ref(), headers)
+    {
         return Err(Box::new((
             m.into_msg(),
             e.with_topic(&**topic).with_partition(partition),
@@ -2599,27 +2602,33 @@ fn may_have_been_written(e: &Error) -> bool {
 
 /// Set producer id, epoch and base sequence in `data` (one RecordBatch v2; and the
 /// transactional attribute, for transactional writers) and recompute its CRC-32C; false
-/// (and `data` unchanged) if it is too short to be a batch. The bytes are changed in
-/// place when nothing else holds them (a batch not sent yet), else copied first.
+/// (and `data` unchanged) if it is too short to be a batch. The header is changed in
+/// place when nothing else holds it (a batch not sent yet), else copied first; values
+/// spliced into the batch are read for the CRC, never copied.
 fn stamp(
-    data: &mut Bytes,
+    data: &mut BatchBytes,
     producer_id: i64,
     epoch: i16,
     base_sequence: i32,
     transactional: bool,
 ) -> bool {
-    if data.len() < BATCH_OVERHEAD {
+    if data.head().len() < BATCH_OVERHEAD {
         return false;
     }
-    let mut b = match std::mem::take(data).try_into_mut() {
+    let mut b = match data.take_head().try_into_mut() {
         Ok(b) => b,
         Err(shared) => bytes::BytesMut::from(&shared[..]),
     };
     let stamped = stamp_fields(&mut b, producer_id, epoch, base_sequence, transactional);
-    *data = b.freeze();
+    if stamped.is_some() {
+        let crc = crate::record::crc32c_of(&b, data.spliced_values(), 21);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+    }
+    data.set_head(b.freeze());
     stamped.is_some()
 }
 
+/// Write the producer fields into the header of batch `b` (its CRC is left to the caller).
 fn stamp_fields(
     b: &mut bytes::BytesMut,
     producer_id: i64,
@@ -2637,8 +2646,6 @@ fn stamp_fields(
     b.get_mut(51..53)?.copy_from_slice(&epoch.to_be_bytes());
     b.get_mut(53..57)?
         .copy_from_slice(&base_sequence.to_be_bytes());
-    let crc = crc32c::crc32c(b.get(21..)?);
-    b.get_mut(17..21)?.copy_from_slice(&crc.to_be_bytes());
     Some(())
 }
 
@@ -2670,7 +2677,7 @@ fn split(
     compression: Compression,
 ) -> std::result::Result<(Sealed, Sealed), Box<(Sealed, Error)>> {
     let halves = (|| {
-        let decoded = decode_batches(b.data.clone(), usize::MAX >> 1)?;
+        let decoded = decode_batches(b.data.to_bytes(), usize::MAX >> 1)?;
         let records: Vec<_> = decoded
             .batches
             .into_iter()
@@ -2680,17 +2687,17 @@ fn split(
             return Err(Error::encode("batch does not hold the expected records"));
         }
         let mid = b.count / 2;
-        let build = |rs: &[crate::record::Record]| -> Result<Bytes> {
+        let build = |rs: &[crate::record::Record]| -> Result<BatchBytes> {
             let mut builder = RecordBatchBuilder::new(compression);
             for r in rs {
-                builder.append(
+                builder.append_shared(
                     r.timestamp,
                     r.key.as_deref(),
-                    r.value.as_deref(),
+                    r.value.as_ref(),
                     &r.headers,
                 )?;
             }
-            builder.build()
+            Ok(builder.build_compact()?.0)
         };
         Ok((build(&records[..mid])?, build(&records[mid..])?, mid))
     })();
@@ -2820,7 +2827,7 @@ fn seal(
     partition: i32,
 ) -> Option<(Kept, Error)> {
     let open = ps.open.take()?;
-    ps.last_len = open.builder.estimated_size();
+    ps.last_len = open.builder.buffer_len();
     match open.builder.build_compact() {
         Ok((data, emptied)) => {
             if let Some(buf) = emptied {
@@ -2884,7 +2891,7 @@ fn produce_version(conn: &Connection, (lowest, highest): (i16, i16)) -> Result<i
 
 /// The Produce request carrying `batches` (at most one per partition).
 fn produce_request(
-    batches: &[(Arc<str>, i32, Bytes)],
+    batches: &[(Arc<str>, i32, BatchBytes)],
     acks: RequiredAcks,
     timeout: Duration,
     transactional_id: Option<&str>,
@@ -2917,7 +2924,7 @@ fn produce_request(
 /// One outcome per batch of `batches`, in order, from `resp` (answered by `broker`).
 fn produce_outcomes(
     resp: &ProduceResponse,
-    batches: &[(Arc<str>, i32, Bytes)],
+    batches: &[(Arc<str>, i32, BatchBytes)],
     broker: &str,
 ) -> Vec<Outcome> {
     batches
@@ -2967,7 +2974,7 @@ fn produce_timeout(broker: i32, timeout: Duration) -> Error {
 async fn produce(
     cluster: &Cluster,
     broker: i32,
-    batches: &[(Arc<str>, i32, Bytes)],
+    batches: &[(Arc<str>, i32, BatchBytes)],
     acks: RequiredAcks,
     timeout: Duration,
     transactional_id: Option<Arc<str>>,
@@ -2995,7 +3002,8 @@ async fn produce(
 impl Sealed {
     /// A batch of `count` messages (`bytes` of them) holding `data`, as `seal` makes
     /// it: not sent, no reports, no stamp.
-    fn of(data: Bytes, count: usize, bytes: usize) -> Sealed {
+    fn of(data: impl Into<BatchBytes>, count: usize, bytes: usize) -> Sealed {
+        let data = data.into();
         Sealed {
             id: 0,
             in_flight: false,
@@ -3018,7 +3026,7 @@ impl Sealed {
     fn stamped_one(producer: (i64, i16), seq: i32) -> Sealed {
         let mut builder = RecordBatchBuilder::new(Compression::None);
         builder.append(1, None, Some(b"v"), &[]).unwrap();
-        let mut data = builder.build().unwrap();
+        let mut data = builder.build().unwrap().into();
         assert!(stamp(&mut data, producer.0, producer.1, seq, false));
         Sealed {
             stamp: Some((producer.0, producer.1, seq)),
@@ -3061,8 +3069,8 @@ mod tests {
         }
     }
 
-    fn values(data: &Bytes) -> Vec<String> {
-        decode_batches(data.clone(), 1 << 20)
+    fn values(data: &BatchBytes) -> Vec<String> {
+        decode_batches(data.to_bytes(), 1 << 20)
             .unwrap()
             .batches
             .into_iter()
@@ -3201,6 +3209,7 @@ mod tests {
 #[cfg(test)]
 mod idempotence_tests {
     use super::*;
+    use bytes::Bytes;
 
     /// `stamp` on a copy of `data` (which is shared meanwhile, so it is copied first).
     fn stamped(
@@ -3210,8 +3219,8 @@ mod idempotence_tests {
         base_sequence: i32,
         transactional: bool,
     ) -> Option<Bytes> {
-        let mut d = data.clone();
-        stamp(&mut d, producer_id, epoch, base_sequence, transactional).then_some(d)
+        let mut d = BatchBytes::from(data.clone());
+        stamp(&mut d, producer_id, epoch, base_sequence, transactional).then(|| d.to_bytes())
     }
 
     /// A flush is answered only once the tokens of its acknowledged messages are acked:
@@ -3313,16 +3322,53 @@ mod idempotence_tests {
         let original = decode_batches(data.clone(), 1 << 20).unwrap();
         assert_eq!(original.batches[0].producer_id, -1);
         // Held by nothing else, the batch is stamped in place, twice (a renumbering).
-        let mut own = data;
+        let mut own = BatchBytes::from(data);
         assert!(stamp(&mut own, 9, 1, 5, false));
         assert!(stamp(&mut own, 9, 2, 0, false));
-        let decoded = decode_batches(own, 1 << 20).unwrap();
+        let decoded = decode_batches(own.to_bytes(), 1 << 20).unwrap();
         let batch = &decoded.batches[0];
         assert_eq!(
             (batch.producer_id, batch.producer_epoch, batch.base_sequence),
             (9, 2, 0)
         );
         assert_eq!(batch.records.len(), 2, "the CRC still matches");
+    }
+
+    /// A batch whose large values are spliced in, not copied: stamping rewrites its
+    /// header alone, and the CRC covers the values.
+    #[test]
+    fn stamp_covers_values_spliced_into_the_batch() {
+        use crate::record::{Header, VALUE_SPLICE_MIN};
+        let large = Bytes::from(vec![7u8; VALUE_SPLICE_MIN * 2]);
+        let small = Bytes::from_static(b"small");
+        let mut b = RecordBatchBuilder::new(Compression::None);
+        b.append_shared(1, Some(b"k"), Some(&large), &[]).unwrap();
+        b.append_shared(2, None, Some(&small), &[]).unwrap();
+        b.append_shared(3, None, Some(&large), &[Header::new("h", "x")])
+            .unwrap();
+        let (mut data, _) = b.build_compact().unwrap();
+        assert_eq!(
+            data.spliced_values().len(),
+            2,
+            "the large values stay shared"
+        );
+        assert!(data.head().len() < 200, "{}", data.head().len());
+        let sent = data.clone();
+        assert!(stamp(&mut data, 77, 1, 9, true));
+        assert_eq!(data.spliced_values().len(), 2);
+        let decoded = decode_batches(data.to_bytes(), 1 << 20).unwrap();
+        let batch = &decoded.batches[0];
+        assert_eq!(
+            (batch.producer_id, batch.producer_epoch, batch.base_sequence),
+            (77, 1, 9)
+        );
+        assert!(batch.is_transactional);
+        let values: Vec<_> = batch.records.iter().map(|r| r.value.clone()).collect();
+        assert_eq!(values, [Some(large.clone()), Some(small), Some(large)]);
+        assert_eq!(batch.records[2].headers, [Header::new("h", "x")]);
+        // The copy held elsewhere (a request in flight) keeps its own header.
+        let original = decode_batches(sent.to_bytes(), 1 << 20).unwrap();
+        assert_eq!(original.batches[0].producer_id, -1);
     }
 
     #[tokio::test]
@@ -3357,7 +3403,7 @@ mod idempotence_tests {
         assert_eq!(ps.next_seq, 1);
         let b = &ps.sealed[0];
         assert_eq!(b.stamp, Some((8, 0, 0)));
-        let decoded = decode_batches(b.data.clone(), 1 << 20).unwrap();
+        let decoded = decode_batches(b.data.to_bytes(), 1 << 20).unwrap();
         let batch = &decoded.batches[0];
         assert_eq!(
             (batch.producer_id, batch.producer_epoch, batch.base_sequence),
@@ -3614,7 +3660,7 @@ mod idempotence_tests {
         assert!(spare[0].capacity() >= 1 << 20);
         let b = ps.sealed.front().unwrap();
         assert!(b.data.len() < 64 << 10, "{}", b.data.len());
-        let batches = decode_batches(b.data.clone(), 1 << 30).unwrap().batches;
+        let batches = decode_batches(b.data.to_bytes(), 1 << 30).unwrap().batches;
         assert_eq!(batches[0].records.len(), 100);
     }
 
@@ -3627,7 +3673,13 @@ mod idempotence_tests {
         for _ in 0..16 {
             let b =
                 RecordBatchBuilder::with_capacity(Compression::None, batch_capacity(&cfg, 1 << 20));
-            let buf = b.build_compact().unwrap().0.try_into_mut().unwrap();
+            let buf = b
+                .build_compact()
+                .unwrap()
+                .0
+                .take_head()
+                .try_into_mut()
+                .unwrap();
             recycle(&mut spare, buf);
         }
         assert_eq!(spare.len(), 16);
@@ -3851,7 +3903,7 @@ mod idempotence_tests {
                 );
                 break;
             };
-            let indexes = indexes(&b.data);
+            let indexes = indexes(&b.data.to_bytes());
             sizes.push(indexes.len());
             got.extend(indexes);
             task.finish(b, Ok(0));

@@ -121,7 +121,11 @@ fn produces(mock: &MockCluster) -> Vec<Produced> {
                 .into_iter()
                 .flat_map(|t| t.partition_data)
                 .map(move |p| {
-                    let d = decode_batches(p.records.unwrap_or_default(), 1 << 20).unwrap();
+                    let d = decode_batches(
+                        p.records.map(|r| r.to_bytes()).unwrap_or_default(),
+                        1 << 20,
+                    )
+                    .unwrap();
                     let b = &d.batches[0];
                     (
                         v,

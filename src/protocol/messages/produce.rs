@@ -4,8 +4,9 @@
 //! v5 adds the log start offset to the response; v8 per-record errors and an error
 //! message; v9 is flexible; v10 adds the `current_leader` (partition tag 0) and
 //! `node_endpoints` (response tag 0) tagged fields for KIP-951 leader discovery; v13
-//! replaces topic names with topic ids. The `records` are raw record-batch bytes, left
-//! to [`crate::record`].
+//! replaces topic names with topic ids. The `records` are raw record-batch bytes
+//! ([`BatchBytes`]: a producer's large values may be spliced in), left to
+//! [`crate::record`].
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -13,6 +14,7 @@ use super::{get_tagged_if, parse_tagged, put_tagged_if, tagged_value};
 use crate::error::Result;
 use crate::protocol::primitives::*;
 use crate::protocol::{check_version, ApiKey, Decode, Encode, Request, Splices, TaggedFields};
+use crate::record::BatchBytes;
 
 /// Produce request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -48,7 +50,7 @@ pub struct ProducePartitionData {
     /// The partition index.
     pub index: i32,
     /// The encoded record batch(es), undecoded.
-    pub records: Option<Bytes>,
+    pub records: Option<BatchBytes>,
     /// Unknown tagged fields. Flexible versions only.
     pub tagged_fields: TaggedFields,
 }
@@ -62,7 +64,9 @@ impl Request for ProduceRequest {
 }
 
 /// Record batches at least this large are spliced rather than copied by
-/// [`Encode::encode_spliced`]; smaller ones cost less to copy than an extra piece.
+/// [`Encode::encode_spliced`]; smaller ones cost less to copy than an extra piece. Values
+/// spliced into a batch ([`BatchBytes`]) stay spliced, and the buffer around them is
+/// copied when its pieces are smaller than this.
 const SPLICE_MIN: usize = 8 * 1024;
 
 impl Encode for ProduceRequest {
@@ -81,8 +85,8 @@ impl Encode for ProduceRequest {
 }
 
 impl ProduceRequest {
-    /// Encode into `buf`; with `splices`, record batches of [`SPLICE_MIN`] bytes or more go
-    /// there instead of being copied.
+    /// Encode into `buf`; with `splices`, record batches of [`SPLICE_MIN`] bytes or more
+    /// (and values spliced into a batch) go there instead of being copied.
     fn encode_into(
         &self,
         buf: &mut BytesMut,
@@ -93,11 +97,17 @@ impl ProduceRequest {
         let flexible = version >= 9;
         // The record batches dominate: room for all those copied at once, rather than
         // growing (and copying) the buffer several times on the way to a megabyte or more.
-        let copied = |len: usize| {
-            if splices.is_some() && len >= SPLICE_MIN {
-                0
+        let copied = |records: &BatchBytes| {
+            if splices.is_none() {
+                records.len()
+            } else if records.is_contiguous() {
+                if records.len() >= SPLICE_MIN {
+                    0
+                } else {
+                    records.len()
+                }
             } else {
-                len
+                records.head().len()
             }
         };
         let records: usize = self
@@ -108,7 +118,7 @@ impl ProduceRequest {
                     + 32
                     + t.partition_data
                         .iter()
-                        .map(|p| copied(p.records.as_ref().map_or(0, Bytes::len)) + 16)
+                        .map(|p| p.records.as_ref().map_or(0, copied) + 16)
                         .sum::<usize>()
             })
             .sum();
@@ -125,11 +135,21 @@ impl ProduceRequest {
             put_array(buf, &t.partition_data, flexible, |buf, p| {
                 buf.put_i32(p.index);
                 match (splices.as_deref_mut(), &p.records) {
+                    (_, None) => put_nullable_bytes(buf, None, flexible)?,
+                    (Some(splices), Some(records)) if !records.is_contiguous() => {
+                        put_bytes_len(buf, records.len(), flexible)?;
+                        put_spliced(buf, splices, records);
+                    }
                     (Some(splices), Some(records)) if records.len() >= SPLICE_MIN => {
                         put_bytes_len(buf, records.len(), flexible)?;
-                        splices.push(buf.len(), records.clone());
+                        splices.push(buf.len(), records.head().clone());
                     }
-                    _ => put_nullable_bytes(buf, p.records.as_deref(), flexible)?,
+                    (_, Some(records)) => {
+                        put_bytes_len(buf, records.len(), flexible)?;
+                        for piece in records.pieces() {
+                            buf.put_slice(piece);
+                        }
+                    }
                 }
                 put_tagged_if(buf, flexible, &p.tagged_fields)
             })?;
@@ -137,6 +157,28 @@ impl ProduceRequest {
         })?;
         put_tagged_if(buf, flexible, &self.tagged_fields)
     }
+}
+
+/// Put `records`, which hold spliced values, into `buf` and `splices`: the values stay
+/// spliced, so do pieces of the batch's buffer of [`SPLICE_MIN`] bytes or more; smaller
+/// pieces (record headers between values) are copied.
+fn put_spliced(buf: &mut BytesMut, splices: &mut Splices, records: &BatchBytes) {
+    let head = records.head();
+    let put_head = |buf: &mut BytesMut, splices: &mut Splices, from: usize, to: usize| {
+        if to - from >= SPLICE_MIN {
+            splices.push(buf.len(), head.slice(from..to));
+        } else {
+            buf.put_slice(&head[from..to]);
+        }
+    };
+    let mut from = 0;
+    for (at, value) in records.spliced_values() {
+        let at = (*at).clamp(from, head.len());
+        put_head(buf, splices, from, at);
+        splices.push(buf.len(), value.clone());
+        from = at;
+    }
+    put_head(buf, splices, from, head.len());
 }
 
 impl Decode for ProduceRequest {
@@ -156,7 +198,7 @@ impl Decode for ProduceRequest {
             t.partition_data = get_array(buf, flexible, 5, |buf| {
                 Ok(ProducePartitionData {
                     index: get_i32(buf)?,
-                    records: get_nullable_bytes(buf, flexible)?,
+                    records: get_nullable_bytes(buf, flexible)?.map(BatchBytes::from),
                     tagged_fields: get_tagged_if(buf, flexible)?,
                 })
             })?;
@@ -462,7 +504,7 @@ pub(crate) mod tests {
         let partition = (any::<i32>(), opt_bytes(), tagged()).prop_map(|(index, records, tf)| {
             ProducePartitionData {
                 index,
-                records,
+                records: records.map(BatchBytes::from),
                 tagged_fields: tf,
             }
         });
@@ -663,10 +705,57 @@ pub(crate) mod tests {
                     .flat_map(|t| t.partition_data.iter())
                     .filter_map(|p| p.records.as_ref())
                     .filter(|b| b.len() >= SPLICE_MIN)
-                    .map(Bytes::len)
+                    .map(BatchBytes::len)
                     .sum::<usize>();
                 prop_assert_eq!(splices.len(), big);
                 prop_assert_eq!(&splices.assemble(&head)[4..], &whole[..]);
+            }
+        }
+
+        #[test]
+        fn batches_with_spliced_values_encode_as_their_bytes(
+            r in request(),
+            cuts in proptest::collection::vec((0..40_000usize, 0..20_000usize), 0..5),
+            buffer in 0..40_000usize,
+        ) {
+            // every partition gets a batch with values spliced into its buffer; written
+            // plainly or spliced, the request is the one with the bytes in one piece
+            let data: Vec<u8> = (0..buffer + cuts.iter().map(|c| c.1).sum::<usize>())
+                .map(|i| (i % 251) as u8)
+                .collect();
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            let (mut head, mut values, mut at) = (Vec::new(), Vec::new(), 0);
+            for (start, len) in cuts {
+                let start = start.clamp(at, data.len());
+                let end = (start + len).min(data.len());
+                head.extend_from_slice(&data[at..start]);
+                values.push((head.len(), Bytes::copy_from_slice(&data[start..end])));
+                at = end;
+            }
+            head.extend_from_slice(&data[at..]);
+            let batch = BatchBytes::spliced(Bytes::from(head), values);
+            let mut r = r;
+            let mut plain = r.clone();
+            for p in r.topic_data.iter_mut().flat_map(|t| t.partition_data.iter_mut()) {
+                p.records = Some(batch.clone());
+            }
+            for p in plain.topic_data.iter_mut().flat_map(|t| t.partition_data.iter_mut()) {
+                p.records = Some(BatchBytes::from(data.clone()));
+            }
+            prop_assert_eq!(&r, &plain);
+            for v in VERSIONS {
+                let (r, plain) = (normalize_request(r.clone(), v), normalize_request(plain.clone(), v));
+                let mut whole = BytesMut::new();
+                plain.encode(&mut whole, v).unwrap();
+                let mut copied = BytesMut::new();
+                r.encode(&mut copied, v).unwrap();
+                prop_assert_eq!(&copied[..], &whole[..]);
+                let (mut head, mut splices) = (BytesMut::new(), Splices::new());
+                r.encode_spliced(&mut head, &mut splices, v).unwrap();
+                prop_assert_eq!(&splices.assemble(&head)[..], &whole[..]);
+                let decoded = ProduceRequest::decode(&mut whole.freeze(), v).unwrap();
+                prop_assert_eq!(decoded, r);
             }
         }
 

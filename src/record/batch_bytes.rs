@@ -1,0 +1,264 @@
+//! [`BatchBytes`]: encoded record batches whose large values are held by reference.
+
+use bytes::{Bytes, BytesMut};
+
+/// The bytes of one or more encoded record batches, as a produce request carries them.
+///
+/// Usually one contiguous buffer. An uncompressed batch built by the producer keeps
+/// each large value (see [`RecordBatchBuilder`](super::RecordBatchBuilder)) as the
+/// message's own [`Bytes`] instead of copying it into the batch: the batch is then its
+/// buffer with those values spliced in at their offsets, and a request writes the
+/// pieces with one vectored write, so a value is copied once, by the kernel. Equality
+/// compares the bytes, whatever the pieces.
+///
+/// ```
+/// use bytes::Bytes;
+/// use kafkapipe::record::BatchBytes;
+///
+/// let whole = BatchBytes::from(Bytes::from_static(b"abcdef"));
+/// assert_eq!(whole.len(), 6);
+/// assert_eq!(whole.to_bytes(), Bytes::from_static(b"abcdef"));
+/// assert_eq!(whole.pieces().count(), 1);
+/// ```
+#[derive(Clone, Default)]
+pub struct BatchBytes {
+    /// The batch's buffer: everything but the spliced values.
+    head: Bytes,
+    /// Values at their offsets in `head` (non-decreasing): each belongs before
+    /// `head[offset..]`.
+    spliced: Vec<(usize, Bytes)>,
+    /// `head.len()` plus the spliced values' lengths.
+    len: usize,
+}
+
+impl BatchBytes {
+    /// Bytes `head` with `spliced` values inserted at their offsets (which must not
+    /// decrease and lie within `head`).
+    pub(crate) fn spliced(head: Bytes, spliced: Vec<(usize, Bytes)>) -> Self {
+        debug_assert!(spliced.windows(2).all(|w| w[0].0 <= w[1].0));
+        debug_assert!(spliced.last().map_or(true, |(at, _)| *at <= head.len()));
+        let len = head.len() + spliced.iter().map(|(_, b)| b.len()).sum::<usize>();
+        BatchBytes { head, spliced, len }
+    }
+
+    /// The number of bytes, all pieces together.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The buffer the values were spliced into (all the bytes when none was).
+    pub(crate) fn head(&self) -> &Bytes {
+        &self.head
+    }
+
+    /// Take the buffer the values were spliced into, leaving this empty.
+    pub(crate) fn take_head(&mut self) -> Bytes {
+        self.len -= self.head.len();
+        std::mem::take(&mut self.head)
+    }
+
+    /// Replace the buffer with one of the same length (a copy changed in place).
+    pub(crate) fn set_head(&mut self, head: Bytes) {
+        self.len += head.len();
+        self.head = head;
+    }
+
+    /// Whether the bytes are one buffer, nothing spliced.
+    pub fn is_contiguous(&self) -> bool {
+        self.spliced.is_empty()
+    }
+
+    /// The bytes in order, as slices: pieces of the buffer and the values spliced
+    /// between them (empty pieces skipped).
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use kafkapipe::record::BatchBytes;
+    ///
+    /// let b = BatchBytes::from(Bytes::from_static(b"xyz"));
+    /// assert_eq!(b.pieces().collect::<Vec<_>>(), [&b"xyz"[..]]);
+    /// ```
+    pub fn pieces(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.parts().map(|(piece, _)| piece)
+    }
+
+    /// Like [`pieces`](Self::pieces), each with whether it is a spliced value.
+    pub(crate) fn parts(&self) -> impl Iterator<Item = (&[u8], bool)> + '_ {
+        parts_of(&self.head, &self.spliced)
+    }
+
+    /// The values spliced in, as shared bytes, with their offsets in the buffer.
+    pub(crate) fn spliced_values(&self) -> &[(usize, Bytes)] {
+        &self.spliced
+    }
+
+    /// The bytes as one buffer: the buffer itself when nothing was spliced, else a copy.
+    pub fn to_bytes(&self) -> Bytes {
+        if self.spliced.is_empty() {
+            return self.head.clone();
+        }
+        let mut out = BytesMut::with_capacity(self.len);
+        for piece in self.pieces() {
+            out.extend_from_slice(piece);
+        }
+        out.freeze()
+    }
+}
+
+/// The pieces of `head` with `spliced` values inserted at their offsets, each with
+/// whether it is a spliced value; empty pieces skipped.
+fn parts_of<'a>(
+    head: &'a [u8],
+    spliced: &'a [(usize, Bytes)],
+) -> impl Iterator<Item = (&'a [u8], bool)> + 'a {
+    let mut from = 0;
+    spliced
+        .iter()
+        .map(|(at, bytes)| (*at, Some(&bytes[..])))
+        .chain(std::iter::once((head.len(), None)))
+        .flat_map(move |(at, value)| {
+            let at = at.clamp(from, head.len());
+            let before = &head[from..at];
+            from = at;
+            [Some((before, false)), value.map(|v| (v, true))]
+        })
+        .flatten()
+        .filter(|(piece, _)| !piece.is_empty())
+}
+
+/// The CRC-32C of the bytes of `head` with `spliced` values inserted (as in
+/// [`BatchBytes`]), from byte `from` of the whole on.
+pub(crate) fn crc32c_of(head: &[u8], spliced: &[(usize, Bytes)], from: usize) -> u32 {
+    let mut crc = 0;
+    let mut skip = from;
+    for (piece, _) in parts_of(head, spliced) {
+        if skip >= piece.len() {
+            skip -= piece.len();
+            continue;
+        }
+        crc = crc32c::crc32c_append(crc, &piece[skip..]);
+        skip = 0;
+    }
+    crc
+}
+
+impl From<Bytes> for BatchBytes {
+    fn from(head: Bytes) -> Self {
+        BatchBytes {
+            len: head.len(),
+            head,
+            spliced: Vec::new(),
+        }
+    }
+}
+
+impl From<Vec<u8>> for BatchBytes {
+    fn from(v: Vec<u8>) -> Self {
+        Bytes::from(v).into()
+    }
+}
+
+impl From<&'static [u8]> for BatchBytes {
+    fn from(v: &'static [u8]) -> Self {
+        Bytes::from_static(v).into()
+    }
+}
+
+impl FromIterator<u8> for BatchBytes {
+    fn from_iter<I: IntoIterator<Item = u8>>(iter: I) -> Self {
+        Bytes::from_iter(iter).into()
+    }
+}
+
+impl PartialEq for BatchBytes {
+    fn eq(&self, other: &Self) -> bool {
+        if self.len != other.len {
+            return false;
+        }
+        if self.is_contiguous() && other.is_contiguous() {
+            return self.head == other.head;
+        }
+        let (mut a, mut b) = (self.pieces(), other.pieces());
+        let (mut x, mut y): (&[u8], &[u8]) = (&[], &[]);
+        loop {
+            if x.is_empty() {
+                x = a.next().unwrap_or_default();
+            }
+            if y.is_empty() {
+                y = b.next().unwrap_or_default();
+            }
+            if x.is_empty() || y.is_empty() {
+                return x.is_empty() && y.is_empty();
+            }
+            let n = x.len().min(y.len());
+            if x[..n] != y[..n] {
+                return false;
+            }
+            (x, y) = (&x[n..], &y[n..]);
+        }
+    }
+}
+
+impl Eq for BatchBytes {}
+
+impl std::fmt::Debug for BatchBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_contiguous() {
+            return self.head.fmt(f);
+        }
+        f.debug_struct("BatchBytes")
+            .field("len", &self.len)
+            .field("head", &self.head.len())
+            .field("spliced", &self.spliced.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn split(data: &[u8], cuts: &[(usize, usize)]) -> BatchBytes {
+        // Cut `data` into a buffer and values taken out at (start, len) pairs.
+        let mut head = Vec::new();
+        let mut spliced = Vec::new();
+        let mut at = 0;
+        for &(start, len) in cuts {
+            let start = start.clamp(at, data.len());
+            let end = (start + len).min(data.len());
+            head.extend_from_slice(&data[at..start]);
+            spliced.push((head.len(), Bytes::copy_from_slice(&data[start..end])));
+            at = end;
+        }
+        head.extend_from_slice(&data[at..]);
+        BatchBytes::spliced(Bytes::from(head), spliced)
+    }
+
+    proptest! {
+        #[test]
+        fn pieces_crc_and_equality_see_the_same_bytes(
+            data in proptest::collection::vec(any::<u8>(), 0..300),
+            mut cuts in proptest::collection::vec((0usize..300, 0usize..40), 0..6),
+            from in 0usize..30,
+        ) {
+            cuts.sort_unstable();
+            let b = split(&data, &cuts);
+            prop_assert_eq!(b.len(), data.len());
+            prop_assert_eq!(&b.to_bytes()[..], &data[..]);
+            prop_assert_eq!(b.clone(), BatchBytes::from(data.clone()));
+            let from = from.min(data.len());
+            prop_assert_eq!(crc32c_of(b.head(), b.spliced_values(), from), crc32c::crc32c(&data[from..]));
+            if !data.is_empty() {
+                let mut other = data.clone();
+                other[data.len() / 2] ^= 1;
+                prop_assert_ne!(b, BatchBytes::from(other));
+            }
+        }
+    }
+}
