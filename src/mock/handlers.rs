@@ -391,8 +391,12 @@ fn produce(
                             .or_else(|| {
                                 // Transactions v2: Produce v12+ adds the partition.
                                 let tid = req.transactional_id.as_deref()?;
-                                let records =
-                                    p.records.as_ref().map(|r| r.to_bytes()).unwrap_or_default();
+                                // The batch header (producer id and epoch) is in the head.
+                                let records = p
+                                    .records
+                                    .as_ref()
+                                    .map(|r| r.head().clone())
+                                    .unwrap_or_default();
                                 (version >= 12 && st.transactions_v2())
                                     .then(|| super::txn::join(st, tid, &name, p.index, &records))
                                     .flatten()

@@ -4,12 +4,13 @@ use bytes::{Bytes, BytesMut};
 
 /// The bytes of one or more encoded record batches, as a produce request carries them.
 ///
-/// Usually one contiguous buffer. An uncompressed batch built by the producer keeps
-/// each large value (see [`RecordBatchBuilder`](super::RecordBatchBuilder)) as the
-/// message's own [`Bytes`] instead of copying it into the batch: the batch is then its
-/// buffer with those values spliced in at their offsets, and a request writes the
-/// pieces with one vectored write, so a value is copied once, by the kernel. Equality
-/// compares the bytes, whatever the pieces.
+/// Usually one contiguous buffer (`From<Bytes>`, and every batch
+/// [`RecordBatchBuilder::build`](super::RecordBatchBuilder::build) makes). The
+/// [`Writer`](crate::writer::Writer) appends each value of 8 KiB or more to an
+/// uncompressed batch as the message's own [`Bytes`] instead of copying it in: its
+/// batch is then a buffer with those values spliced in at their offsets, and the
+/// produce request writes the pieces with vectored writes, so a value is copied once,
+/// by the kernel. Equality compares the bytes, whatever the pieces.
 ///
 /// ```
 /// use bytes::Bytes;
@@ -42,11 +43,21 @@ impl BatchBytes {
     }
 
     /// The number of bytes, all pieces together.
+    ///
+    /// ```
+    /// # use kafkapipe::record::BatchBytes;
+    /// assert_eq!(BatchBytes::from(vec![1u8, 2, 3]).len(), 3);
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether there are no bytes.
+    ///
+    /// ```
+    /// # use kafkapipe::record::BatchBytes;
+    /// assert!(BatchBytes::default().is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -69,6 +80,11 @@ impl BatchBytes {
     }
 
     /// Whether the bytes are one buffer, nothing spliced.
+    ///
+    /// ```
+    /// # use kafkapipe::record::BatchBytes;
+    /// assert!(BatchBytes::from(vec![0u8; 10]).is_contiguous());
+    /// ```
     pub fn is_contiguous(&self) -> bool {
         self.spliced.is_empty()
     }
@@ -98,6 +114,13 @@ impl BatchBytes {
     }
 
     /// The bytes as one buffer: the buffer itself when nothing was spliced, else a copy.
+    ///
+    /// ```
+    /// # use bytes::Bytes;
+    /// # use kafkapipe::record::BatchBytes;
+    /// let b = BatchBytes::from(Bytes::from_static(b"batch"));
+    /// assert_eq!(b.to_bytes(), Bytes::from_static(b"batch"));
+    /// ```
     pub fn to_bytes(&self) -> Bytes {
         if self.spliced.is_empty() {
             return self.head.clone();
@@ -154,6 +177,16 @@ impl From<Bytes> for BatchBytes {
             head,
             spliced: Vec::new(),
         }
+    }
+}
+
+impl From<BatchBytes> for Bytes {
+    /// [`BatchBytes::to_bytes`], without a copy when nothing is spliced.
+    fn from(b: BatchBytes) -> Self {
+        if b.spliced.is_empty() {
+            return b.head;
+        }
+        b.to_bytes()
     }
 }
 

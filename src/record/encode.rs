@@ -266,14 +266,17 @@ impl RecordBatchBuilder {
     /// next batch. Records of well-compressing values fill a large buffer that their
     /// compressed batch then holds a few KiB of until it is acknowledged; with many such
     /// batches queued, every new batch was written into fresh memory. Values appended
-    /// with [`append_shared`](Self::append_shared) stay spliced in.
+    /// with [`append_shared`](Self::append_shared) stay spliced in, and the few bytes
+    /// around them are copied out the same way when they fill little of the buffer.
     pub(crate) fn build_compact(self) -> Result<(BatchBytes, Option<BytesMut>)> {
         let compressed = self.compression != Compression::None;
         let (mut buf, spliced) = self.finish()?;
-        if compressed && crate::bufpool::oversized(buf.len(), buf.capacity()) {
-            let data = Bytes::copy_from_slice(&buf);
+        if (compressed || !spliced.is_empty())
+            && crate::bufpool::oversized(buf.len(), buf.capacity())
+        {
+            let head = Bytes::copy_from_slice(&buf);
             buf.clear();
-            return Ok((data.into(), Some(buf)));
+            return Ok((BatchBytes::spliced(head, spliced), Some(buf)));
         }
         Ok((BatchBytes::spliced(buf.freeze(), spliced), None))
     }

@@ -1188,6 +1188,30 @@ proptest! {
     }
 }
 
+/// An uncompressed batch of large shared values writes a few bytes around them into its
+/// buffer: those are copied out and the large buffer comes back for the next batch.
+#[test]
+fn a_batch_of_spliced_values_gives_its_large_buffer_back() {
+    let value = Bytes::from(vec![b'x'; 10_000]);
+    let mut b = RecordBatchBuilder::with_capacity(Compression::None, 1 << 20);
+    for i in 0..100 {
+        b.append_shared(1_700_000_000_000 + i, None, Some(&value), &[])
+            .unwrap();
+    }
+    assert_eq!(b.estimated_size(), b.buffer_len() + 100 * value.len());
+    let (data, emptied) = b.build_compact().unwrap();
+    let emptied = emptied.expect("the buffer comes back");
+    assert!(emptied.is_empty() && emptied.capacity() >= 1 << 20);
+    assert_eq!(data.spliced_values().len(), 100);
+    assert!(data.head().len() < 2_000, "{}", data.head().len());
+    let batch = decode_one(data.to_bytes());
+    assert_eq!(batch.records.len(), 100);
+    assert!(batch
+        .records
+        .iter()
+        .all(|r| r.value.as_ref() == Some(&value)));
+}
+
 /// A compressed batch far smaller than its buffer is copied out to bytes of its size and
 /// the buffer handed back for the next batch; an uncompressed batch, or one filling a good
 /// part of its buffer, keeps it.

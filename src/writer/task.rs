@@ -345,8 +345,9 @@ struct PartState {
     retry_at: Option<Instant>,
     /// Id of the next batch sealed.
     next_id: u64,
-    /// Encoded size of the last batch sealed (before compression): the next one's
-    /// buffer starts that large, so a busy partition's batches rarely grow theirs.
+    /// Bytes the last batch sealed wrote into its buffer (before compression; values
+    /// spliced in by reference not counted): the next one's buffer starts that large, so
+    /// a busy partition's batches rarely grow theirs.
     last_len: usize,
     /// Idempotence: the producer id and epoch the sequence numbers below count under.
     /// When the writer's producer differs (an epoch bump or a new id), the partition
@@ -2677,6 +2678,8 @@ fn split(
     compression: Compression,
 ) -> std::result::Result<(Sealed, Sealed), Box<(Sealed, Error)>> {
     let halves = (|| {
+        // One contiguous copy (a rare path): the halves' spliced values are slices of it,
+        // so it lives until both are done.
         let decoded = decode_batches(b.data.to_bytes(), usize::MAX >> 1)?;
         let records: Vec<_> = decoded
             .batches
