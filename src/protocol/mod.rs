@@ -122,19 +122,7 @@ impl Splices {
     /// The whole encoding in order: pieces of `head` (the buffer the splices were taken
     /// from) and the splices between them. Empty pieces are skipped.
     pub fn pieces<'a>(&'a self, head: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-        let mut from = 0;
-        self.parts
-            .iter()
-            .map(|(at, bytes)| (*at, Some(&bytes[..])))
-            .chain(std::iter::once((head.len(), None)))
-            .flat_map(move |(at, spliced)| {
-                let at = at.clamp(from, head.len());
-                let before = &head[from..at];
-                from = at;
-                [Some(before), spliced]
-            })
-            .flatten()
-            .filter(|piece| !piece.is_empty())
+        crate::record::parts_of(head, &self.parts).map(|(piece, _)| piece)
     }
 
     /// The whole encoding in one buffer (a copy: for tests and small frames).

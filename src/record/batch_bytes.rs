@@ -134,8 +134,9 @@ impl BatchBytes {
 }
 
 /// The pieces of `head` with `spliced` values inserted at their offsets, each with
-/// whether it is a spliced value; empty pieces skipped.
-fn parts_of<'a>(
+/// whether it is a spliced value; empty pieces skipped. (Also how a request frame's
+/// [`Splices`](crate::protocol::Splices) go back into order.)
+pub(crate) fn parts_of<'a>(
     head: &'a [u8],
     spliced: &'a [(usize, Bytes)],
 ) -> impl Iterator<Item = (&'a [u8], bool)> + 'a {
@@ -253,15 +254,11 @@ impl std::fmt::Debug for BatchBytes {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn split(data: &[u8], cuts: &[(usize, usize)]) -> BatchBytes {
-        // Cut `data` into a buffer and values taken out at (start, len) pairs.
-        let mut head = Vec::new();
-        let mut spliced = Vec::new();
-        let mut at = 0;
+impl BatchBytes {
+    /// `data` cut into a buffer and values taken out of it at the `(start, len)` pairs
+    /// (sorted by start; clamped to the data and to each other): its bytes are `data`.
+    pub(crate) fn cut(data: &[u8], cuts: &[(usize, usize)]) -> BatchBytes {
+        let (mut head, mut spliced, mut at) = (Vec::new(), Vec::new(), 0);
         for &(start, len) in cuts {
             let start = start.clamp(at, data.len());
             let end = (start + len).min(data.len());
@@ -272,6 +269,12 @@ mod tests {
         head.extend_from_slice(&data[at..]);
         BatchBytes::spliced(Bytes::from(head), spliced)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
 
     proptest! {
         #[test]
@@ -281,7 +284,7 @@ mod tests {
             from in 0usize..30,
         ) {
             cuts.sort_unstable();
-            let b = split(&data, &cuts);
+            let b = BatchBytes::cut(&data, &cuts);
             prop_assert_eq!(b.len(), data.len());
             prop_assert_eq!(&b.to_bytes()[..], &data[..]);
             prop_assert_eq!(b.clone(), BatchBytes::from(data.clone()));

@@ -27,8 +27,8 @@ mod decode;
 mod encode;
 mod legacy;
 
-pub(crate) use batch_bytes::crc32c_of;
 pub use batch_bytes::BatchBytes;
+pub(crate) use batch_bytes::{crc32c_of, parts_of};
 #[cfg(test)]
 pub(crate) use decode::DEFER_MAX;
 pub use decode::{decode_batches, decode_batches_within, DecodedBatches, MAX_BATCH_DECOMPRESSED};

@@ -725,16 +725,7 @@ pub(crate) mod tests {
                 .collect();
             let mut cuts = cuts;
             cuts.sort_unstable();
-            let (mut head, mut values, mut at) = (Vec::new(), Vec::new(), 0);
-            for (start, len) in cuts {
-                let start = start.clamp(at, data.len());
-                let end = (start + len).min(data.len());
-                head.extend_from_slice(&data[at..start]);
-                values.push((head.len(), Bytes::copy_from_slice(&data[start..end])));
-                at = end;
-            }
-            head.extend_from_slice(&data[at..]);
-            let batch = BatchBytes::spliced(Bytes::from(head), values);
+            let batch = BatchBytes::cut(&data, &cuts);
             let mut r = r;
             let mut plain = r.clone();
             for p in r.topic_data.iter_mut().flat_map(|t| t.partition_data.iter_mut()) {
