@@ -889,6 +889,38 @@ impl Task {
         }
     }
 
+    /// What placing messages takes ([`Placing`], keeping them for reports if `keep`),
+    /// borrowed beside the topics it places into and the current flush group.
+    fn placing(
+        &mut self,
+        keep: bool,
+    ) -> (
+        Placing<'_>,
+        &mut HashMap<Arc<str>, TopicState>,
+        &mut Option<Arc<Group>>,
+    ) {
+        let Task {
+            cfg,
+            shared,
+            unreported,
+            topics,
+            group,
+            spare_buffers,
+            encode_ahead,
+            ..
+        } = self;
+        let cfg: &WriterConfig = cfg;
+        let cx = Placing {
+            cfg,
+            shared,
+            encode_ahead: *encode_ahead,
+            unreported,
+            keep,
+            spare_buffers,
+        };
+        (cx, topics, group)
+    }
+
     /// Handle the commands received in one wake. Each run of messages is placed without
     /// a lookup per message: a topic's state is found once per change of topic.
     ///
@@ -906,25 +938,7 @@ impl Task {
             // Again after each command: a `Reports` ahead of messages wants them kept.
             let keep = self.keeps_reports();
             {
-                let Task {
-                    cfg,
-                    shared,
-                    unreported,
-                    topics,
-                    group,
-                    spare_buffers,
-                    encode_ahead,
-                    ..
-                } = &mut *self;
-                let cfg: &WriterConfig = cfg;
-                let mut cx = Placing {
-                    cfg,
-                    shared,
-                    encode_ahead: *encode_ahead,
-                    unreported,
-                    keep,
-                    spare_buffers,
-                };
+                let (mut cx, topics, group) = self.placing(keep);
                 let mut cur: Option<(Arc<str>, &mut TopicState)> = None;
                 while let Some(cmd) = cmds.get_mut(next) {
                     next += 1;
@@ -946,7 +960,7 @@ impl Task {
                         group: group.get_or_insert_with(Group::open),
                         accepted,
                     };
-                    let Some(name) = m.msg.topic.as_deref().or(cfg.topic.as_deref()) else {
+                    let Some(name) = m.msg.topic.as_deref().or(cx.cfg.topic.as_deref()) else {
                         let e = Error::config(
                             "message has no topic and the writer has no default topic",
                         );
@@ -1096,16 +1110,9 @@ impl Task {
     /// Put a message of a topic with known partitions into its partition's open batch.
     fn assign(&mut self, topic: &Arc<str>, m: Msg, ts: i64) {
         let keep = self.keeps_reports();
-        let Some(t) = self.topics.get_mut(topic) else {
+        let (mut cx, topics, _) = self.placing(keep);
+        let Some(t) = topics.get_mut(topic) else {
             return;
-        };
-        let mut cx = Placing {
-            cfg: &self.cfg,
-            shared: &self.shared,
-            encode_ahead: self.encode_ahead,
-            unreported: &mut self.unreported,
-            keep,
-            spare_buffers: &mut self.spare_buffers,
         };
         if let Err(rejected) = place(&mut cx, topic, t, m, ts) {
             let (m, e) = *rejected;
@@ -1148,23 +1155,7 @@ impl Task {
     fn release_held(&mut self) {
         let keep = self.keeps_reports();
         let mut rejected = Vec::new();
-        let Task {
-            cfg,
-            shared,
-            unreported,
-            topics,
-            spare_buffers,
-            encode_ahead,
-            ..
-        } = &mut *self;
-        let mut cx = Placing {
-            cfg,
-            shared,
-            encode_ahead: *encode_ahead,
-            unreported,
-            keep,
-            spare_buffers,
-        };
+        let (mut cx, topics, _) = self.placing(keep);
         for (name, t) in topics.iter_mut() {
             for (p, ps) in &mut t.parts {
                 while releasable(ps, cx.over_budget()) {
