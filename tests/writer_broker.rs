@@ -829,23 +829,52 @@ async fn a_report_stream_taken_just_before_a_send_reports_it() {
 /// with headers.
 #[tokio::test]
 async fn large_values_spliced_into_batches_read_back_exactly() {
+    values_by_reference_read_back_exactly("writer-spliced", Compression::None, 8 << 10).await;
+}
+
+/// Values of 512 bytes and more are compressed from where they are (not first copied into
+/// the batch's buffer), with every codec: LZ4 blocks gathered across values and compressed
+/// from within a value of more than 64 KiB, the others from one joined copy. Apache Kafka
+/// takes the batches and every value reads back byte for byte, in order.
+#[tokio::test]
+async fn large_values_compressed_from_where_they_are_read_back_exactly() {
+    for c in [
+        Compression::Lz4,
+        Compression::Zstd,
+        Compression::Gzip,
+        Compression::Snappy,
+    ] {
+        values_by_reference_read_back_exactly(&format!("writer-shared-{c}"), c, 512).await;
+    }
+}
+
+/// Write 400 idempotent, keyed messages with headers: null values, small ones, and values
+/// around `threshold` and up to 78 KiB past it, each with its own content; read every
+/// partition back and compare.
+async fn values_by_reference_read_back_exactly(
+    name: &str,
+    compression: Compression,
+    threshold: usize,
+) {
     const N: usize = 400;
-    let topic = new_topic("writer-spliced", 3).await;
+    let topic = new_topic(name, 3).await;
     let mut writer = Writer::new(
         config(&topic)
             .balancer(Hash::default())
             .idempotent(true)
+            .compression(compression)
             .batch_bytes(256 << 10),
     )
     .unwrap();
     let value = |i: usize| -> Option<Bytes> {
-        match i % 4 {
+        match i % 5 {
             0 => None,
             1 => Some(Bytes::from(format!("small {i}"))),
-            // around the threshold and well past it, each with its own content
+            // around the threshold and well past it, each with its own content (partly
+            // repeating, so that it compresses)
             n => Some(
-                (0..(8 << 10) - 2 + n + (i % 7) * 4000)
-                    .map(|j| (i * 7 + j) as u8)
+                (0..threshold - 3 + n + (i % 7) * 13_000)
+                    .map(|j| (i * 7 + j % (100 + i)) as u8)
                     .collect(),
             ),
         }
@@ -860,7 +889,8 @@ async fn large_values_spliced_into_batches_read_back_exactly() {
     writer.close().await.unwrap();
     assert_eq!(
         (writer.stats().messages, writer.stats().errors),
-        (N as u64, 0)
+        (N as u64, 0),
+        "{compression}"
     );
     let conn = admin().await;
     let mut seen = 0;
@@ -872,11 +902,14 @@ async fn large_values_spliced_into_batches_read_back_exactly() {
                 .unwrap()
                 .parse()
                 .unwrap();
-            assert_eq!(r.value, value(i), "value of message {i}");
-            assert!(last < Some(i), "partition {p}: {i} after {last:?}");
+            assert_eq!(r.value, value(i), "{compression}: value of message {i}");
+            assert!(
+                last < Some(i),
+                "{compression}, partition {p}: {i} after {last:?}"
+            );
             last = Some(i);
             seen += 1;
         }
     }
-    assert_eq!(seen, N);
+    assert_eq!(seen, N, "{compression}");
 }

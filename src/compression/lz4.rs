@@ -52,34 +52,98 @@ const BLOCK_64K: usize = 64 << 10;
 /// checksums: FLG version 01 with independent blocks, BD 64 KiB, then the blocks and the
 /// end mark.
 pub(super) fn compress_frame(input: &[u8], out: &mut BytesMut) {
+    compress_frame_parts(&[input], out);
+}
+
+/// Like [`compress_frame`] for the concatenation of `parts`, byte for byte the same frame:
+/// each 64 KiB block of the whole is compressed from the part itself when it lies within
+/// one, and gathered into a per-thread 64 KiB buffer when it spans parts (a batch whose
+/// large values are kept by reference, see [`crate::record::BatchBytes`]).
+pub(super) fn compress_frame_parts(parts: &[&[u8]], out: &mut BytesMut) {
     let (flg, bd) = (FLG_VERSION_01 | FLG_INDEPENDENT_BLOCKS, 4u8 << 4);
-    out.reserve(7 + input.len() + input.len() / 128 + 64);
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    out.reserve(7 + total + total / 128 + 64);
     out.put_u32_le(MAGIC);
     out.put_slice(&[flg, bd, (XxHash32::oneshot(0, &[flg, bd]) >> 8) as u8]);
-    for block in input.chunks(BLOCK_64K) {
-        let at = out.len();
-        out.resize(
-            at + 4 + lz4_flex::block::get_maximum_output_size(block.len()),
-            0,
-        );
-        let packed = lz4_flex::block::compress_into(block, &mut out[at + 4..])
-            .ok()
-            .filter(|&n| n < block.len());
-        // A block that does not shrink is stored as it is (the header's top bit says so).
-        let word = match packed {
-            Some(n) => {
-                out.truncate(at + 4 + n);
-                n as u32
+    with_scratch(|scratch| {
+        let Scratch { gathered, packed } = scratch;
+        for (i, part) in parts.iter().enumerate() {
+            let last = i + 1 == parts.len();
+            let mut rest = *part;
+            while !rest.is_empty() {
+                if gathered.is_empty() && (rest.len() >= BLOCK_64K || last) {
+                    let (block, after) = rest.split_at(rest.len().min(BLOCK_64K));
+                    put_block(block, packed, out);
+                    rest = after;
+                    continue;
+                }
+                let (take, after) = rest.split_at(rest.len().min(BLOCK_64K - gathered.len()));
+                gathered.extend_from_slice(take);
+                rest = after;
+                if gathered.len() == BLOCK_64K {
+                    put_block(gathered, packed, out);
+                    gathered.clear();
+                }
             }
-            None => {
-                out.truncate(at + 4);
-                out.put_slice(block);
-                block.len() as u32 | BLOCK_STORED
-            }
-        };
-        out[at..at + 4].copy_from_slice(&word.to_le_bytes());
-    }
+        }
+        if !gathered.is_empty() {
+            put_block(gathered, packed, out);
+            gathered.clear();
+        }
+    });
     out.put_u32_le(0);
+}
+
+/// Per-thread buffers of [`compress_frame_parts`]: a block gathered from several parts, and
+/// where a block is compressed to (initialized once, so compressing a block writes no
+/// zeros first).
+struct Scratch {
+    gathered: Vec<u8>,
+    packed: Vec<u8>,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Scratch {
+            gathered: Vec::with_capacity(BLOCK_64K),
+            packed: vec![0; lz4_flex::block::get_maximum_output_size(BLOCK_64K)],
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Option<Scratch>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` with this thread's [`Scratch`] (a fresh one if it is in use further up the
+/// stack).
+fn with_scratch(f: impl FnOnce(&mut Scratch)) {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut slot) => {
+            let scratch = slot.get_or_insert_with(Scratch::new);
+            scratch.gathered.clear();
+            f(scratch)
+        }
+        Err(_) => f(&mut Scratch::new()),
+    })
+}
+
+/// Append one block (at most 64 KiB): compressed through `packed`, or stored as it is
+/// (the header's top bit says so) when it does not shrink.
+fn put_block(block: &[u8], packed: &mut [u8], out: &mut BytesMut) {
+    match lz4_flex::block::compress_into(block, packed)
+        .ok()
+        .filter(|&n| n < block.len())
+    {
+        Some(n) => {
+            out.put_u32_le(n as u32);
+            out.put_slice(&packed[..n]);
+        }
+        None => {
+            out.put_u32_le(block.len() as u32 | BLOCK_STORED);
+            out.put_slice(block);
+        }
+    }
 }
 
 /// What the frame header says, for the fast path.

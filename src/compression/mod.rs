@@ -139,6 +139,26 @@ impl Compression {
         }
     }
 
+    /// Like [`compress`](Self::compress) for the concatenation of `parts`, with the same
+    /// output: LZ4 compresses from the parts themselves; the other codecs compress one
+    /// contiguous copy, gathered in a per-thread buffer.
+    pub(crate) fn compress_parts(&self, parts: &[&[u8]], out: &mut BytesMut) -> Result<()> {
+        match (self, parts) {
+            (_, []) => self.compress(&[], out),
+            (_, [whole]) => self.compress(whole, out),
+            (Compression::None, _) => {
+                parts.iter().for_each(|p| out.extend_from_slice(p));
+                Ok(())
+            }
+            #[cfg(feature = "lz4")]
+            (Compression::Lz4, _) => {
+                lz4::compress_frame_parts(parts, out);
+                Ok(())
+            }
+            _ => with_gathered(parts, |whole| self.compress(whole, out)),
+        }
+    }
+
     /// Decompress `input`; output longer than `max_len` bytes is an error.
     pub fn decompress(&self, input: &[u8], max_len: usize) -> Result<Bytes> {
         self.decompress_within(input, max_len)?
@@ -310,6 +330,36 @@ fn gzip_decompress(
     _pool: Option<&Arc<BufPool>>,
 ) -> Result<Option<Bytes>> {
     Err(not_compiled(Compression::Gzip))
+}
+
+thread_local! {
+    /// Where [`with_gathered`] joins parts, kept per thread (up to
+    /// [`KEPT_SCRATCH`](crate::record::KEPT_SCRATCH)).
+    static GATHERED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Run `f` on the concatenation of `parts`, joined in this thread's buffer (a new one when
+/// it is in use further up the stack).
+fn with_gathered<R>(parts: &[&[u8]], f: impl FnOnce(&[u8]) -> R) -> R {
+    let join = |buf: &mut Vec<u8>| {
+        buf.clear();
+        parts.iter().for_each(|p| buf.extend_from_slice(p));
+    };
+    GATHERED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            join(&mut buf);
+            let r = f(&buf);
+            if buf.capacity() > crate::record::KEPT_SCRATCH {
+                *buf = Vec::new();
+            }
+            r
+        }
+        Err(_) => {
+            let mut buf = Vec::new();
+            join(&mut buf);
+            f(&buf)
+        }
+    })
 }
 
 // ---- snappy ----------------------------------------------------------------------------

@@ -155,20 +155,25 @@ pub(crate) fn parts_of<'a>(
         .filter(|(piece, _)| !piece.is_empty())
 }
 
+/// The pieces of `head` with `spliced` values inserted (as in [`BatchBytes`]), from byte
+/// `from` of the whole on.
+pub(crate) fn parts_from<'a>(
+    head: &'a [u8],
+    spliced: &'a [(usize, Bytes)],
+    from: usize,
+) -> impl Iterator<Item = &'a [u8]> + 'a {
+    let mut skip = from;
+    parts_of(head, spliced).filter_map(move |(piece, _)| {
+        let rest = piece.get(skip..).filter(|rest| !rest.is_empty());
+        skip = skip.saturating_sub(piece.len());
+        rest
+    })
+}
+
 /// The CRC-32C of the bytes of `head` with `spliced` values inserted (as in
 /// [`BatchBytes`]), from byte `from` of the whole on.
 pub(crate) fn crc32c_of(head: &[u8], spliced: &[(usize, Bytes)], from: usize) -> u32 {
-    let mut crc = 0;
-    let mut skip = from;
-    for (piece, _) in parts_of(head, spliced) {
-        if skip >= piece.len() {
-            skip -= piece.len();
-            continue;
-        }
-        crc = crc32c::crc32c_append(crc, &piece[skip..]);
-        skip = 0;
-    }
-    crc
+    parts_from(head, spliced, from).fold(0, crc32c::crc32c_append)
 }
 
 impl From<Bytes> for BatchBytes {

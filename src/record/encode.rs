@@ -10,7 +10,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::{
-    crc32c_of, BatchBytes, Header, TimestampType, BATCH_HEADER_LEN, MAGIC_V2, NO_PRODUCER_ID,
+    crc32c_of, parts_from, BatchBytes, Header, TimestampType, BATCH_HEADER_LEN, MAGIC_V2,
+    NO_PRODUCER_ID,
 };
 use crate::compression::Compression;
 use crate::error::{Error, Result};
@@ -47,7 +48,8 @@ pub struct RecordBatchBuilder {
     base_sequence: i32,
     /// `BATCH_HEADER_LEN` reserved bytes, then the encoded records (but spliced values).
     buf: BytesMut,
-    /// Values kept by reference (uncompressed batches only), at their offsets in `buf`.
+    /// Values kept by reference, at their offsets in `buf` (until a compressed batch is
+    /// compressed).
     spliced: Vec<(usize, Bytes)>,
     /// The spliced values' bytes, together.
     spliced_len: usize,
@@ -183,10 +185,12 @@ impl RecordBatchBuilder {
         self.append_record(timestamp, key, value, None, headers)
     }
 
-    /// Like [`append`](Self::append) for a value held as shared bytes: in an
-    /// uncompressed batch a value of [`VALUE_SPLICE_MIN`] bytes or more is kept by
-    /// reference rather than copied (see [`BatchBytes`]; the batch comes from
-    /// [`build_compact`](Self::build_compact)).
+    /// Like [`append`](Self::append) for a value held as shared bytes: a large value is
+    /// kept by reference rather than copied into the batch's buffer. An uncompressed batch
+    /// keeps one of [`VALUE_SPLICE_MIN`] bytes or more spliced in (see [`BatchBytes`]; the
+    /// batch comes from [`build_compact`](Self::build_compact)); a compressed one reads one
+    /// of [`COMPRESSED_SHARE_MIN`] bytes or more from where it is when it compresses the
+    /// records.
     pub(crate) fn append_shared(
         &mut self,
         timestamp: i64,
@@ -194,8 +198,12 @@ impl RecordBatchBuilder {
         value: Option<&Bytes>,
         headers: &[Header],
     ) -> Result<()> {
-        let shared =
-            value.filter(|v| self.compression == Compression::None && v.len() >= VALUE_SPLICE_MIN);
+        let min = if self.compression == Compression::None {
+            VALUE_SPLICE_MIN
+        } else {
+            COMPRESSED_SHARE_MIN
+        };
+        let shared = value.filter(|v| v.len() >= min);
         self.append_record(timestamp, key, value.map(|v| &v[..]), shared, headers)
     }
 
@@ -293,19 +301,17 @@ impl RecordBatchBuilder {
             producer_epoch,
             base_sequence,
             mut buf,
-            spliced,
-            spliced_len,
+            mut spliced,
+            mut spliced_len,
             count,
             base_timestamp,
             max_timestamp,
         } = self;
 
         if compression != Compression::None {
-            debug_assert!(
-                spliced.is_empty(),
-                "values are spliced into uncompressed batches only"
-            );
-            compress_in_place(compression, &mut buf)?;
+            // The spliced values are compressed with the rest, and let go.
+            compress_in_place(compression, &mut buf, &spliced)?;
+            (spliced, spliced_len) = (Vec::new(), 0);
         }
         let batch_length = i32::try_from(buf.len() + spliced_len - 12)
             .map_err(|_| Error::encode("record batch larger than 2 GiB"))?;
@@ -355,6 +361,13 @@ impl RecordBatchBuilder {
 /// uncompressed batch, are spliced in by reference instead of copied: below it, a copy
 /// costs less than the extra pieces of a vectored write.
 pub(crate) const VALUE_SPLICE_MIN: usize = 8 * 1024;
+
+/// Values at least this large, appended with [`RecordBatchBuilder::append_shared`] to a
+/// compressed batch, are compressed from where they are instead of first copied into the
+/// batch's buffer. Measured producing to 16 partitions with LZ4: 1 KB values cost 40% less
+/// CPU kept by reference (and half the peak RSS), 100 B ones 25% more (a reference per
+/// value costs more than copying it).
+pub(crate) const COMPRESSED_SHARE_MIN: usize = 512;
 
 fn len_i32(len: usize, what: &str) -> Result<i32> {
     i32::try_from(len).map_err(|_| Error::encode(format!("{what} too long: {len} bytes")))
@@ -407,12 +420,20 @@ thread_local! {
     pub(super) static COMPRESSED: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 
-/// Replace the records after the batch header in `buf` by their compressed form, in
-/// `buf`'s own memory: the output goes to a per-thread buffer and is copied back over the
-/// records (usually shorter). A batch buffer therefore stays the one allocation reused
-/// from batch to batch, where compressing into a new buffer allocated (and page-faulted)
-/// one per batch and dropped the records' buffer.
-fn compress_in_place(compression: Compression, buf: &mut BytesMut) -> Result<()> {
+/// Replace the records after the batch header in `buf` (with the `spliced` values at their
+/// offsets) by their compressed form, in `buf`'s own memory: the output goes to a
+/// per-thread buffer and is copied back over the records (usually shorter). A batch buffer
+/// therefore stays the one allocation reused from batch to batch, where compressing into
+/// a new buffer allocated (and page-faulted) one per batch and dropped the records' buffer.
+fn compress_in_place(
+    compression: Compression,
+    buf: &mut BytesMut,
+    spliced: &[(usize, Bytes)],
+) -> Result<()> {
+    let compress = |buf: &BytesMut, out: &mut BytesMut| {
+        let records: Vec<&[u8]> = parts_from(buf, spliced, BATCH_HEADER_LEN).collect();
+        compression.compress_parts(&records, out)
+    };
     let copy_back = |buf: &mut BytesMut, out: &[u8]| {
         buf.truncate(BATCH_HEADER_LEN);
         buf.extend_from_slice(out);
@@ -420,10 +441,7 @@ fn compress_in_place(compression: Compression, buf: &mut BytesMut) -> Result<()>
     let done = COMPRESSED.with(|cell| {
         let mut out = cell.try_borrow_mut().ok()?;
         out.clear();
-        let records = buf.get(BATCH_HEADER_LEN..).unwrap_or_default();
-        let done = compression
-            .compress(records, &mut out)
-            .map(|()| copy_back(buf, &out));
+        let done = compress(buf, &mut out).map(|()| copy_back(buf, &out));
         if out.capacity() > KEPT_SCRATCH {
             *out = BytesMut::new();
         }
@@ -433,9 +451,8 @@ fn compress_in_place(compression: Compression, buf: &mut BytesMut) -> Result<()>
         Some(r) => r,
         // the per-thread buffer is in use further up the stack
         None => {
-            let records = buf.get(BATCH_HEADER_LEN..).unwrap_or_default();
-            let mut out = BytesMut::with_capacity(records.len() / 2 + 64);
-            compression.compress(records, &mut out)?;
+            let mut out = BytesMut::with_capacity(buf.len() / 2 + 64);
+            compress(buf, &mut out)?;
             copy_back(buf, &out);
             Ok(())
         }

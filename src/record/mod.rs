@@ -28,7 +28,7 @@ mod encode;
 mod legacy;
 
 pub use batch_bytes::BatchBytes;
-pub(crate) use batch_bytes::{crc32c_of, parts_of};
+pub(crate) use batch_bytes::{crc32c_of, parts_from, parts_of};
 #[cfg(test)]
 pub(crate) use decode::DEFER_MAX;
 pub use decode::{decode_batches, decode_batches_within, DecodedBatches, MAX_BATCH_DECOMPRESSED};
@@ -36,7 +36,6 @@ pub(crate) use decode::{
     decode_batches_lazy, decode_batches_pooled, Decompression, EncodedRecords, LazyBatch,
 };
 pub use encode::RecordBatchBuilder;
-#[cfg(feature = "zstd")]
 pub(crate) use encode::KEPT_SCRATCH;
 #[cfg(test)]
 pub(crate) use encode::VALUE_SPLICE_MIN;

@@ -1147,20 +1147,24 @@ fn a_compressed_batch_claiming_more_records_than_offsets_is_an_error_at_once() {
 proptest! {
     /// Values appended as shared bytes: an uncompressed batch keeps the large ones by
     /// reference and its bytes are exactly those of the batch with every value copied
-    /// (same CRC); a compressed batch copies them all.
+    /// (same CRC); a compressed batch compresses them from where they are, into exactly
+    /// the bytes of the batch with every value copied, and keeps none.
     #[test]
     fn shared_values_make_the_same_batch_as_copied_ones(
         sizes in proptest::collection::vec(
-            prop_oneof![0..100usize, VALUE_SPLICE_MIN - 2..VALUE_SPLICE_MIN + 2, 20_000..20_100usize],
+            prop_oneof![
+                0..100usize,
+                super::encode::COMPRESSED_SHARE_MIN - 2..super::encode::COMPRESSED_SHARE_MIN + 2,
+                VALUE_SPLICE_MIN - 2..VALUE_SPLICE_MIN + 2,
+                20_000..20_100usize,
+                70_000..70_100usize,
+            ],
             1..12,
         ),
-        compressed: bool,
+        compression in proptest::sample::select(
+            Compression::ALL.into_iter().filter(|c| c.is_available()).collect::<Vec<_>>(),
+        ),
     ) {
-        let compression = if compressed && cfg!(feature = "lz4") {
-            Compression::Lz4
-        } else {
-            Compression::None
-        };
         let (mut shared, mut copied) = (
             RecordBatchBuilder::new(compression),
             RecordBatchBuilder::new(compression),
