@@ -15,7 +15,7 @@ use kafkapipe::compression::Compression;
 use kafkapipe::conn::{Conn, FetchOptions};
 use kafkapipe::protocol::ErrorCode;
 use kafkapipe::record::Record;
-use kafkapipe::writer::{Hash, Message, Writer, WriterConfig};
+use kafkapipe::writer::{Hash, Message, Sticky, Writer, WriterConfig};
 use kafkapipe::ErrorKind;
 
 async fn admin() -> Conn {
@@ -912,4 +912,50 @@ async fn values_by_reference_read_back_exactly(
         }
     }
     assert_eq!(seen, N, "{compression}");
+}
+
+/// The sticky balancer on a real topic: unkeyed messages go a run at a time to one
+/// partition and then another; every message arrives once, in order within its partition,
+/// and the runs spread over the partitions.
+#[tokio::test]
+async fn sticky_balancer_writes_every_message_in_runs() {
+    const N: usize = 3000;
+    let topic = new_topic("writer-sticky", 4).await;
+    let mut writer =
+        Writer::new(config(&topic).balancer(Sticky::new().switch_bytes(3_000))).unwrap();
+    let msgs = (0..N).map(|i| Ok(Message::new(format!("{i:0>79}")))); // 100 bytes by size()
+    stream::iter(msgs).forward(&mut writer).await.unwrap();
+    writer.close().await.unwrap();
+    let conn = admin().await;
+    let mut seen = vec![false; N];
+    let mut used = 0;
+    for p in 0..4 {
+        let got: Vec<usize> = read_partition(&conn, &topic, p)
+            .await
+            .iter()
+            .map(|r| {
+                std::str::from_utf8(r.value.as_deref().unwrap())
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        assert!(
+            got.windows(2).all(|w| w[0] < w[1]),
+            "partition {p} out of order"
+        );
+        // runs of 30 messages (3 000 bytes): a partition's values come in such runs
+        for run in got.chunks(30) {
+            assert!(
+                run.windows(2).all(|w| w[1] == w[0] + 1),
+                "partition {p}: {run:?}"
+            );
+        }
+        used += usize::from(!got.is_empty());
+        for i in got {
+            assert!(!std::mem::replace(&mut seen[i], true), "message {i} twice");
+        }
+    }
+    assert!(seen.iter().all(|s| *s), "a message is missing");
+    assert!(used >= 3, "100 runs went to {used} of 4 partitions");
 }

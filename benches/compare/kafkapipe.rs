@@ -7,6 +7,7 @@
 //! compare_peer produce  --brokers B --topic T --count N --size S [--compression none|lz4|zstd|…]
 //!                       [--acks 0|1|all] [--linger-ms 5] [--batch-bytes 1048576]
 //!                       [--batch-msgs 10000] [--idempotent false]
+//!                       [--balancer round-robin|sticky]
 //! compare_peer consume  --brokers B --topic T --count N [--group G]
 //! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
 //! compare_peer create-topic --brokers B --topic T --partitions P
@@ -40,12 +41,13 @@ use futures::{stream, SinkExt, StreamExt};
 use kafkapipe::compression::Compression;
 use kafkapipe::conn::{Conn, RequiredAcks};
 use kafkapipe::reader::{Reader, ReaderConfig, StartOffset};
-use kafkapipe::writer::{Message, Writer, WriterConfig};
+use kafkapipe::writer::{Message, Sticky, Writer, WriterConfig};
 use kafkapipe::{Error, Result};
 
 const USAGE: &str = "usage: compare_peer produce|consume|latency|create-topic|delete-topic \
 --brokers B --topic T [--count N] [--size S] [--partitions P] [--compression C] [--acks 0|1|all] \
-[--linger-ms MS] [--batch-bytes N] [--batch-msgs N] [--idempotent true|false] [--rate MSGS_PER_SEC]";
+[--linger-ms MS] [--batch-bytes N] [--batch-msgs N] [--idempotent true|false] \
+[--balancer round-robin|sticky] [--rate MSGS_PER_SEC]";
 
 struct Opts {
     mode: String,
@@ -108,10 +110,25 @@ impl Opts {
             "all" | "-1" => RequiredAcks::All,
             other => return Err(Error::config(format!("--acks: {other:?}"))),
         };
-        Ok(WriterConfig::new(brokers.split(','))
+        let batch_bytes = self.num("batch-bytes", Some(1024 * 1024))?;
+        let config = WriterConfig::new(brokers.split(','));
+        // `--balancer`, else `KAFKAPIPE_COMPARE_BALANCER`: the writer's default (round robin,
+        // as kafka-go), or sticky placement of the unkeyed messages, switching partitions
+        // after a batch's worth of bytes.
+        let balancer = match self.flags.get("balancer") {
+            Some(b) => b.clone(),
+            None => std::env::var("KAFKAPIPE_COMPARE_BALANCER")
+                .unwrap_or_else(|_| "round-robin".to_string()),
+        };
+        let config = match balancer.as_str() {
+            "round-robin" => config,
+            "sticky" => config.balancer(Sticky::new().switch_bytes(batch_bytes)),
+            other => return Err(Error::config(format!("--balancer: {other:?}"))),
+        };
+        Ok(config
             .topic(topic)
             .batch_size(self.num("batch-msgs", Some(10_000))?)
-            .batch_bytes(self.num("batch-bytes", Some(1024 * 1024))?)
+            .batch_bytes(batch_bytes)
             .batch_timeout(Duration::from_millis(self.num("linger-ms", Some(5))?))
             .compression(compression)
             .required_acks(acks)

@@ -11,10 +11,12 @@
 //! | [`ReferenceHash`] | kafka-go `ReferenceHash` and Sarama's reference hash partitioner |
 //! | [`Crc32`] | librdkafka `consistent_random` (or `consistent`) |
 //! | [`Murmur2`] | the Java client's default partitioner for keyed messages, librdkafka `murmur2_random` |
+//! | [`Sticky`] | the Java client's default partitioner (keys as [`Murmur2`], messages without a key sticky) |
 //!
 //! Where the reference client picks a *random* partition for messages without a key,
 //! these balancers use round robin instead (no random number generator dependency; the
-//! distribution is as even).
+//! distribution is as even), except [`Sticky`], which sends such messages to one
+//! partition at a time.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -290,6 +292,156 @@ impl Balancer for Murmur2 {
     }
 }
 
+/// Messages without a key go to one partition until [`Sticky::switch_bytes`] of them
+/// (by [`Message::size`]) have gone there, then to another partition picked at random;
+/// keyed messages go where the key balancer says ([`Murmur2`] unless [`Sticky::keys`]
+/// chooses another). This is the Java client's default partitioner (KIP-480, KIP-794
+/// without its adaptive weighting) and how librdkafka (`sticky.partitioning.linger.ms`)
+/// and franz-go place unkeyed messages.
+///
+/// Round robin over many partitions fills every partition's batch a message at a time:
+/// with 100 partitions, 100 small batches and a large produce request per linger. Sticky
+/// placement fills one batch at a time, so each request carries a few full batches; the
+/// partitions still even out over many switches. Keep `switch_bytes` near the writer's
+/// `batch_bytes` (or its `batch_size` messages, whichever seals a batch first). Each topic
+/// has its own current partition.
+///
+/// ```
+/// use kafkapipe::writer::{Balancer, Message, Sticky};
+/// let sticky = Sticky::new().switch_bytes(1000);
+/// let p: Vec<i32> = (0..8).collect();
+/// let m = Message::new(vec![0u8; 79]); // 100 bytes by Message::size
+/// let first = sticky.partition(&m, &p);
+/// // ten messages (1000 bytes) to the first partition, then another one
+/// assert!((1..10).all(|_| sticky.partition(&m, &p) == first));
+/// assert_ne!(sticky.partition(&m, &p), first);
+/// // keyed messages: where the Java client sends them
+/// assert_eq!(sticky.partition(&Message::keyed("123456789", "v"), &(0..1000).collect::<Vec<_>>()), 566);
+/// ```
+pub struct Sticky {
+    keys: Box<dyn Balancer>,
+    switch_bytes: usize,
+    /// Per topic (`None`: the writer's own): the current partition and its bytes so far.
+    current: Mutex<Vec<(Option<String>, StickyTo)>>,
+    /// xorshift64* state for the next pick.
+    rng: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct StickyTo {
+    partition: i32,
+    bytes: usize,
+}
+
+impl std::fmt::Debug for Sticky {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sticky")
+            .field("switch_bytes", &self.switch_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Sticky {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sticky {
+    /// The bytes sent to one partition before switching when none are set: the writer's
+    /// default `batch_bytes` (1 MiB).
+    pub const DEFAULT_SWITCH_BYTES: usize = 1 << 20;
+
+    /// Keys by [`Murmur2`], switching after [`Sticky::DEFAULT_SWITCH_BYTES`].
+    pub fn new() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        // A random seed without a random number crate: std's per-process hash keys.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(0);
+        Sticky {
+            keys: Box::new(Murmur2::default()),
+            switch_bytes: Self::DEFAULT_SWITCH_BYTES,
+            current: Mutex::new(Vec::new()),
+            rng: std::sync::atomic::AtomicU64::new(h.finish() | 1),
+        }
+    }
+
+    /// Switch partitions once `bytes` (at least 1) of messages without a key went to the
+    /// current one.
+    pub fn switch_bytes(mut self, bytes: usize) -> Self {
+        self.switch_bytes = bytes.max(1);
+        self
+    }
+
+    /// Place keyed messages with `balancer` (for example [`Hash`](struct@Hash), kafka-go's
+    /// choice) instead of [`Murmur2`].
+    pub fn keys(mut self, balancer: impl Balancer) -> Self {
+        self.keys = Box::new(balancer);
+        self
+    }
+
+    /// The next pseudo-random number (xorshift64*).
+    fn random(&self) -> u64 {
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.store(x, Ordering::Relaxed);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A partition of `partitions` picked at random, other than `not` when there is
+    /// another.
+    fn pick_other(&self, partitions: &[i32], not: Option<i32>) -> i32 {
+        let n = partitions.len() as u64;
+        let at = |i: u64| partitions.get(i as usize).copied().unwrap_or(0);
+        match not.and_then(|p| partitions.iter().position(|x| *x == p)) {
+            Some(skip) if n > 1 => {
+                let i = self.random() % (n - 1);
+                at(if i >= skip as u64 { i + 1 } else { i })
+            }
+            _ => at(self.random() % n.max(1)),
+        }
+    }
+}
+
+impl Balancer for Sticky {
+    fn partition(&self, msg: &Message, partitions: &[i32]) -> i32 {
+        if msg.key.is_some() {
+            return self.keys.partition(msg, partitions);
+        }
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = match current.iter().position(|(t, _)| *t == msg.topic) {
+            Some(at) => at,
+            None => {
+                let partition = self.pick_other(partitions, None);
+                current.push((
+                    msg.topic.clone(),
+                    StickyTo {
+                        partition,
+                        bytes: 0,
+                    },
+                ));
+                current.len() - 1
+            }
+        };
+        let to = &mut current[at].1;
+        let gone = partitions.binary_search(&to.partition).is_err();
+        if gone || to.bytes >= self.switch_bytes {
+            let partition = self.pick_other(partitions, Some(to.partition));
+            *to = StickyTo {
+                partition,
+                bytes: 0,
+            };
+        }
+        to.bytes = to.bytes.saturating_add(msg.size());
+        to.partition
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,5 +619,77 @@ mod tests {
                 assert!(p.contains(&got), "{got}");
             }
         }
+    }
+
+    fn unkeyed(topic: Option<&str>, len: usize) -> Message {
+        let mut m = Message::new(vec![0u8; len]);
+        m.topic = topic.map(str::to_string);
+        m
+    }
+
+    /// Unkeyed messages stay on a partition for `switch_bytes` (by `Message::size`), then
+    /// move to a different one; over many switches every partition gets its share.
+    #[test]
+    fn sticky_switches_after_its_bytes_and_evens_out() {
+        let parts: Vec<i32> = (0..10).collect();
+        let sticky = Sticky::new().switch_bytes(10 * 100);
+        let m = unkeyed(None, 100 - 21); // 100 bytes by Message::size
+        assert_eq!(m.size(), 100);
+        let mut counts = [0usize; 10];
+        let mut runs = Vec::new();
+        let mut last = None;
+        for _ in 0..100_000 {
+            let p = sticky.partition(&m, &parts);
+            counts[p as usize] += 1;
+            match last {
+                Some((q, n)) if q == p => last = Some((q, n + 1)),
+                Some(run) => {
+                    runs.push(run);
+                    last = Some((p, 1));
+                }
+                None => last = Some((p, 1)),
+            }
+        }
+        assert!(
+            runs.iter().all(|(_, n)| *n == 10),
+            "every run is 10 messages"
+        );
+        // 10 000 runs over 10 partitions: each gets about 1 000 of them
+        for (p, c) in counts.iter().enumerate() {
+            assert!((8_000..12_000).contains(c), "partition {p}: {c} of 100 000");
+        }
+    }
+
+    #[test]
+    fn sticky_keeps_keys_where_the_key_balancer_puts_them() {
+        let parts: Vec<i32> = (0..1000).collect();
+        let sticky = Sticky::new().switch_bytes(1);
+        for _ in 0..3 {
+            assert_eq!(sticky.partition(&keyed(b"123456789"), &parts), 566);
+        }
+        let hashed = Sticky::new().keys(Hash::default());
+        let p16: Vec<i32> = (0..16).collect();
+        assert_eq!(hashed.partition(&keyed(b"20"), &p16), 1);
+    }
+
+    /// Each topic has its own current partition, and a partition that is no longer in the
+    /// list is left at once.
+    #[test]
+    fn sticky_per_topic_and_follows_the_partition_list() {
+        let sticky = Sticky::new();
+        let all: Vec<i32> = (0..50).collect();
+        let a = sticky.partition(&unkeyed(Some("a"), 10), &all);
+        let picks: Vec<i32> = (0..20)
+            .map(|_| sticky.partition(&unkeyed(Some("b"), 10), &all))
+            .collect();
+        assert!(picks.iter().all(|p| *p == picks[0]));
+        assert_eq!(sticky.partition(&unkeyed(Some("a"), 10), &all), a);
+        let without: Vec<i32> = all.iter().copied().filter(|p| *p != a).collect();
+        let moved = sticky.partition(&unkeyed(Some("a"), 10), &without);
+        assert!(moved != a && without.contains(&moved));
+        // a single partition: always it
+        assert_eq!(sticky.partition(&unkeyed(None, 10), &[7]), 7);
+        let one = Sticky::new().switch_bytes(1);
+        assert!((0..5).all(|_| one.partition(&unkeyed(None, 10), &[3]) == 3));
     }
 }

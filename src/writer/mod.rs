@@ -110,7 +110,7 @@ use std::task::{ready, Context, Poll, Waker};
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
-pub use balancer::{Balancer, Crc32, Hash, LeastBytes, Murmur2, ReferenceHash, RoundRobin};
+pub use balancer::{Balancer, Crc32, Hash, LeastBytes, Murmur2, ReferenceHash, RoundRobin, Sticky};
 pub use config::{TransactionProtocol, WriterConfig};
 pub use eos::{ExactlyOnceSink, PipelineConfig, PipelineStats};
 pub use message::Message;
