@@ -7,7 +7,7 @@
 //! compare_peer produce  --brokers B --topic T --count N --size S [--compression none|lz4|zstd|…]
 //!                       [--acks 0|1|all] [--linger-ms 5] [--batch-bytes 1048576]
 //!                       [--batch-msgs 10000] [--idempotent false]
-//!                       [--balancer round-robin|sticky]
+//!                       [--balancer round-robin|sticky] [--sticky-bytes N]
 //! compare_peer consume  --brokers B --topic T --count N [--group G]
 //! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
 //! compare_peer create-topic --brokers B --topic T --partitions P
@@ -122,7 +122,8 @@ impl Opts {
         };
         let config = match balancer.as_str() {
             "round-robin" => config,
-            "sticky" => config.balancer(Sticky::new().switch_bytes(batch_bytes)),
+            "sticky" => config
+                .balancer(Sticky::new().switch_bytes(self.num("sticky-bytes", Some(batch_bytes))?)),
             other => return Err(Error::config(format!("--balancer: {other:?}"))),
         };
         Ok(config
