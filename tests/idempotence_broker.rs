@@ -18,16 +18,7 @@ use kafkapipe::writer::{Message, Writer, WriterConfig};
 
 /// Every value of a partition, in offset order, read from `conn` (its leader).
 async fn values(conn: &Conn, topic: &str, partition: i32) -> Vec<u64> {
-    common::read_partition(conn, topic, partition)
-        .await
-        .iter()
-        .map(|r| {
-            std::str::from_utf8(r.value.as_deref().unwrap())
-                .unwrap()
-                .parse()
-                .unwrap()
-        })
-        .collect()
+    common::read_values(conn, topic, partition).await
 }
 
 /// Checks one partition's values are exactly `0..n` in order; returns (duplicates, lost).

@@ -930,16 +930,7 @@ async fn sticky_balancer_writes_every_message_in_runs() {
     let mut seen = vec![false; N];
     let mut used = 0;
     for p in 0..4 {
-        let got: Vec<usize> = read_partition(&conn, &topic, p)
-            .await
-            .iter()
-            .map(|r| {
-                std::str::from_utf8(r.value.as_deref().unwrap())
-                    .unwrap()
-                    .parse()
-                    .unwrap()
-            })
-            .collect();
+        let got: Vec<usize> = common::read_values(&conn, &topic, p).await;
         assert!(
             got.windows(2).all(|w| w[0] < w[1]),
             "partition {p} out of order"

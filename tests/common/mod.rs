@@ -498,3 +498,25 @@ pub async fn read_partition(
         out.extend(f.records);
     }
 }
+
+/// The values of `partition` parsed as `T` (each a number written as text), in offset
+/// order, read with [`read_partition`].
+pub async fn read_values<T: std::str::FromStr>(
+    conn: &kafkapipe::conn::Conn,
+    topic: &str,
+    partition: i32,
+) -> Vec<T>
+where
+    T::Err: std::fmt::Debug,
+{
+    read_partition(conn, topic, partition)
+        .await
+        .iter()
+        .map(|r| {
+            std::str::from_utf8(r.value.as_deref().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
