@@ -49,6 +49,27 @@ pub(crate) fn oversized(len: usize, capacity: usize) -> bool {
     capacity > SHRINK_ABOVE && len <= SHRINK_UP_TO && len.saturating_mul(OVERSIZE) < capacity
 }
 
+/// Run `f` with this thread's scratch value in `key` (a fresh `B::default()` when it is in
+/// use further up this thread's stack). Afterwards, one whose `capacity` grew past
+/// [`KEPT_SCRATCH`](crate::record::KEPT_SCRATCH) (after an unusually large batch) is
+/// replaced by an empty one rather than pinned for the thread's lifetime.
+pub(crate) fn with_thread_scratch<B: Default, R>(
+    key: &'static std::thread::LocalKey<std::cell::RefCell<B>>,
+    capacity: fn(&B) -> usize,
+    f: impl FnOnce(&mut B) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => {
+            let r = f(&mut scratch);
+            if capacity(&scratch) > crate::record::KEPT_SCRATCH {
+                *scratch = B::default();
+            }
+            r
+        }
+        Err(_) => f(&mut B::default()),
+    })
+}
+
 /// Take the smallest of `spare` whose capacity (`cap`) is at least `min`, if any: larger
 /// ones stay for larger needs. (The pool's rule, and the writer's for batch buffers.)
 pub(crate) fn take_best_fit<T>(

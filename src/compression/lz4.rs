@@ -26,7 +26,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use twox_hash::XxHash32;
 
 use super::{freeze_buf, one_shot_limit, take_buf};
-use crate::bufpool::BufPool;
+use crate::bufpool::{with_thread_scratch, BufPool};
 
 /// The frame magic number (little endian on the wire).
 const MAGIC: u32 = 0x184D_2204;
@@ -65,8 +65,10 @@ pub(super) fn compress_frame_parts(parts: &[&[u8]], out: &mut BytesMut) {
     out.reserve(7 + total + total / 128 + 64);
     out.put_u32_le(MAGIC);
     out.put_slice(&[flg, bd, (XxHash32::oneshot(0, &[flg, bd]) >> 8) as u8]);
-    with_scratch(|scratch| {
+    let size = |s: &Scratch| s.gathered.capacity() + s.packed.len();
+    with_thread_scratch(&SCRATCH, size, |scratch| {
         let Scratch { gathered, packed } = scratch;
+        gathered.clear();
         for (i, part) in parts.iter().enumerate() {
             let last = i + 1 == parts.len();
             let mut rest = *part;
@@ -102,8 +104,8 @@ struct Scratch {
     packed: Vec<u8>,
 }
 
-impl Scratch {
-    fn new() -> Self {
+impl Default for Scratch {
+    fn default() -> Self {
         Scratch {
             gathered: Vec::with_capacity(BLOCK_64K),
             packed: vec![0; lz4_flex::block::get_maximum_output_size(BLOCK_64K)],
@@ -112,20 +114,7 @@ impl Scratch {
 }
 
 thread_local! {
-    static SCRATCH: std::cell::RefCell<Option<Scratch>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Run `f` with this thread's [`Scratch`] (a fresh one if it is in use further up the
-/// stack).
-fn with_scratch(f: impl FnOnce(&mut Scratch)) {
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut slot) => {
-            let scratch = slot.get_or_insert_with(Scratch::new);
-            scratch.gathered.clear();
-            f(scratch)
-        }
-        Err(_) => f(&mut Scratch::new()),
-    })
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// Append one block (at most 64 KiB): compressed through `packed`, or stored as it is

@@ -341,24 +341,10 @@ thread_local! {
 /// Run `f` on the concatenation of `parts`, joined in this thread's buffer (a new one when
 /// it is in use further up the stack).
 fn with_gathered<R>(parts: &[&[u8]], f: impl FnOnce(&[u8]) -> R) -> R {
-    let join = |buf: &mut Vec<u8>| {
+    crate::bufpool::with_thread_scratch(&GATHERED, Vec::capacity, |buf| {
         buf.clear();
         parts.iter().for_each(|p| buf.extend_from_slice(p));
-    };
-    GATHERED.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buf) => {
-            join(&mut buf);
-            let r = f(&buf);
-            if buf.capacity() > crate::record::KEPT_SCRATCH {
-                *buf = Vec::new();
-            }
-            r
-        }
-        Err(_) => {
-            let mut buf = Vec::new();
-            join(&mut buf);
-            f(&buf)
-        }
+        f(buf)
     })
 }
 

@@ -430,31 +430,12 @@ fn compress_in_place(
     buf: &mut BytesMut,
     spliced: &[(usize, Bytes)],
 ) -> Result<()> {
-    let compress = |buf: &BytesMut, out: &mut BytesMut| {
+    crate::bufpool::with_thread_scratch(&COMPRESSED, BytesMut::capacity, |out| {
+        out.clear();
         let records: Vec<&[u8]> = parts_from(buf, spliced, BATCH_HEADER_LEN).collect();
-        compression.compress_parts(&records, out)
-    };
-    let copy_back = |buf: &mut BytesMut, out: &[u8]| {
+        compression.compress_parts(&records, out)?;
         buf.truncate(BATCH_HEADER_LEN);
         buf.extend_from_slice(out);
-    };
-    let done = COMPRESSED.with(|cell| {
-        let mut out = cell.try_borrow_mut().ok()?;
-        out.clear();
-        let done = compress(buf, &mut out).map(|()| copy_back(buf, &out));
-        if out.capacity() > KEPT_SCRATCH {
-            *out = BytesMut::new();
-        }
-        Some(done)
-    });
-    match done {
-        Some(r) => r,
-        // the per-thread buffer is in use further up the stack
-        None => {
-            let mut out = BytesMut::with_capacity(buf.len() / 2 + 64);
-            compress(buf, &mut out)?;
-            copy_back(buf, &out);
-            Ok(())
-        }
-    }
+        Ok(())
+    })
 }
