@@ -321,10 +321,40 @@ impl Balancer for Murmur2 {
 pub struct Sticky {
     keys: Box<dyn Balancer>,
     switch_bytes: usize,
+    state: Mutex<StickyState>,
+}
+
+#[derive(Debug)]
+struct StickyState {
     /// Per topic (`None`: the writer's own): the current partition and its bytes so far.
-    current: Mutex<Vec<(Option<String>, StickyTo)>>,
+    topics: Vec<(Option<String>, StickyTo)>,
     /// xorshift64* state for the next pick.
-    rng: std::sync::atomic::AtomicU64,
+    rng: u64,
+}
+
+impl StickyState {
+    /// The next pseudo-random number (xorshift64*).
+    fn random(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A partition of `partitions` picked at random, other than the one at index `skip`
+    /// when there is another.
+    fn pick_other(&mut self, partitions: &[i32], skip: Option<usize>) -> i32 {
+        let n = partitions.len() as u64;
+        match skip {
+            Some(skip) if n > 1 => {
+                let i = self.random() % (n - 1);
+                pick(partitions, if i >= skip as u64 { i + 1 } else { i })
+            }
+            _ => pick(partitions, self.random()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -361,8 +391,10 @@ impl Sticky {
         Sticky {
             keys: Box::new(Murmur2::default()),
             switch_bytes: Self::DEFAULT_SWITCH_BYTES,
-            current: Mutex::new(Vec::new()),
-            rng: std::sync::atomic::AtomicU64::new(h.finish() | 1),
+            state: Mutex::new(StickyState {
+                topics: Vec::new(),
+                rng: h.finish() | 1,
+            }),
         }
     }
 
@@ -379,30 +411,6 @@ impl Sticky {
         self.keys = Box::new(balancer);
         self
     }
-
-    /// The next pseudo-random number (xorshift64*).
-    fn random(&self) -> u64 {
-        let mut x = self.rng.load(Ordering::Relaxed);
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng.store(x, Ordering::Relaxed);
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// A partition of `partitions` picked at random, other than `not` when there is
-    /// another.
-    fn pick_other(&self, partitions: &[i32], not: Option<i32>) -> i32 {
-        let n = partitions.len() as u64;
-        let at = |i: u64| partitions.get(i as usize).copied().unwrap_or(0);
-        match not.and_then(|p| partitions.iter().position(|x| *x == p)) {
-            Some(skip) if n > 1 => {
-                let i = self.random() % (n - 1);
-                at(if i >= skip as u64 { i + 1 } else { i })
-            }
-            _ => at(self.random() % n.max(1)),
-        }
-    }
 }
 
 impl Balancer for Sticky {
@@ -410,34 +418,39 @@ impl Balancer for Sticky {
         if msg.key.is_some() {
             return self.keys.partition(msg, partitions);
         }
-        let mut current = self
-            .current
+        let mut state = self
+            .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let at = match current.iter().position(|(t, _)| *t == msg.topic) {
+        let at = match state.topics.iter().position(|(t, _)| *t == msg.topic) {
             Some(at) => at,
             None => {
-                let partition = self.pick_other(partitions, None);
-                current.push((
+                let partition = state.pick_other(partitions, None);
+                state.topics.push((
                     msg.topic.clone(),
                     StickyTo {
                         partition,
                         bytes: 0,
                     },
                 ));
-                current.len() - 1
+                state.topics.len() - 1
             }
         };
-        let to = &mut current[at].1;
-        let gone = partitions.binary_search(&to.partition).is_err();
-        if gone || to.bytes >= self.switch_bytes {
-            let partition = self.pick_other(partitions, Some(to.partition));
-            *to = StickyTo {
-                partition,
+        let to = state.topics[at].1;
+        // A partition no longer in the list is left at once, for any other.
+        let here = partitions.binary_search(&to.partition).ok();
+        let to = if here.is_none() || to.bytes >= self.switch_bytes {
+            StickyTo {
+                partition: state.pick_other(partitions, here),
                 bytes: 0,
-            };
-        }
-        to.bytes = to.bytes.saturating_add(msg.size());
+            }
+        } else {
+            to
+        };
+        state.topics[at].1 = StickyTo {
+            bytes: to.bytes.saturating_add(msg.size()),
+            ..to
+        };
         to.partition
     }
 }
