@@ -413,7 +413,10 @@ impl GroupShared {
     /// Commit every pending offset (of `only`, if given) and wait for the broker,
     /// retrying coordinator failures for [`ReaderConfig::retry_timeout`] (for `only`:
     /// revoked partitions, the rebalance timeout).
-    pub(crate) async fn commit_pending(&self, only: Option<&[TopicPartition]>) -> Result<()> {
+    pub(crate) async fn commit_pending(
+        self: &Arc<Self>,
+        only: Option<&[TopicPartition]>,
+    ) -> Result<()> {
         let within = match only {
             Some(_) => self.commit_timeout,
             None => self.retry_timeout,
@@ -422,8 +425,14 @@ impl GroupShared {
     }
 
     /// [`GroupShared::commit_pending`], retrying coordinator failures for `within`.
+    ///
+    /// The commit runs in a task of its own and the caller only waits for its result:
+    /// dropping this future never abandons an OffsetCommit mid-flight. Commits are
+    /// serialised by `commit_lock`, held by that task until the broker answered (or the
+    /// commit gave up), so a newer commit is never sent while an older one may still be
+    /// applied after it.
     async fn commit_pending_within(
-        &self,
+        self: &Arc<Self>,
         only: Option<&[TopicPartition]>,
         within: Duration,
     ) -> Result<()> {
@@ -434,6 +443,25 @@ impl GroupShared {
                 self.group_id
             )));
         }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            // not on a Tokio runtime: nothing to spawn on, commit in the caller's future
+            return self.commit_now(only, within).await;
+        };
+        let (me, only) = (self.clone(), only.map(<[TopicPartition]>::to_vec));
+        match rt
+            .spawn(async move { me.commit_now(only.as_deref(), within).await })
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => Err(Error::new(
+                crate::error::ErrorKind::Closed,
+                format!("group {}: the commit task ended: {e}", self.group_id),
+            )),
+        }
+    }
+
+    /// The commit itself, run by [`GroupShared::commit_pending_within`]'s task.
+    async fn commit_now(&self, only: Option<&[TopicPartition]>, within: Duration) -> Result<()> {
         let _serial = self.commit_lock.lock().await;
         let deadline = deadline_after(within);
         loop {
