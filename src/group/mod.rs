@@ -80,9 +80,13 @@ mod commit;
 mod consumer;
 pub(crate) mod coordinator;
 mod offset_store;
+mod revoke_hook;
 // Coordinator faults, against MockCluster.
 #[cfg(all(test, feature = "mock"))]
 mod coordinator_tests;
+// The pre-revoke hook, against MockCluster.
+#[cfg(all(test, feature = "mock"))]
+mod revoke_tests;
 pub(crate) mod txn_link;
 
 use crate::util::duration_ms;
@@ -108,6 +112,8 @@ pub use commit::{CommitMode, Committer, Offset, Unacked};
 use coordinator::{coordinator_lost, coordinator_retriable, Coordinator, Lane};
 pub use offset_store::OffsetStore;
 pub(crate) use offset_store::SharedStore;
+pub use revoke_hook::RevokeHook;
+pub(crate) use revoke_hook::SharedRevokeHook;
 
 use crate::admin::Admin;
 use crate::conn::Connection;
@@ -290,6 +296,12 @@ pub(crate) struct GroupShared {
     pub(crate) wake: Notify,
     /// The exactly-once pipeline that owns this group's commits, if one took over.
     pub(crate) txn: txn_link::TxnLink,
+    /// [`ReaderConfig::on_revoke`](crate::reader::ReaderConfig::on_revoke).
+    on_revoke: Option<SharedRevokeHook>,
+    /// Keeps the hook's calls (a revoke, the close) from overlapping.
+    hook_lock: tokio::sync::Mutex<()>,
+    /// How long the hook may take: the rebalance timeout.
+    hook_timeout: Duration,
 }
 
 /// How long one coordinator lookup step (FindCoordinator to one broker, a dial) may
@@ -359,7 +371,54 @@ impl GroupShared {
             closing: AtomicBool::new(false),
             wake: Notify::new(),
             txn: txn_link::TxnLink::default(),
+            on_revoke: config.on_revoke.clone(),
+            hook_lock: tokio::sync::Mutex::new(()),
+            hook_timeout: config.rebalance_timeout,
         }
+    }
+
+    /// Run the pre-revoke hook ([`ReaderConfig::on_revoke`](crate::reader::ReaderConfig::on_revoke))
+    /// with `partitions`, if there is one, and wait for it at most the rebalance timeout:
+    /// what it gets processed is committed by the commit that follows.
+    pub(crate) async fn before_revoke(&self, partitions: &[TopicPartition]) {
+        let Some(hook) = &self.on_revoke else {
+            return;
+        };
+        if partitions.is_empty() {
+            return;
+        }
+        let _serial = self.hook_lock.lock().await;
+        let started = Instant::now();
+        debug!(group = %self.group_id, partitions = partitions.len(), "running the revoke hook");
+        match tokio::time::timeout(self.hook_timeout, hook.0.revoking(partitions.to_vec())).await {
+            Ok(()) => {
+                debug!(group = %self.group_id, partitions = partitions.len(), took_ms = started.elapsed().as_millis() as u64, "revoke hook done")
+            }
+            Err(_) => warn!(
+                group = %self.group_id,
+                partitions = partitions.len(),
+                timeout_ms = self.hook_timeout.as_millis() as u64,
+                "the revoke hook did not finish within the rebalance timeout; committing what was processed"
+            ),
+        }
+    }
+
+    /// The reader closes: run the pre-revoke hook with every partition still owned.
+    pub(crate) async fn before_close(&self) {
+        if self.on_revoke.is_none() {
+            return;
+        }
+        let owned: Vec<TopicPartition> = {
+            let c = self.commits();
+            let mut v: Vec<TopicPartition> = c
+                .parts
+                .iter()
+                .flat_map(|(t, ps)| ps.keys().map(|p| TopicPartition::new(t.clone(), *p)))
+                .collect();
+            v.sort();
+            v
+        };
+        self.before_revoke(&owned).await;
     }
 
     pub(crate) fn commits(&self) -> MutexGuard<'_, Commits> {
@@ -1222,6 +1281,10 @@ impl GroupTask {
             }
         }
         self.reader.wake_task.notify_one();
+        if !lost {
+            // the pre-revoke hook: stages flush what they hold, so it is committed below
+            self.with_heartbeats(g.before_revoke(partitions)).await;
+        }
         if g.txn.transactional() {
             // An exactly-once pipeline owns the commits: it aborts its open transaction
             // (results and offsets of these partitions go together, or not at all) and
@@ -1251,6 +1314,47 @@ impl GroupTask {
                 partitions: partitions.to_vec(),
             }
         });
+    }
+
+    /// Run `f` (the revoke hook) while a classic member keeps heartbeating every
+    /// heartbeat interval, as the Java client's heartbeat thread does during
+    /// `onPartitionsRevoked`, so a hook slower than the session timeout does not expire
+    /// the membership. Heartbeat answers are ignored (`REBALANCE_IN_PROGRESS` is
+    /// expected; a lost membership shows in the commit and the next join). A KIP-848
+    /// member gives partitions up in a task beside its heartbeats: `f` just runs.
+    async fn with_heartbeats<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        let (generation, member_id) = lock(&self.group.member).clone();
+        if self.config().group_protocol != GroupProtocol::Classic
+            || generation < 0
+            || member_id.is_empty()
+        {
+            return f.await;
+        }
+        let config = self.config();
+        let send_timeout = (config.session_timeout / 3).max(coordinator_step(config));
+        let req = HeartbeatRequest {
+            group_id: self.group.group_id.clone(),
+            generation_id: generation,
+            member_id,
+            group_instance_id: self.group.instance_id.clone(),
+            ..Default::default()
+        };
+        let mut beat = tokio::time::interval_at(
+            tokio::time::Instant::now() + config.heartbeat_interval,
+            config.heartbeat_interval,
+        );
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(f);
+        loop {
+            tokio::select! {
+                r = &mut f => return r,
+                _ = beat.tick() => {
+                    if let Err(e) = self.heartbeat(&req, send_timeout).await {
+                        debug!(group = %self.group.group_id, generation, error = %e, "heartbeat while the revoke hook runs");
+                    }
+                }
+            }
+        }
     }
 
     async fn heartbeat_loop(&self, generation: i32, member_id: &str, watched: &Watched) -> End {
