@@ -7,7 +7,10 @@
 //! A coordinator that fails (connection error or timeout, `NOT_COORDINATOR`,
 //! `COORDINATOR_NOT_AVAILABLE`) is marked unknown: its connection is closed at once
 //! (failing whatever else was in flight on it) and the next call finds the coordinator
-//! again. The membership (generation, member id) is untouched by that.
+//! again — except the offsets connection when another connection failed: it is let go
+//! of, and closes once the commit in flight on it (if any) was answered, so an older
+//! commit is never applied after a newer one sent over a new connection. The
+//! membership (generation, member id) is untouched by that.
 
 use std::future::Future;
 use std::sync::Mutex;
