@@ -19,11 +19,137 @@ use std::time::{Duration, Instant};
 
 use common::{unique_topic, TestCluster};
 use futures::{SinkExt, StreamExt};
-use kafkapipe::admin::Admin;
+use kafkapipe::admin::{Admin, OffsetFetchOptions};
 use kafkapipe::conn::{Conn, RequiredAcks};
 use kafkapipe::group::{CommitMode, GroupEvent};
 use kafkapipe::reader::{Reader, ReaderConfig};
 use kafkapipe::writer::{Hash, Message, Writer, WriterConfig};
+
+/// The client's own record of its group offsets: every `OffsetCommit sent` /
+/// `OffsetCommit acknowledged` debug event and every `OffsetFetch answered` of the admin,
+/// captured by a tracing layer (beside the optional `KAFKAPIPE_TEST_LOG` printing).
+mod capture {
+    use std::collections::HashMap;
+    use std::fmt::Debug;
+    use std::sync::Mutex;
+
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
+    /// One captured event: its message and fields (as text).
+    #[derive(Debug, Clone)]
+    pub struct Event {
+        pub message: String,
+        pub fields: HashMap<&'static str, String>,
+    }
+
+    impl Event {
+        pub fn get(&self, name: &str) -> &str {
+            self.fields.get(name).map_or("", String::as_str)
+        }
+
+        pub fn int(&self, name: &str) -> i64 {
+            self.get(name).parse().unwrap_or(i64::MIN)
+        }
+    }
+
+    pub static EVENTS: Mutex<Vec<Event>> = Mutex::new(Vec::new());
+
+    /// How many events are captured so far (an index into [`EVENTS`]).
+    pub fn len() -> usize {
+        EVENTS.lock().unwrap().len()
+    }
+
+    /// The events captured from index `from` on.
+    pub fn since(from: usize) -> Vec<Event> {
+        EVENTS.lock().unwrap().get(from..).unwrap_or_default().to_vec()
+    }
+
+    struct Fields(HashMap<&'static str, String>);
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+            self.0.insert(field.name(), format!("{value:?}"));
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.0.insert(field.name(), value.to_string());
+        }
+    }
+
+    struct Capture;
+
+    impl<S: tracing::Subscriber> Layer<S> for Capture {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            let mut f = Fields(HashMap::new());
+            event.record(&mut f);
+            let message = f.0.remove("message").unwrap_or_default();
+            if message.starts_with("OffsetCommit ") || message == "OffsetFetch answered" {
+                EVENTS.lock().unwrap().push(Event {
+                    message,
+                    fields: f.0,
+                });
+            }
+        }
+    }
+
+    /// Install the capture (debug events of `kafkapipe::admin::groups` only) and, with
+    /// `KAFKAPIPE_TEST_LOG`, the usual printing of the client's logs.
+    pub fn init() {
+        let print = match std::env::var("KAFKAPIPE_TEST_LOG").as_deref() {
+            Ok("debug") => LevelFilter::DEBUG,
+            Ok(_) => LevelFilter::INFO,
+            Err(_) => LevelFilter::OFF,
+        };
+        let _ = tracing_subscriber::registry()
+            .with(Capture.with_filter(
+                Targets::new().with_target("kafkapipe::admin::groups", LevelFilter::DEBUG),
+            ))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_test_writer()
+                    .with_filter(print),
+            )
+            .try_init();
+    }
+
+    /// Per partition of `group`, the offsets the client sent (`OffsetCommit sent`) and had
+    /// acknowledged (`OffsetCommit acknowledged`) must never go back: the regressions, and
+    /// how many of each were seen.
+    pub fn commit_regressions(group: &str) -> (Vec<String>, usize, usize) {
+        let events = EVENTS.lock().unwrap();
+        let mut last: HashMap<(&str, i64), (i64, i64, &str)> = HashMap::new();
+        let (mut sent, mut acked) = (0, 0);
+        let mut out = Vec::new();
+        for e in events.iter().filter(|e| e.get("group") == group) {
+            let kind = match e.message.as_str() {
+                "OffsetCommit sent" => {
+                    sent += 1;
+                    "sent"
+                }
+                "OffsetCommit acknowledged" => {
+                    acked += 1;
+                    "acknowledged"
+                }
+                _ => continue,
+            };
+            let (p, o) = (e.int("partition"), e.int("offset"));
+            if let Some((prev, prev_id, prev_broker)) = last.insert((kind, p), (o, e.int("correlation_id"), e.get("broker"))) {
+                if o < prev {
+                    out.push(format!(
+                        "{kind} p{p}: {prev} (correlation id {prev_id}, {prev_broker}) then {o} (correlation id {}, {}, generation {})",
+                        e.int("correlation_id"),
+                        e.get("broker"),
+                        e.get("generation"),
+                    ));
+                }
+            }
+        }
+        (out, sent, acked)
+    }
+}
 
 fn wanted(n: u32) -> bool {
     match std::env::var("KAFKAPIPE_FAILOVER") {
@@ -522,7 +648,11 @@ async fn group_survives_leader_and_coordinator_loss(
         spawn_member("b", config, seen.clone(), events.clone(), stop_rx.clone()),
     ];
 
-    // Committed offsets, watched for regressions.
+    // Committed offsets, watched for regressions with stable reads (on Kafka 4.x a
+    // non-stable read is served at the offsets partition's high watermark, which a
+    // coordinator just moved by a failover can hold behind the commits the previous one
+    // acknowledged). Each round also makes a non-stable read, only to report how far it
+    // lags (the answering broker, and whether it caught up without a new commit).
     let regressions: Arc<Mutex<Vec<String>>> = Arc::default();
     let last_committed: Arc<Mutex<BTreeMap<i32, i64>>> = Arc::default();
     let watcher = {
@@ -532,27 +662,78 @@ async fn group_survives_leader_and_coordinator_loss(
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let admin = Admin::connect(bootstrap).unwrap();
+            // The broker that answered the last OffsetFetch made since capture index `from`.
+            let answered_by = |from: usize| {
+                capture::since(from)
+                    .iter()
+                    .rev()
+                    .find(|e| e.message == "OffsetFetch answered" && e.get("ok") == "true")
+                    .map(|e| e.int("broker"))
+                    .unwrap_or(-1)
+            };
+            let read = |stable: bool| {
+                let (admin, group, topic) = (&admin, &group, &topic);
+                async move {
+                    let from = capture::len();
+                    let opts = OffsetFetchOptions::new().require_stable(stable);
+                    let r = tokio::time::timeout(
+                        Duration::from_secs(2),
+                        admin.fetch_group_offsets_with(group, Some(&[topic.as_str()]), &opts),
+                    )
+                    .await;
+                    let Ok(Ok(offsets)) = r else { return None };
+                    let offsets: BTreeMap<i32, i64> = offsets
+                        .into_iter()
+                        .filter_map(|(tp, r)| Some((tp.partition, r.ok()?.offset)))
+                        .filter(|(_, o)| *o >= 0)
+                        .collect();
+                    Some((answered_by(from), offsets, capture::len()))
+                }
+            };
+            let mut last_unstable: BTreeMap<i32, i64> = BTreeMap::new();
+            // partition -> (offset it was at, when it went back, capture index then)
+            let mut behind: BTreeMap<i32, (i64, Instant, usize)> = BTreeMap::new();
             loop {
-                if let Ok(Ok(offsets)) = tokio::time::timeout(
-                    Duration::from_secs(2),
-                    admin.fetch_group_offsets(&group, Some(&[topic.as_str()])),
-                )
-                .await
-                {
+                let stable = read(true).await;
+                if let Some((node, offsets, _)) = &stable {
                     let mut last = last_committed.lock().unwrap();
-                    for (tp, r) in offsets {
-                        let Ok(c) = r else { continue };
-                        if c.offset < 0 {
-                            continue;
+                    for (p, o) in offsets {
+                        if let Some(prev) = last.insert(*p, *o).filter(|prev| prev > o) {
+                            regressions
+                                .lock()
+                                .unwrap()
+                                .push(format!("p{p} {prev} -> {o} (stable read answered by {node})"));
                         }
-                        let prev = last.insert(tp.partition, c.offset);
-                        if prev.is_some_and(|p| p > c.offset) {
-                            regressions.lock().unwrap().push(format!(
-                                "p{} {} -> {}",
-                                tp.partition,
-                                prev.unwrap(),
-                                c.offset
-                            ));
+                    }
+                }
+                if let Some((node, offsets, at)) = read(false).await {
+                    for (p, o) in &offsets {
+                        let stable_o = stable.as_ref().and_then(|s| s.1.get(p));
+                        let prev = last_unstable.insert(*p, *o);
+                        let back = prev.filter(|prev| prev > o).or(stable_o.copied().filter(|s| s > o));
+                        if let Some(was) = back {
+                            eprintln!(
+                                "[group] non-stable read answered by {node}: p{p} {o}, behind {was} (previous non-stable read {prev:?}, stable read just before {stable_o:?} from {:?})",
+                                stable.as_ref().map(|s| s.0)
+                            );
+                            behind.entry(*p).or_insert((was, Instant::now(), at));
+                        } else if let Some((was, since, from)) = behind.get(p).copied() {
+                            if *o >= was {
+                                let commits: Vec<String> = capture::since(from)
+                                    .iter()
+                                    .filter(|e| {
+                                        e.get("group") == group
+                                            && e.int("partition") == i64::from(*p)
+                                            && e.message == "OffsetCommit acknowledged"
+                                    })
+                                    .map(|e| e.get("offset").to_string())
+                                    .collect();
+                                eprintln!(
+                                    "[group] non-stable read answered by {node}: p{p} back at {o} (>= {was}) after {:?}; commits of p{p} acknowledged in between: {commits:?}",
+                                    since.elapsed()
+                                );
+                                behind.remove(p);
+                            }
                         }
                     }
                 }
@@ -757,6 +938,17 @@ async fn group_survives_leader_and_coordinator_loss(
         producer_errors.is_empty(),
         "writer errors: {producer_errors:?}"
     );
+    // The client's own commits: per partition, what it sent and had acknowledged never
+    // goes back.
+    let (client_regressions, sent, acked) = capture::commit_regressions(&group);
+    eprintln!(
+        "[group] OffsetCommit partitions sent {sent}, acknowledged {acked}, regressions {client_regressions:?}"
+    );
+    assert!(sent > 0 && acked > 0, "no OffsetCommit captured");
+    assert!(
+        client_regressions.is_empty(),
+        "the client's commits went back: {client_regressions:?}"
+    );
     assert_eq!(lost, 0);
     assert!(regressions.is_empty(), "commits regressed: {regressions:?}");
     assert!(
@@ -767,7 +959,7 @@ async fn group_survives_leader_and_coordinator_loss(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_scenarios() {
-    common::init_log();
+    capture::init();
     let t0 = Instant::now();
     let mut cluster = blocking(|| TestCluster::start(3));
     eprintln!("cluster of 3 ready in {:?}", t0.elapsed());
