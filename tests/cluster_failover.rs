@@ -651,10 +651,42 @@ async fn group_survives_leader_and_coordinator_loss(
     // Committed offsets, watched for regressions with stable reads (on Kafka 4.x a
     // non-stable read is served at the offsets partition's high watermark, which a
     // coordinator just moved by a failover can hold behind the commits the previous one
-    // acknowledged). Each round also makes a non-stable read, only to report how far it
-    // lags (the answering broker, and whether it caught up without a new commit).
+    // acknowledged).
     let regressions: Arc<Mutex<Vec<String>>> = Arc::default();
     let last_committed: Arc<Mutex<BTreeMap<i32, i64>>> = Arc::default();
+    // One OffsetFetch of the group's offsets of `topic`: the broker that answered, the
+    // offsets, and the capture index after it.
+    async fn read(
+        admin: &Admin,
+        group: &str,
+        topic: &str,
+        stable: bool,
+    ) -> Option<(i64, BTreeMap<i32, i64>, usize)> {
+        let from = capture::len();
+        let opts = OffsetFetchOptions::new().require_stable(stable);
+        let r = tokio::time::timeout(
+            Duration::from_secs(2),
+            admin.fetch_group_offsets_with(group, Some(&[topic]), &opts),
+        )
+        .await;
+        let Ok(Ok(offsets)) = r else { return None };
+        let offsets: BTreeMap<i32, i64> = offsets
+            .into_iter()
+            .filter_map(|(tp, r)| Some((tp.partition, r.ok()?.offset)))
+            .filter(|(_, o)| *o >= 0)
+            .collect();
+        let node = capture::since(from)
+            .iter()
+            .rev()
+            .find(|e| {
+                e.message == "OffsetFetch answered"
+                    && e.get("ok") == "true"
+                    && e.get("group") == group
+                    && e.get("require_stable") == stable.to_string()
+            })
+            .map_or(-1, |e| e.int("broker"));
+        Some((node, offsets, capture::len()))
+    }
     let watcher = {
         let bootstrap = bootstrap.clone();
         let (group, topic) = (group.clone(), topic.clone());
@@ -662,78 +694,14 @@ async fn group_survives_leader_and_coordinator_loss(
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let admin = Admin::connect(bootstrap).unwrap();
-            // The broker that answered the last OffsetFetch made since capture index `from`.
-            let answered_by = |from: usize| {
-                capture::since(from)
-                    .iter()
-                    .rev()
-                    .find(|e| e.message == "OffsetFetch answered" && e.get("ok") == "true")
-                    .map(|e| e.int("broker"))
-                    .unwrap_or(-1)
-            };
-            let read = |stable: bool| {
-                let (admin, group, topic) = (&admin, &group, &topic);
-                async move {
-                    let from = capture::len();
-                    let opts = OffsetFetchOptions::new().require_stable(stable);
-                    let r = tokio::time::timeout(
-                        Duration::from_secs(2),
-                        admin.fetch_group_offsets_with(group, Some(&[topic.as_str()]), &opts),
-                    )
-                    .await;
-                    let Ok(Ok(offsets)) = r else { return None };
-                    let offsets: BTreeMap<i32, i64> = offsets
-                        .into_iter()
-                        .filter_map(|(tp, r)| Some((tp.partition, r.ok()?.offset)))
-                        .filter(|(_, o)| *o >= 0)
-                        .collect();
-                    Some((answered_by(from), offsets, capture::len()))
-                }
-            };
-            let mut last_unstable: BTreeMap<i32, i64> = BTreeMap::new();
-            // partition -> (offset it was at, when it went back, capture index then)
-            let mut behind: BTreeMap<i32, (i64, Instant, usize)> = BTreeMap::new();
             loop {
-                let stable = read(true).await;
-                if let Some((node, offsets, _)) = &stable {
+                if let Some((node, offsets, _)) = read(&admin, &group, &topic, true).await {
                     let mut last = last_committed.lock().unwrap();
                     for (p, o) in offsets {
-                        if let Some(prev) = last.insert(*p, *o).filter(|prev| prev > o) {
-                            regressions
-                                .lock()
-                                .unwrap()
-                                .push(format!("p{p} {prev} -> {o} (stable read answered by {node})"));
-                        }
-                    }
-                }
-                if let Some((node, offsets, at)) = read(false).await {
-                    for (p, o) in &offsets {
-                        let stable_o = stable.as_ref().and_then(|s| s.1.get(p));
-                        let prev = last_unstable.insert(*p, *o);
-                        let back = prev.filter(|prev| prev > o).or(stable_o.copied().filter(|s| s > o));
-                        if let Some(was) = back {
-                            eprintln!(
-                                "[group] non-stable read answered by {node}: p{p} {o}, behind {was} (previous non-stable read {prev:?}, stable read just before {stable_o:?} from {:?})",
-                                stable.as_ref().map(|s| s.0)
-                            );
-                            behind.entry(*p).or_insert((was, Instant::now(), at));
-                        } else if let Some((was, since, from)) = behind.get(p).copied() {
-                            if *o >= was {
-                                let commits: Vec<String> = capture::since(from)
-                                    .iter()
-                                    .filter(|e| {
-                                        e.get("group") == group
-                                            && e.int("partition") == i64::from(*p)
-                                            && e.message == "OffsetCommit acknowledged"
-                                    })
-                                    .map(|e| e.get("offset").to_string())
-                                    .collect();
-                                eprintln!(
-                                    "[group] non-stable read answered by {node}: p{p} back at {o} (>= {was}) after {:?}; commits of p{p} acknowledged in between: {commits:?}",
-                                    since.elapsed()
-                                );
-                                behind.remove(p);
-                            }
+                        if let Some(prev) = last.insert(p, o).filter(|prev| *prev > o) {
+                            regressions.lock().unwrap().push(format!(
+                                "p{p} {prev} -> {o} (stable read answered by {node})"
+                            ));
                         }
                     }
                 }
@@ -743,6 +711,68 @@ async fn group_survives_leader_and_coordinator_loss(
                 }
             }
             admin.close().await;
+        })
+    };
+    // Non-stable reads, only reported: one behind an offset seen before (by itself or
+    // a stable read) names the broker that answered, and when it catches up, whether
+    // a commit of that partition was acknowledged in between.
+    let probe = {
+        let bootstrap = bootstrap.clone();
+        let (group, topic) = (group.clone(), topic.clone());
+        let last_committed = last_committed.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let admin = Admin::connect(bootstrap).unwrap();
+            let mut seen: BTreeMap<i32, i64> = BTreeMap::new();
+            // partition -> (offset seen before, when it was behind, capture index then)
+            let mut behind: BTreeMap<i32, (i64, Instant, usize)> = BTreeMap::new();
+            let mut stale_reads = 0;
+            let mut last_node = -1;
+            loop {
+                let stable_before = last_committed.lock().unwrap().clone();
+                if let Some((node, offsets, at)) = read(&admin, &group, &topic, false).await {
+                    if node != last_node {
+                        eprintln!("[probe] first non-stable answer from {node}: {offsets:?}; seen before {seen:?}, stable {stable_before:?}");
+                        last_node = node;
+                    }
+                    let mut stale = false;
+                    for (p, o) in offsets {
+                        let before = seen.get(&p).copied().max(stable_before.get(&p).copied());
+                        seen.insert(p, before.unwrap_or(o).max(o));
+                        match before.filter(|b| *b > o) {
+                            Some(b) => {
+                                stale = true;
+                                eprintln!("[probe] non-stable read answered by {node}: p{p} {o}, behind {b} seen before");
+                                behind.entry(p).or_insert((b, Instant::now(), at));
+                            }
+                            None => {
+                                if let Some((b, since, from)) = behind.remove(&p) {
+                                    let commits: Vec<String> = capture::since(from)
+                                        .iter()
+                                        .filter(|e| {
+                                            e.get("group") == group
+                                                && e.int("partition") == i64::from(p)
+                                                && e.message == "OffsetCommit acknowledged"
+                                        })
+                                        .map(|e| e.get("offset").to_string())
+                                        .collect();
+                                    eprintln!(
+                                        "[probe] non-stable read answered by {node}: p{p} at {o} (>= {b}) after {:?}; commits of p{p} acknowledged in between: {commits:?}",
+                                        since.elapsed()
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    stale_reads += usize::from(stale);
+                }
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => break,
+                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+            }
+            admin.close().await;
+            stale_reads
         })
     };
 
@@ -914,6 +944,8 @@ async fn group_survives_leader_and_coordinator_loss(
             .unwrap();
     }
     watcher.await.unwrap();
+    let stale_reads = probe.await.unwrap();
+    eprintln!("[group] non-stable reads behind an offset seen before: {stale_reads}");
     blocking(|| cluster.node(coordinator).restart());
 
     let seen = seen.lock().unwrap();
