@@ -556,6 +556,40 @@ async fn reader_reads_through_leader_change(cluster: &mut TestCluster) {
     );
 }
 
+/// One OffsetFetch of the group's offsets of `topic`: the broker that answered, the
+/// offsets, and the capture index after it.
+async fn read(
+    admin: &Admin,
+    group: &str,
+    topic: &str,
+    stable: bool,
+) -> Option<(i64, BTreeMap<i32, i64>, usize)> {
+    let from = capture::len();
+    let opts = OffsetFetchOptions::new().require_stable(stable);
+    let r = tokio::time::timeout(
+        Duration::from_secs(2),
+        admin.fetch_group_offsets_with(group, Some(&[topic]), &opts),
+    )
+    .await;
+    let Ok(Ok(offsets)) = r else { return None };
+    let offsets: BTreeMap<i32, i64> = offsets
+        .into_iter()
+        .filter_map(|(tp, r)| Some((tp.partition, r.ok()?.offset)))
+        .filter(|(_, o)| *o >= 0)
+        .collect();
+    let node = capture::since(from)
+        .iter()
+        .rev()
+        .find(|e| {
+            e.message == "OffsetFetch answered"
+                && e.get("ok") == "true"
+                && e.get("group") == group
+                && e.get("require_stable") == stable.to_string()
+        })
+        .map_or(-1, |e| e.int("broker"));
+    Some((node, offsets, capture::len()))
+}
+
 /// Group events of the members, with when and by whom they were seen.
 type Events = Arc<Mutex<Vec<(Instant, &'static str, GroupEvent)>>>;
 
@@ -654,39 +688,6 @@ async fn group_survives_leader_and_coordinator_loss(
     // acknowledged).
     let regressions: Arc<Mutex<Vec<String>>> = Arc::default();
     let last_committed: Arc<Mutex<BTreeMap<i32, i64>>> = Arc::default();
-    // One OffsetFetch of the group's offsets of `topic`: the broker that answered, the
-    // offsets, and the capture index after it.
-    async fn read(
-        admin: &Admin,
-        group: &str,
-        topic: &str,
-        stable: bool,
-    ) -> Option<(i64, BTreeMap<i32, i64>, usize)> {
-        let from = capture::len();
-        let opts = OffsetFetchOptions::new().require_stable(stable);
-        let r = tokio::time::timeout(
-            Duration::from_secs(2),
-            admin.fetch_group_offsets_with(group, Some(&[topic]), &opts),
-        )
-        .await;
-        let Ok(Ok(offsets)) = r else { return None };
-        let offsets: BTreeMap<i32, i64> = offsets
-            .into_iter()
-            .filter_map(|(tp, r)| Some((tp.partition, r.ok()?.offset)))
-            .filter(|(_, o)| *o >= 0)
-            .collect();
-        let node = capture::since(from)
-            .iter()
-            .rev()
-            .find(|e| {
-                e.message == "OffsetFetch answered"
-                    && e.get("ok") == "true"
-                    && e.get("group") == group
-                    && e.get("require_stable") == stable.to_string()
-            })
-            .map_or(-1, |e| e.int("broker"));
-        Some((node, offsets, capture::len()))
-    }
     let watcher = {
         let bootstrap = bootstrap.clone();
         let (group, topic) = (group.clone(), topic.clone());
@@ -989,6 +990,96 @@ async fn group_survives_leader_and_coordinator_loss(
     );
 }
 
+/// Scenario 6: an admin commits offsets of a member-less group without pause; right
+/// after an acknowledged commit (and with no commit after it) the coordinator is
+/// killed. Every stable read of the new coordinator includes that commit. Non-stable
+/// reads, made in turn with them, are only reported: on Kafka 4.x the new coordinator
+/// serves them at its offsets partition's high watermark, which can still be before
+/// that commit for a moment.
+async fn stable_offset_reads_through_coordinator_loss(cluster: &mut TestCluster) {
+    let topic = unique_topic("failover-reads");
+    let group = unique_topic("failover-reads-g");
+    blocking(|| cluster.create_topic(&topic, 1));
+    let bootstrap = cluster.addrs();
+    let admin = Admin::connect(bootstrap.clone()).unwrap();
+    let stop_committing = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicUsize::new(0));
+    let committer = {
+        let tp = kafkapipe::admin::TopicPartition::new(&topic, 0);
+        let (admin, group) = (admin.clone(), group.clone());
+        let (stop, progress) = (stop_committing.clone(), progress.clone());
+        tokio::spawn(async move {
+            let mut acked = -1i64;
+            let mut i = 1i64;
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(mut r) = admin.commit_group_offsets(&group, &[(tp.clone(), i)]).await {
+                    if r.pop().is_some_and(|(_, r)| r.is_ok()) {
+                        acked = i;
+                        progress.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                i += 1;
+            }
+            acked
+        })
+    };
+    let t0 = Instant::now();
+    while progress.load(Ordering::SeqCst) < 20 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "commits not acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let coordinator = admin.find_coordinator(&group).await.unwrap();
+    stop_committing.store(true, Ordering::SeqCst);
+    // the kill follows the last acknowledgement at once
+    let acked = committer.await.unwrap();
+    blocking(|| cluster.node(coordinator).kill());
+    let killed_at = Instant::now();
+    eprintln!("[reads] last acknowledged commit {acked}; killed coordinator {coordinator}");
+    // No retries inside a read: the new coordinator's first answers matter.
+    let probe = Admin::connect(vec![blocking(|| cluster.live_addr())])
+        .unwrap()
+        .with_retries(1, Duration::from_millis(5));
+    let (mut answered, mut behind) = ([0usize; 2], [0usize; 2]);
+    let mut first_answer = None;
+    while answered[1] < 50 {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(60),
+            "the new coordinator answered {answered:?} reads in 60 s"
+        );
+        let mut any = false;
+        for stable in [false, true] {
+            let Some((node, offsets, _)) = read(&probe, &group, &topic, stable).await else {
+                continue;
+            };
+            any = true;
+            let first = *first_answer.get_or_insert_with(|| killed_at.elapsed());
+            let o = offsets.get(&0).copied().unwrap_or(-1);
+            answered[usize::from(stable)] += 1;
+            let kind = if stable { "stable" } else { "non-stable" };
+            if o < acked {
+                behind[usize::from(stable)] += 1;
+                eprintln!("[reads] {:?} after the kill: {kind} read answered by {node}: {o}, before the acknowledged {acked}", killed_at.elapsed());
+            } else if killed_at.elapsed() < first + Duration::from_millis(200) {
+                eprintln!("[reads] {:?} after the kill: {kind} read answered by {node}: {o}", killed_at.elapsed());
+            }
+        }
+        if !any {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    eprintln!(
+        "[reads] answered: non-stable {}, stable {}; before the last acknowledged commit: non-stable {}, stable {}",
+        answered[0], answered[1], behind[0], behind[1]
+    );
+    probe.close().await;
+    admin.close().await;
+    blocking(|| cluster.node(coordinator).restart());
+    assert_eq!(behind[1], 0, "stable reads missed the acknowledged commit {acked}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_scenarios() {
     capture::init();
@@ -1028,6 +1119,11 @@ async fn failover_scenarios() {
         )
         .await;
         eprintln!("scenario 5 (KIP-848) passed in {:?}", t.elapsed());
+    }
+    if wanted(6) {
+        let t = Instant::now();
+        stable_offset_reads_through_coordinator_loss(&mut cluster).await;
+        eprintln!("scenario 6 passed in {:?}", t.elapsed());
     }
     eprintln!("all scenarios in {:?}", t0.elapsed());
 }
