@@ -769,7 +769,7 @@ async fn group_survives_leader_and_coordinator_loss(
                 }
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => break,
-                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 }
             }
             admin.close().await;
