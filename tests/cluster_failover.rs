@@ -65,7 +65,12 @@ mod capture {
 
     /// The events captured from index `from` on.
     pub fn since(from: usize) -> Vec<Event> {
-        EVENTS.lock().unwrap().get(from..).unwrap_or_default().to_vec()
+        EVENTS
+            .lock()
+            .unwrap()
+            .get(from..)
+            .unwrap_or_default()
+            .to_vec()
     }
 
     struct Fields(HashMap<&'static str, String>);
@@ -136,7 +141,9 @@ mod capture {
                 _ => continue,
             };
             let (p, o) = (e.int("partition"), e.int("offset"));
-            if let Some((prev, prev_id, prev_broker)) = last.insert((kind, p), (o, e.int("correlation_id"), e.get("broker"))) {
+            if let Some((prev, prev_id, prev_broker)) =
+                last.insert((kind, p), (o, e.int("correlation_id"), e.get("broker")))
+            {
                 if o < prev {
                     out.push(format!(
                         "{kind} p{p}: {prev} (correlation id {prev_id}, {prev_broker}) then {o} (correlation id {}, {}, generation {})",
@@ -1063,7 +1070,10 @@ async fn stable_offset_reads_through_coordinator_loss(cluster: &mut TestCluster)
                 behind[usize::from(stable)] += 1;
                 eprintln!("[reads] {:?} after the kill: {kind} read answered by {node}: {o}, before the acknowledged {acked}", killed_at.elapsed());
             } else if killed_at.elapsed() < first + Duration::from_millis(200) {
-                eprintln!("[reads] {:?} after the kill: {kind} read answered by {node}: {o}", killed_at.elapsed());
+                eprintln!(
+                    "[reads] {:?} after the kill: {kind} read answered by {node}: {o}",
+                    killed_at.elapsed()
+                );
             }
         }
         if !any {
@@ -1077,7 +1087,10 @@ async fn stable_offset_reads_through_coordinator_loss(cluster: &mut TestCluster)
     probe.close().await;
     admin.close().await;
     blocking(|| cluster.node(coordinator).restart());
-    assert_eq!(behind[1], 0, "stable reads missed the acknowledged commit {acked}");
+    assert_eq!(
+        behind[1], 0,
+        "stable reads missed the acknowledged commit {acked}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -516,7 +516,13 @@ impl Admin {
             let fetched = self
                 .with_coordinator("OffsetFetch", group, |c, node| async move {
                     let r = Self::offset_fetch_on(&c, group, wanted, stable).await;
-                    debug!(group, broker = node, require_stable = stable, ok = r.is_ok(), "OffsetFetch answered");
+                    debug!(
+                        group,
+                        broker = node,
+                        require_stable = stable,
+                        ok = r.is_ok(),
+                        "OffsetFetch answered"
+                    );
                     r
                 })
                 .await?;
@@ -528,7 +534,12 @@ impl Admin {
                 return Ok(fetched);
             }
             let delay = self.delay(attempt);
-            debug!(group, attempt, delay_ms = delay.as_millis() as u64, "unstable offsets (a transaction is committing them); fetching again");
+            debug!(
+                group,
+                attempt,
+                delay_ms = delay.as_millis() as u64,
+                "unstable offsets (a transaction is committing them); fetching again"
+            );
             tokio::time::sleep(delay).await;
             attempt += 1;
         }
@@ -755,15 +766,23 @@ impl Admin {
                 return Err(e);
             }
         };
-        for t in resp.topics.iter().filter(|_| tracing::enabled!(tracing::Level::DEBUG)) {
+        for t in resp
+            .topics
+            .iter()
+            .filter(|_| tracing::enabled!(tracing::Level::DEBUG))
+        {
             for p in &t.partitions {
                 let offset = offsets
                     .iter()
                     .find(|(tp, _)| tp.topic == t.name && tp.partition == p.partition_index)
                     .map_or(-1, |(_, o)| *o);
                 match ErrorCode::non_zero(p.error_code) {
-                    None => debug!(group = %group, generation, broker = %c.broker(), topic = %t.name, partition = p.partition_index, offset, correlation_id, "OffsetCommit acknowledged"),
-                    Some(code) => debug!(group = %group, generation, broker = %c.broker(), topic = %t.name, partition = p.partition_index, offset, correlation_id, error = %code, "OffsetCommit refused"),
+                    None => {
+                        debug!(group = %group, generation, broker = %c.broker(), topic = %t.name, partition = p.partition_index, offset, correlation_id, "OffsetCommit acknowledged")
+                    }
+                    Some(code) => {
+                        debug!(group = %group, generation, broker = %c.broker(), topic = %t.name, partition = p.partition_index, offset, correlation_id, error = %code, "OffsetCommit refused")
+                    }
                 }
             }
         }
