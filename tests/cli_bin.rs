@@ -771,6 +771,11 @@ async fn topics_produce_consume_offsets_groups() {
         out.contains(&format!("  offset {topic} 1 committed 2 end 5 lag 3\n")),
         "{out}"
     );
+    let out = ok(&["groups", "describe", &group, "--require-stable"], "");
+    assert!(
+        out.contains(&format!("  offset {topic} 1 committed 2 end 5 lag 3\n")),
+        "{out}"
+    );
     assert_eq!(
         ok(&["groups", "delete", &group], ""),
         format!("deleted {group}\n")

@@ -277,7 +277,7 @@ pub(super) async fn handle(
         }
         ApiKey::OFFSET_FETCH => {
             let (c, r) = parse::<OffsetFetchRequest>(frame, version)?;
-            let resp = offset_fetch(id, &shared.lock(), &r, forced);
+            let resp = offset_fetch(id, &mut shared.lock(), &r, forced);
             reply::<OffsetFetchRequest>(c, version, &resp)
         }
         other => Err(Error::protocol(format!("not a group API: {other}"))),
@@ -658,13 +658,12 @@ fn offset_commit(
 
 fn offset_fetch(
     id: i32,
-    st: &State,
+    st: &mut State,
     req: &OffsetFetchRequest,
     forced: Option<ErrorCode>,
 ) -> OffsetFetchResponse {
     let error = forced
         .or_else(|| (!coordinates(st, id, &req.group_id)).then_some(ErrorCode::NotCoordinator));
-    let g = st.groups.get(&req.group_id);
     let wanted: Vec<(String, Vec<i32>)> = match &req.topics {
         Some(ts) => ts
             .iter()
@@ -672,6 +671,7 @@ fn offset_fetch(
             .collect(),
         None => {
             let mut all: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+            let g = st.groups.get(&req.group_id);
             for (t, p) in g.map(|g| g.offsets.keys()).into_iter().flatten() {
                 all.entry(t.clone()).or_default().push(*p);
             }
@@ -684,13 +684,20 @@ fn offset_fetch(
             partitions: parts
                 .into_iter()
                 .map(|p| {
-                    let found = g.and_then(|g| g.offsets.get(&(name.clone(), p)));
+                    let injected = match error {
+                        Some(_) => None,
+                        None => st.take_partition_error(ApiKey::OFFSET_FETCH, &name, p),
+                    };
+                    let g = st.groups.get(&req.group_id);
+                    let found = g
+                        .and_then(|g| g.offsets.get(&(name.clone(), p)))
+                        .filter(|_| injected.is_none());
                     OffsetFetchResponsePartition {
                         partition_index: p,
                         committed_offset: found.map_or(-1, |o| o.0),
                         committed_leader_epoch: -1,
                         metadata: found.and_then(|o| o.1.clone()),
-                        error_code: error.map_or(0, ErrorCode::code),
+                        error_code: error.or(injected).map_or(0, ErrorCode::code),
                         ..OffsetFetchResponsePartition::default()
                     }
                 })

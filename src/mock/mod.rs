@@ -1096,7 +1096,7 @@ impl MockCluster {
 
     /// Answer `code` for one partition in the next `times` requests of `api` that carry
     /// it (`u32::MAX`: until [`clear_faults`](Self::clear_faults)); the request's other
-    /// partitions are served normally. For Produce, Fetch and ListOffsets.
+    /// partitions are served normally. For Produce, Fetch, ListOffsets and OffsetFetch.
     ///
     /// ```
     /// use kafkapipe::conn::{Conn, ProduceOptions};

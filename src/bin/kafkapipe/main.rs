@@ -119,6 +119,10 @@ enum GroupsCmd {
     Describe {
         /// The group.
         group: String,
+        /// Read only stable committed offsets (OffsetFetch `require_stable`): every
+        /// commit the coordinator acknowledged, also right after a coordinator failover.
+        #[arg(long)]
+        require_stable: bool,
     },
     /// Delete groups (they must have no members).
     Delete {
