@@ -83,6 +83,9 @@ mod offset_store;
 // Coordinator faults, against MockCluster.
 #[cfg(all(test, feature = "mock"))]
 mod coordinator_tests;
+// The KIP-848 engine through coordinator faults, against MockCluster.
+#[cfg(all(test, feature = "mock"))]
+mod kip848_tests;
 pub(crate) mod txn_link;
 
 use crate::util::duration_ms;
