@@ -191,7 +191,6 @@ async fn a_hung_interval_commit_does_not_delay_the_revocation() {
     })
     .await;
     let tb = spawn_member(config(&mock), b.clone(), stop.clone());
-    let joined = Instant::now();
     wait_until("b holding one partition", Duration::from_secs(12), || {
         holding(&b).0.len() == 1 || holding(&a).3 > 0
     })
@@ -213,7 +212,6 @@ async fn a_hung_interval_commit_does_not_delay_the_revocation() {
         mock.member_epoch("g", &a_id).is_some(),
         "a is still a member"
     );
-    eprintln!("b had its partition {:?} after b joined", joined.elapsed());
     stop.store(true, Ordering::SeqCst);
     ta.await.unwrap();
     tb.await.unwrap();
