@@ -24,6 +24,11 @@
 //! and rejoin at epoch 0; `UNRELEASED_INSTANCE_ID` and `UNSUPPORTED_ASSIGNOR` are
 //! yielded by the reader's stream with an explanation and retried after `join_backoff`.
 //!
+//! Heartbeat failures keep the partitions until the coordinator fences the member or no
+//! heartbeat has been answered for longer than any broker session (see `expiry`); the
+//! interval commit never outlives the membership, epoch or ownership it was built for
+//! (see `GroupTask::abandon_commit`).
+//!
 //! Every heartbeat carries the full member state (subscription, rebalance timeout,
 //! owned partitions) rather than only what changed: the broker accepts that, and a
 //! heartbeat lost on the way can never leave the broker with a stale view.
@@ -892,7 +897,8 @@ fn to_partitions(
 }
 
 /// The state machine against scripted coordinator responses: the seam between the
-/// protocol logic and the I/O (the mock cluster does not serve KIP-848 groups).
+/// protocol logic and the I/O (the engine against MockCluster's KIP-848 coordinator is
+/// in `kip848_tests.rs`).
 #[cfg(test)]
 mod tests {
     use super::*;
