@@ -605,6 +605,7 @@ impl GroupTask {
                         warn!(group = %g.group_id, epoch = m.epoch, failing_ms = last_ok.elapsed().as_millis() as u64, "no heartbeat answered for longer than any broker session; dropping the partitions and rejoining");
                         self.abandon_commit(inflight.take(), "the membership expired");
                         if let Some(j) = job.take() {
+                            self.abandon_revocation(&j);
                             settle(j, &mut m, &mut names).await;
                         }
                         let lost = m.lose();
@@ -624,6 +625,7 @@ impl GroupTask {
                         // the owned partitions, settle, lose them again
                         Some(j) => {
                             m.owned = lost;
+                            self.abandon_revocation(&j);
                             settle(j, &mut m, &mut names).await;
                             m.lose()
                         }
@@ -715,6 +717,16 @@ impl GroupTask {
         debug!(group = %self.group.group_id, epoch = c.epoch, why, "interval commit abandoned");
         drop(c);
         self.group.coord.reset(Lane::Offsets);
+    }
+
+    /// A revocation interrupted because the membership is gone: its commit (or the
+    /// interval commit it was letting finish) is abandoned with it, so reset the
+    /// offsets connection its request may still occupy (see
+    /// [`GroupTask::abandon_commit`]).
+    fn abandon_revocation(&self, j: &Job) {
+        if j.1 && !j.0.is_finished() {
+            self.group.coord.reset(Lane::Offsets);
+        }
     }
 
     /// Let the interval commit `c` finish for `grace` (a healthy coordinator answers in
