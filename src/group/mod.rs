@@ -83,6 +83,9 @@ mod offset_store;
 // Coordinator faults, against MockCluster.
 #[cfg(all(test, feature = "mock"))]
 mod coordinator_tests;
+// The KIP-848 engine through coordinator faults, against MockCluster.
+#[cfg(all(test, feature = "mock"))]
+mod kip848_tests;
 pub(crate) mod txn_link;
 
 use crate::util::duration_ms;
@@ -437,7 +440,17 @@ impl GroupShared {
         let _serial = self.commit_lock.lock().await;
         let deadline = deadline_after(within);
         loop {
-            let due = self.commits().due(only);
+            // The tracks the offsets were taken from: the answer moves only them, never a
+            // later ownership of the same partition taken while this commit was on its way.
+            let (due, tracks) = {
+                let c = self.commits();
+                let due = c.due(only);
+                let tracks: Vec<Option<Arc<Track>>> = due
+                    .iter()
+                    .map(|(tp, _)| c.get(&tp.topic, tp.partition).cloned())
+                    .collect();
+                (due, tracks)
+            };
             if due.is_empty() {
                 return Ok(());
             }
@@ -475,12 +488,13 @@ impl GroupShared {
             let mut first_err = None;
             let mut stale = false;
             {
-                let c = self.commits();
-                for ((tp, r), (_, offset)) in results.into_iter().zip(due.iter()) {
+                for (((_, r), (_, offset)), track) in
+                    results.into_iter().zip(due.iter()).zip(tracks.iter())
+                {
                     match r {
                         Ok(()) => {
-                            if let Some(p) = c.get(&tp.topic, tp.partition) {
-                                p.committed(*offset);
+                            if let Some(t) = track {
+                                t.committed(*offset);
                             }
                         }
                         Err(e) => {

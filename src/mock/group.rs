@@ -59,6 +59,8 @@ pub(super) struct Group {
     pending: HashSet<String>,
     rebalance_deadline: Option<Instant>,
     offsets: HashMap<(String, i32), (i64, Option<String>)>,
+    /// The group's KIP-848 members (a group has classic members or these, not both).
+    pub(super) consumers: super::consumer_group::Consumers,
 }
 
 impl Group {
@@ -74,7 +76,11 @@ impl Group {
     }
 
     pub fn member_ids(&self) -> Vec<String> {
-        self.members.keys().cloned().collect()
+        self.members
+            .keys()
+            .chain(self.consumers.member_ids())
+            .cloned()
+            .collect()
     }
 
     /// The group as DescribeGroups reports it.
@@ -224,7 +230,9 @@ pub(super) async fn reaper(shared: Arc<Shared>) {
         let mut changed = false;
         {
             let mut st = shared.lock();
+            let session = st.consumer_timeouts.1;
             for g in st.groups.values_mut() {
+                changed |= g.consumers.expire(now, session);
                 changed |= g.expire(now);
                 changed |= g.try_complete(now);
             }
@@ -272,7 +280,7 @@ pub(super) async fn handle(
         }
         ApiKey::OFFSET_COMMIT => {
             let (c, r) = parse::<OffsetCommitRequest>(frame, version)?;
-            let resp = offset_commit(id, &mut shared.lock(), &r, forced);
+            let resp = offset_commit(id, &mut shared.lock(), &r, version, forced);
             reply::<OffsetCommitRequest>(c, version, &resp)
         }
         ApiKey::OFFSET_FETCH => {
@@ -608,6 +616,7 @@ fn offset_commit(
     id: i32,
     st: &mut State,
     req: &OffsetCommitRequest,
+    version: i16,
     forced: Option<ErrorCode>,
 ) -> OffsetCommitResponse {
     let coordinator = coordinates(st, id, &req.group_id);
@@ -618,7 +627,16 @@ fn offset_commit(
         }
         if req.generation_id_or_member_epoch < 0 && req.member_id.is_empty() {
             // A simple commit (no membership), allowed unless the group has members.
-            return (!g.members.is_empty()).then_some(ErrorCode::UnknownMemberId);
+            return (!g.members.is_empty() || !g.consumers.is_empty())
+                .then_some(ErrorCode::UnknownMemberId);
+        }
+        if !g.consumers.is_empty() {
+            // KIP-848: the member epoch is the generation (OffsetCommit v9+)
+            return g.consumers.check_commit(
+                &req.member_id,
+                req.generation_id_or_member_epoch,
+                version,
+            );
         }
         if let Some(e) = g.check(&req.member_id, req.generation_id_or_member_epoch) {
             return Some(e);

@@ -177,6 +177,13 @@ pub(super) async fn handle(
         | ApiKey::LEAVE_GROUP
         | ApiKey::OFFSET_COMMIT
         | ApiKey::OFFSET_FETCH => group::handle(id, shared, api, version, frame, forced).await,
+        ApiKey::CONSUMER_GROUP_HEARTBEAT => {
+            let (c, r) = parse::<ConsumerGroupHeartbeatRequest>(frame, version)?;
+            let resp =
+                super::consumer_group::heartbeat(id, &mut shared.lock(), &r, version, forced);
+            shared.changed();
+            reply::<ConsumerGroupHeartbeatRequest>(c, version, &resp)
+        }
         other => Err(Error::protocol(format!(
             "the mock broker does not serve {other}"
         ))),
@@ -193,15 +200,14 @@ fn range<R: Request>(max: i16) -> ApiVersionRange {
 }
 
 /// The APIs and versions the mock serves. Fetch and Produce stop before topic ids
-/// (v13), OffsetFetch before the per-group layout (v8), OffsetCommit before member
-/// epochs (v9).
+/// (v13), OffsetFetch before the per-group layout (v8).
 fn supported(st: &State) -> Vec<ApiVersionRange> {
     let mut ranges = vec![
         range::<ProduceRequest>(12),
         range::<FetchRequest>(12),
         range::<ListOffsetsRequest>(i16::MAX),
         range::<MetadataRequest>(12),
-        range::<OffsetCommitRequest>(8),
+        range::<OffsetCommitRequest>(9),
         range::<OffsetFetchRequest>(7),
         range::<FindCoordinatorRequest>(i16::MAX),
         range::<JoinGroupRequest>(i16::MAX),
@@ -221,6 +227,7 @@ fn supported(st: &State) -> Vec<ApiVersionRange> {
         range::<AddOffsetsToTxnRequest>(i16::MAX),
         range::<TxnOffsetCommitRequest>(i16::MAX),
         range::<EndTxnRequest>(i16::MAX),
+        range::<ConsumerGroupHeartbeatRequest>(i16::MAX),
     ];
     ranges.retain(|r| !st.without.contains(&r.api_key));
     for r in &mut ranges {
