@@ -3827,7 +3827,10 @@ mod idempotence_tests {
             true,
         );
         let ps = &task.topics[&name].parts[&0];
-        assert!(ps.sealed.is_empty(), "b1 is done: failed, not kept for a retry");
+        assert!(
+            ps.sealed.is_empty(),
+            "b1 is done: failed, not kept for a retry"
+        );
         assert!(!ps.bump, "no epoch bump: seq 2 follows b2");
         assert_eq!((ps.next_seq, ps.last_acked), (2, Some(1)));
         assert_eq!(shared.stats.messages.load(Ordering::Relaxed), 0);
