@@ -125,6 +125,15 @@ impl PartitionLog {
         n
     }
 
+    /// Forget every idempotent producer's state the way Kafka >= 2.5 does (retention or
+    /// DeleteRecords removed all their batches): their next batch is taken at any
+    /// sequence. Returns how many producers were forgotten.
+    pub fn forget_producers(&mut self) -> usize {
+        let n = self.producers.len();
+        self.producers.clear();
+        n
+    }
+
     pub fn set_leader(&mut self, leader: i32) {
         self.leader = leader;
         self.leader_epoch = self.leader_epoch.saturating_add(1);
@@ -186,8 +195,12 @@ impl PartitionLog {
             }
             let ok = match expected {
                 Some((epoch, seq)) if epoch == b.producer_epoch => b.base_sequence == seq,
-                // a new producer or a new epoch starts at sequence 0
-                _ => b.base_sequence == 0,
+                // a new epoch of a producer the partition knows starts at sequence 0
+                Some(_) => b.base_sequence == 0,
+                // A producer the partition has no state for (new to it, or forgotten):
+                // any sequence, as Kafka >= 2.5 takes it (`ProducerAppendInfo::
+                // checkSequence` with no current epoch; KIP-360).
+                None => true,
             };
             if !ok {
                 return Err(ErrorCode::OutOfOrderSequenceNumber);

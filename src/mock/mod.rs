@@ -1621,6 +1621,34 @@ impl MockCluster {
         Some(n)
     }
 
+    /// Forget the idempotent producers' state of a partition the way Kafka 2.5 and later
+    /// do when retention or DeleteRecords removes every batch of a producer: the next
+    /// batch of such a producer is taken at whatever sequence it carries (KIP-360), as
+    /// is the first batch of a producer a partition never saw. (Compare
+    /// [`expire_producers`](Self::expire_producers), the older brokers' answer.) Returns
+    /// how many producers were forgotten, or `None` for an unknown partition.
+    ///
+    /// ```
+    /// use kafkapipe::mock::MockCluster;
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().topic("t", 1).start().await?;
+    /// assert_eq!(cluster.forget_producers("t", 0), Some(0));
+    /// assert_eq!(cluster.forget_producers("t", 9), None);
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    pub fn forget_producers(&self, topic: &str, partition: i32) -> Option<usize> {
+        let n = self
+            .shared
+            .lock()
+            .partition_mut(topic, partition)?
+            .forget_producers();
+        self.shared.changed();
+        Some(n)
+    }
+
     /// Leave a partition without a leader (as while every replica is down): Metadata
     /// reports `LEADER_NOT_AVAILABLE` for it and every broker answers
     /// `NOT_LEADER_OR_FOLLOWER` until [`move_leader`](Self::move_leader).
