@@ -677,7 +677,7 @@ fn validated(
             let t = truncation();
             warn!(topic = %topic, partition, position, fetch_offset = job.offset, epoch, end_epoch, end_offset, leader_epoch, "log truncation detected; partition paused until a seek");
             let err = Error::kafka(ErrorCode::OffsetOutOfRange)
-                .with_message(t.to_string())
+                .with_message("log truncation detected, partition paused until a seek")
                 .with_topic(&*topic)
                 .with_partition(partition)
                 .with_source(t);

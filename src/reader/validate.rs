@@ -135,7 +135,7 @@ impl fmt::Display for LogTruncation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "log truncation detected on {}/{}: read up to offset {} (fetching from {}) in leader epoch {}, ",
+            "{}/{}: read up to offset {} (fetching from {}) in leader epoch {}, ",
             self.topic, self.partition, self.position, self.fetch_offset, self.epoch
         )?;
         match (self.divergent_offset, self.divergent_epoch) {
