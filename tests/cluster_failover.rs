@@ -776,7 +776,12 @@ async fn partition_state(addr: &str, topic: &str, partition: i32) -> Option<(i32
     let md = conn.metadata(Some(&[topic])).await.ok();
     conn.close().await;
     let md = md?;
-    let p = md.topic(topic)?.partitions.iter().find(|p| p.id == partition)?.clone();
+    let p = md
+        .topic(topic)?
+        .partitions
+        .iter()
+        .find(|p| p.id == partition)?
+        .clone();
     let mut isr = p.isr;
     isr.sort();
     Some((p.leader, isr))
@@ -796,7 +801,10 @@ async fn wait_partition(
                 return (leader, isr);
             }
         }
-        assert!(t0.elapsed() < Duration::from_secs(90), "timed out waiting for {what}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -875,7 +883,10 @@ async fn reader_detects_log_truncation(cluster: &mut TestCluster) {
     let bootstrap = vec![addr1.clone()];
     produce_tagged(&bootstrap, &topic, "old", 0..10).await;
     blocking(|| cluster.node(3).suspend());
-    wait_partition(&addr1, &topic, "node 3 out of the ISR", |l, isr| l == 2 && isr == [2]).await;
+    wait_partition(&addr1, &topic, "node 3 out of the ISR", |l, isr| {
+        l == 2 && isr == [2]
+    })
+    .await;
     produce_tagged(&bootstrap, &topic, "old", 10..20).await;
 
     let mut reader = Reader::new(
@@ -892,7 +903,10 @@ async fn reader_detects_log_truncation(cluster: &mut TestCluster) {
             .await
             .expect("a message within 30 s")
             .unwrap();
-        assert_eq!((m.offset, m.value.as_deref()), (i, Some(format!("old{i}").as_bytes())));
+        assert_eq!(
+            (m.offset, m.value.as_deref()),
+            (i, Some(format!("old{i}").as_bytes()))
+        );
     }
     let tp = kafkapipe::reader::TopicPartition::new(topic.as_str(), 0);
     reader.handle().pause(std::slice::from_ref(&tp));
@@ -902,7 +916,8 @@ async fn reader_detects_log_truncation(cluster: &mut TestCluster) {
     // Once node 2 is fenced, the controller elects node 3 uncleanly by itself (the
     // topic enables it); should the partition stay leaderless, Kafka's
     // kafka-leader-election.sh forces the unclean election.
-    let (leader, _) = wait_partition(&addr1, &topic, "node 2 no longer leading", |l, _| l != 2).await;
+    let (leader, _) =
+        wait_partition(&addr1, &topic, "node 2 no longer leading", |l, _| l != 2).await;
     if leader < 0 {
         let t0 = Instant::now();
         loop {
@@ -910,15 +925,20 @@ async fn reader_detects_log_truncation(cluster: &mut TestCluster) {
             if ok {
                 break;
             }
-            assert!(t0.elapsed() < Duration::from_secs(90), "unclean election failed: {out}");
+            assert!(
+                t0.elapsed() < Duration::from_secs(90),
+                "unclean election failed: {out}"
+            );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
-    let (leader, isr) =
-        wait_partition(&addr1, &topic, "node 3 leading", |l, _| l == 3).await;
+    let (leader, isr) = wait_partition(&addr1, &topic, "node 3 leading", |l, _| l == 3).await;
     eprintln!("[truncation] unclean election: leader {leader}, isr {isr:?}");
     let end = log_end(&addr1, &topic, 0).await;
-    assert_eq!(end, 10, "the new leader's log should end where node 3 was frozen");
+    assert_eq!(
+        end, 10,
+        "the new leader's log should end where node 3 was frozen"
+    );
     produce_tagged(&bootstrap, &topic, "new", 10..30).await;
 
     reader.handle().resume(std::slice::from_ref(&tp));

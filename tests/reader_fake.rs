@@ -12,11 +12,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kafkapipe::compression::Compression;
 use kafkapipe::mock::MockCluster;
-use kafkapipe::protocol::messages::{FetchRequest, ListOffsetsRequest};
+use kafkapipe::protocol::messages::{FetchRequest, ListOffsetsRequest, OffsetCommitRequest};
 use kafkapipe::protocol::{ApiKey, ErrorCode};
-use kafkapipe::reader::{
-    LogTruncation, Message, OffsetReset, Reader, ReaderConfig, StartOffset,
-};
+use kafkapipe::reader::{LogTruncation, Message, OffsetReset, Reader, ReaderConfig, StartOffset};
 use kafkapipe::record::{Record, RecordBatchBuilder};
 
 /// `n` brokers, topic `t` with `partitions` partitions (partition p led by broker
@@ -877,7 +875,10 @@ async fn log_truncation_below_the_position_is_reported_with_the_offsets() {
     // the application decides: here it reads the new records from the divergent offset
     reader.seek("t", 0, 10).unwrap();
     let m = next(&mut reader).await;
-    assert_eq!((m.offset, value(&m), m.leader_epoch), (10, "new10".into(), Some(1)));
+    assert_eq!(
+        (m.offset, value(&m), m.leader_epoch),
+        (10, "new10".into(), Some(1))
+    );
     reader.close().await;
 }
 
@@ -991,5 +992,61 @@ async fn unknown_leader_epoch_is_retried_without_a_metadata_refresh() {
     assert_eq!(tagged(&mut reader, 10).await, expect("a", 5..15));
     assert!(reader.stats().errors >= 3);
     assert_eq!(mock.requests(ApiKey::METADATA), metadata);
+    reader.close().await;
+}
+
+/// A group member commits the leader epoch of the record before its offset; the member
+/// that takes the partition over after an unclean election validates the committed
+/// offset with it and finds the truncation, instead of starting at the committed offset
+/// in the new log.
+#[tokio::test]
+async fn a_committed_offset_is_validated_with_its_leader_epoch() {
+    let mock = cluster(1, 1).await;
+    produce_tagged(&mock, "old", 0, 20);
+    mock.capture(ApiKey::OFFSET_COMMIT);
+    let group = || {
+        config(&mock)
+            .topic("t")
+            .group_id("g")
+            .offset_reset(OffsetReset::Error)
+            .session_timeout(Duration::from_secs(2))
+            .heartbeat_interval(Duration::from_millis(50))
+    };
+    let mut reader = Reader::new(group()).await.unwrap();
+    for _ in 0..20 {
+        // acked as returned
+        tokio::time::timeout(Duration::from_secs(10), reader.read_message())
+            .await
+            .expect("a message within 10 s")
+            .unwrap();
+    }
+    reader.close().await;
+    assert_eq!(mock.committed("g", "t", 0), Some(20));
+    let epochs: Vec<(i64, i32)> = mock
+        .captured::<OffsetCommitRequest>()
+        .iter()
+        .flat_map(|r| r.topics.iter())
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| (p.committed_offset, p.committed_leader_epoch))
+        .collect();
+    assert_eq!(epochs.last(), Some(&(20, 0)), "committed {epochs:?}");
+    mock.truncate("t", 0, 10).unwrap();
+    produce_tagged(&mock, "new", 10, 30);
+    let mut reader = Reader::new(group()).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), reader.next_message())
+        .await
+        .expect("an item within 10 s");
+    let err = match got {
+        Ok(m) => panic!(
+            "started at {}@{} in the truncated log without noticing the truncation",
+            value(&m),
+            m.offset
+        ),
+        Err(e) => e,
+    };
+    let t = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<LogTruncation>())
+        .unwrap_or_else(|| panic!("no LogTruncation in {err}"));
+    assert_eq!((t.position, t.epoch, t.divergent_offset), (20, 0, Some(10)));
     reader.close().await;
 }

@@ -481,7 +481,11 @@ impl Cluster {
                         .collect(),
                 })),
             };
-            let epochs = t.partitions.iter().map(|p| (p.id, p.leader_epoch)).collect();
+            let epochs = t
+                .partitions
+                .iter()
+                .map(|p| (p.id, p.leader_epoch))
+                .collect();
             meta.topics.insert(
                 t.name.clone(),
                 TopicEntry {

@@ -22,5 +22,5 @@ pub use client::{
 
 #[cfg(test)]
 pub(crate) use client::decode_fetch_partition;
-pub(crate) use client::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 pub(crate) use client::{decode_fetch_lazy, decompress_limit, FetchedBatches};
+pub(crate) use client::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};

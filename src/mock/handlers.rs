@@ -664,9 +664,7 @@ fn list_offsets(
                                 p.partition_index,
                             )
                         })
-                        .or_else(|| {
-                            fenced(st, &t.name, p.partition_index, p.current_leader_epoch)
-                        })
+                        .or_else(|| fenced(st, &t.name, p.partition_index, p.current_leader_epoch))
                         .or_else(|| route(st, id, &t.name, p.partition_index));
                     match (error, st.partition(&t.name, p.partition_index)) {
                         (None, Some(log)) => {

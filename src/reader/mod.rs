@@ -279,6 +279,18 @@ impl Reader {
                 shared.cluster.clone(),
             ))
         });
+        if let Some(g) = &group {
+            // the group commits the leader epoch of the record before each offset
+            let weak = Arc::downgrade(&shared);
+            let _ = g
+                .offset_epochs
+                .set(Box::new(move |topic, partition, offset| {
+                    let shared = weak.upgrade()?;
+                    let st = shared.lock();
+                    let id = st.index.get(&TopicPartition::new(topic, partition))?;
+                    st.parts.get(id)?.epochs.epoch_of(offset)
+                }));
+        }
         let fetch = TaskEnd::spawn(task::run(shared.clone()));
         let group_task = group.clone().map(|group| {
             TaskEnd::spawn(

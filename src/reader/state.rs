@@ -533,6 +533,19 @@ impl State {
         }
     }
 
+    /// `tp` (just assigned at `offset`) continues after a record of leader epoch
+    /// `epoch` (a group's committed offset and epoch): validate the offset before
+    /// fetching (KIP-320).
+    pub(crate) fn validate_from(&mut self, tp: &TopicPartition, offset: i64, epoch: i32) {
+        let Some(p) = self.index.get(tp).and_then(|id| self.parts.get_mut(id)) else {
+            return;
+        };
+        if p.fetch == Position::Offset(offset) {
+            p.epochs.record(offset - 1, epoch);
+            p.validate = true;
+        }
+    }
+
     /// Give the messages of `tp` (assigned) tokens of `track` from now on.
     pub(crate) fn set_track(&mut self, tp: &TopicPartition, track: Option<Arc<Track>>) {
         let Some(id) = self.index.get(tp).copied() else {

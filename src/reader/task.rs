@@ -584,11 +584,7 @@ fn on_resolved(shared: &Shared, results: Vec<(Job, Lookup)>) {
                     }
                 }
                 if job.validate.is_some() {
-                    if moved {
-                        // validated against another leader than the one now known: again
-                        p.validate = true;
-                        continue;
-                    }
+                    // validated against the leader (and epoch) just found
                     p.validate = false;
                     if let Some(end) = found.end {
                         validated(shared, &mut st, &job, found.leader_epoch, end);

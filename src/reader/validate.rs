@@ -251,7 +251,14 @@ mod tests {
             leader_epoch: 1,
         };
         let s = t.to_string();
-        for part in ["t/0", "offset 20", "from 25", "epoch 0", "offset 10", "(epoch 1)"] {
+        for part in [
+            "t/0",
+            "offset 20",
+            "from 25",
+            "epoch 0",
+            "offset 10",
+            "(epoch 1)",
+        ] {
             assert!(s.contains(part), "{s}");
         }
     }
