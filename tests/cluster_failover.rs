@@ -5,7 +5,9 @@
 //!
 //! One cluster serves every scenario (a start costs ~20 s); the scenarios run one after
 //! another inside one test and restart the nodes they stopped before the next begins.
-//! `KAFKAPIPE_FAILOVER=1,4` runs only those scenarios; `KAFKAPIPE_TEST_LOG=1` prints the
+//! Scenario 6 reads committed offsets through a coordinator kill (stable reads include every
+//! acknowledged commit). Scenario 7 is an unclean leader election that truncates the log below what a reader
+//! read (KIP-320). `KAFKAPIPE_FAILOVER=1,4` runs only those scenarios; `KAFKAPIPE_TEST_LOG=1` prints the
 //! client's logs (`KAFKAPIPE_TEST_LOG=debug` for more).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -22,7 +24,10 @@ use futures::{SinkExt, StreamExt};
 use kafkapipe::admin::{Admin, OffsetFetchOptions};
 use kafkapipe::conn::{Conn, RequiredAcks};
 use kafkapipe::group::{CommitMode, GroupEvent};
-use kafkapipe::reader::{Reader, ReaderConfig};
+use kafkapipe::protocol::messages::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
+};
+use kafkapipe::reader::{LogTruncation, OffsetReset, Reader, ReaderConfig};
 use kafkapipe::writer::{Hash, Message, Writer, WriterConfig};
 
 /// The client's own record of its group offsets: every `OffsetCommit sent` /
@@ -1093,6 +1098,211 @@ async fn stable_offset_reads_through_coordinator_loss(cluster: &mut TestCluster)
     );
 }
 
+/// `(leader, isr)` of `topic`/`partition` as node `addr` sees it (`None` if it does not
+/// answer).
+async fn partition_state(addr: &str, topic: &str, partition: i32) -> Option<(i32, Vec<i32>)> {
+    let conn = Conn::connect(addr).await.ok()?;
+    let md = conn.metadata(Some(&[topic])).await.ok();
+    conn.close().await;
+    let md = md?;
+    let p = md
+        .topic(topic)?
+        .partitions
+        .iter()
+        .find(|p| p.id == partition)?
+        .clone();
+    let mut isr = p.isr;
+    isr.sort();
+    Some((p.leader, isr))
+}
+
+/// Polls [`partition_state`] on `addr` until `ok` holds (90 s at most).
+async fn wait_partition(
+    addr: &str,
+    topic: &str,
+    what: &str,
+    ok: impl Fn(i32, &[i32]) -> bool,
+) -> (i32, Vec<i32>) {
+    let t0 = Instant::now();
+    loop {
+        if let Some((leader, isr)) = partition_state(addr, topic, 0).await {
+            if ok(leader, &isr) {
+                return (leader, isr);
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Produce values `"{tag}{i}"` for `i` in `range` to `topic`/0, acks=all, one flush.
+async fn produce_tagged(bootstrap: &[String], topic: &str, tag: &str, range: std::ops::Range<i64>) {
+    let mut writer = Writer::new(
+        WriterConfig::new(bootstrap.to_vec())
+            .topic(topic)
+            .required_acks(RequiredAcks::All),
+    )
+    .unwrap();
+    for i in range {
+        writer
+            .feed(Message::new(format!("{tag}{i}")).with_partition(0))
+            .await
+            .unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(120), writer.close())
+        .await
+        .expect("produce within 120 s")
+        .unwrap();
+}
+
+/// Scenario 7, KIP-320: an unclean leader election truncates the log below what a reader
+/// had read. Topic with one partition on nodes 2 and 3 (RF 2,
+/// `unclean.leader.election.enable=true`, `min.insync.replicas=1`): 10 records reach both;
+/// node 3 is frozen (SIGSTOP) and fenced out of the ISR; 10 more reach node 2 only, and
+/// the reader reads all 20. Then node 2 dies (SIGKILL), node 3 resumes and becomes the
+/// leader uncleanly with a log ending at offset 10, and takes 20 new records. (Nodes are
+/// frozen rather than killed so that two of the three controller voters stay up.) The
+/// reader, paused while this happens so that it cannot see the gap before the new
+/// records fill it, must report the truncation with the offsets involved.
+async fn reader_detects_log_truncation(cluster: &mut TestCluster) {
+    let topic = unique_topic("truncation");
+    let addr1 = cluster.node(1).addr.clone();
+    {
+        let conn = kafkapipe::conn::Connection::connect(&addr1, Default::default())
+            .await
+            .unwrap();
+        let config = |name: &str, value: &str| CreatableTopicConfig {
+            name: name.into(),
+            value: Some(value.into()),
+            ..Default::default()
+        };
+        let resp = conn
+            .send(&CreateTopicsRequest {
+                topics: vec![CreatableTopic {
+                    name: topic.clone(),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    assignments: vec![CreatableReplicaAssignment {
+                        partition_index: 0,
+                        broker_ids: vec![2, 3],
+                        ..Default::default()
+                    }],
+                    configs: vec![
+                        config("unclean.leader.election.enable", "true"),
+                        config("min.insync.replicas", "1"),
+                    ],
+                    ..Default::default()
+                }],
+                timeout_ms: 30_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(resp.topics[0].error_code, 0, "create topic: {resp:?}");
+        conn.close().await;
+    }
+    let (leader, isr) = wait_partition(&addr1, &topic, "leader 2, ISR [2, 3]", |l, isr| {
+        l == 2 && isr == [2, 3]
+    })
+    .await;
+    eprintln!("[truncation] leader {leader}, isr {isr:?}");
+    let bootstrap = vec![addr1.clone()];
+    produce_tagged(&bootstrap, &topic, "old", 0..10).await;
+    blocking(|| cluster.node(3).suspend());
+    wait_partition(&addr1, &topic, "node 3 out of the ISR", |l, isr| {
+        l == 2 && isr == [2]
+    })
+    .await;
+    produce_tagged(&bootstrap, &topic, "old", 10..20).await;
+
+    let mut reader = Reader::new(
+        ReaderConfig::new(bootstrap.clone())
+            .partition(&topic, 0)
+            .offset_reset(OffsetReset::Error)
+            .max_wait(Duration::from_millis(100))
+            .read_backoff(Duration::from_millis(50), Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    for i in 0..20i64 {
+        let m = tokio::time::timeout(Duration::from_secs(30), reader.next_message())
+            .await
+            .expect("a message within 30 s")
+            .unwrap();
+        assert_eq!(
+            (m.offset, m.value.as_deref()),
+            (i, Some(format!("old{i}").as_bytes()))
+        );
+    }
+    let tp = kafkapipe::reader::TopicPartition::new(topic.as_str(), 0);
+    reader.handle().pause(std::slice::from_ref(&tp));
+
+    blocking(|| cluster.node(2).kill());
+    blocking(|| cluster.node(3).resume());
+    // Once node 2 is fenced, the controller elects node 3 uncleanly by itself (the
+    // topic enables it); should the partition stay leaderless, Kafka's
+    // kafka-leader-election.sh forces the unclean election.
+    let (leader, _) =
+        wait_partition(&addr1, &topic, "node 2 no longer leading", |l, _| l != 2).await;
+    if leader < 0 {
+        let t0 = Instant::now();
+        loop {
+            let (ok, out) = blocking(|| cluster.elect_leader("unclean", &topic, 0));
+            if ok {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(90),
+                "unclean election failed: {out}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let (leader, isr) = wait_partition(&addr1, &topic, "node 3 leading", |l, _| l == 3).await;
+    eprintln!("[truncation] unclean election: leader {leader}, isr {isr:?}");
+    let end = log_end(&addr1, &topic, 0).await;
+    assert_eq!(
+        end, 10,
+        "the new leader's log should end where node 3 was frozen"
+    );
+    produce_tagged(&bootstrap, &topic, "new", 10..30).await;
+
+    reader.handle().resume(std::slice::from_ref(&tp));
+    let got = tokio::time::timeout(Duration::from_secs(60), reader.next_message())
+        .await
+        .expect("an item within 60 s");
+    let err = match got {
+        Ok(m) => panic!(
+            "read {:?}@{} from the truncated log without noticing the truncation",
+            m.value.as_deref().map(String::from_utf8_lossy),
+            m.offset
+        ),
+        Err(e) => e,
+    };
+    eprintln!("[truncation] reader: {err}");
+    let t = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<LogTruncation>())
+        .unwrap_or_else(|| panic!("no LogTruncation in {err}"));
+    assert_eq!((t.topic.as_str(), t.partition), (topic.as_str(), 0));
+    assert_eq!((t.position, t.fetch_offset), (20, 20));
+    assert_eq!(t.divergent_offset, Some(10), "{t}");
+    assert!(t.leader_epoch > t.epoch, "{t}");
+    assert_eq!(reader.stats().log_truncations, 1);
+    // From the divergent offset the new records follow.
+    reader.seek(&topic, 0, 10).unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(30), reader.next_message())
+        .await
+        .expect("a message within 30 s")
+        .unwrap();
+    assert_eq!((m.offset, m.value.as_deref()), (10, Some(&b"new10"[..])));
+    assert_eq!(m.leader_epoch, Some(t.leader_epoch));
+    reader.close().await;
+    blocking(|| cluster.node(2).restart());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_scenarios() {
     capture::init();
@@ -1137,6 +1347,11 @@ async fn failover_scenarios() {
         let t = Instant::now();
         stable_offset_reads_through_coordinator_loss(&mut cluster).await;
         eprintln!("scenario 6 passed in {:?}", t.elapsed());
+    }
+    if wanted(7) {
+        let t = Instant::now();
+        reader_detects_log_truncation(&mut cluster).await;
+        eprintln!("scenario 7 (log truncation) passed in {:?}", t.elapsed());
     }
     eprintln!("all scenarios in {:?}", t0.elapsed());
 }

@@ -293,7 +293,13 @@ pub(crate) struct GroupShared {
     pub(crate) wake: Notify,
     /// The exactly-once pipeline that owns this group's commits, if one took over.
     pub(crate) txn: txn_link::TxnLink,
+    /// The leader epoch of a partition's record at an offset, as the reader fetched it
+    /// (set by the reader): committed with the offset after it (KIP-320).
+    pub(crate) offset_epochs: std::sync::OnceLock<OffsetEpochs>,
 }
+
+/// See [`GroupShared::offset_epochs`]: `(topic, partition, offset)` → leader epoch.
+pub(crate) type OffsetEpochs = Box<dyn Fn(&str, i32, i64) -> Option<i32> + Send + Sync>;
 
 /// How long one coordinator lookup step (FindCoordinator to one broker, a dial) may
 /// take: twice the heartbeat interval, 2 to 5 s.
@@ -362,6 +368,7 @@ impl GroupShared {
             closing: AtomicBool::new(false),
             wake: Notify::new(),
             txn: txn_link::TxnLink::default(),
+            offset_epochs: std::sync::OnceLock::new(),
         }
     }
 
@@ -468,13 +475,27 @@ impl GroupShared {
             // `NotCoordinator` and the like and retrying within the commit timeout: a
             // coordinator failover (the broker fenced, the offsets partition's new leader
             // loading the group) takes a few seconds. The generation stays valid meanwhile.
-            let req = Admin::offset_commit_request(
+            let mut req = Admin::offset_commit_request(
                 &self.group_id,
                 generation,
                 &member_id,
                 self.instance_id.as_deref(),
                 &offsets,
             );
+            // the leader epoch of the record before each offset, so that a member taking
+            // the partition over can validate the offset (KIP-320)
+            if let Some(epoch_of) = self.offset_epochs.get() {
+                for t in &mut req.topics {
+                    for p in &mut t.partitions {
+                        p.committed_leader_epoch = epoch_of(
+                            &t.name,
+                            p.partition_index,
+                            p.committed_offset.saturating_sub(1),
+                        )
+                        .unwrap_or(-1);
+                    }
+                }
+            }
             let (req, offsets) = (&req, &offsets);
             let results = self
                 .coord
@@ -1139,6 +1160,7 @@ impl GroupTask {
     ) -> Result<()> {
         let g = &self.group;
         let mut committed = BTreeMap::new();
+        let mut epochs = BTreeMap::new();
         if !partitions.is_empty() {
             let mut topics: Vec<&str> = partitions.iter().map(|tp| tp.topic.as_str()).collect();
             topics.dedup();
@@ -1156,7 +1178,12 @@ impl GroupTask {
                 )
                 .await?;
             for (tp, r) in fetched {
-                committed.insert(TopicPartition::new(tp.topic, tp.partition), r?.offset);
+                let r = r?;
+                let tp = TopicPartition::new(tp.topic, tp.partition);
+                if r.leader_epoch >= 0 {
+                    epochs.insert(tp.clone(), r.leader_epoch);
+                }
+                committed.insert(tp, r.offset);
             }
             if let Some(store) = &self.config().offset_store {
                 // the application's own offsets win over the group's
@@ -1167,6 +1194,7 @@ impl GroupTask {
                         )));
                     }
                     if partitions.contains(&tp) {
+                        epochs.remove(&tp);
                         committed.insert(tp, at);
                     }
                 }
@@ -1184,6 +1212,10 @@ impl GroupTask {
                     tp.clone(),
                     if at >= 0 { StartOffset::At(at) } else { start },
                 );
+                if let (true, Some(epoch)) = (at > 0, epochs.get(tp)) {
+                    // validated with OffsetForLeaderEpoch before the first fetch (KIP-320)
+                    st.validate_from(tp, at, *epoch);
+                }
                 st.set_track(tp, Some(track));
             }
         }

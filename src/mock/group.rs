@@ -61,6 +61,8 @@ pub(super) struct Group {
     offsets: HashMap<(String, i32), (i64, Option<String>)>,
     /// The group's KIP-848 members (a group has classic members or these, not both).
     pub(super) consumers: super::consumer_group::Consumers,
+    /// The committed leader epochs (KIP-320), where one was committed.
+    epochs: HashMap<(String, i32), i32>,
 }
 
 impl Group {
@@ -72,6 +74,7 @@ impl Group {
 
     /// Store a committed offset (a transaction's, when it commits).
     pub fn commit(&mut self, topic: String, partition: i32, offset: i64, metadata: Option<String>) {
+        self.epochs.remove(&(topic.clone(), partition));
         self.offsets.insert((topic, partition), (offset, metadata));
     }
 
@@ -653,10 +656,13 @@ fn offset_commit(
                 .iter()
                 .map(|p| {
                     if error.is_none() {
-                        g.offsets.insert(
-                            (t.name.clone(), p.partition_index),
-                            (p.committed_offset, p.committed_metadata.clone()),
-                        );
+                        let key = (t.name.clone(), p.partition_index);
+                        match p.committed_leader_epoch {
+                            e if e >= 0 => g.epochs.insert(key.clone(), e),
+                            _ => g.epochs.remove(&key),
+                        };
+                        g.offsets
+                            .insert(key, (p.committed_offset, p.committed_metadata.clone()));
                     }
                     OffsetCommitResponsePartition {
                         partition_index: p.partition_index,
@@ -713,7 +719,9 @@ fn offset_fetch(
                     OffsetFetchResponsePartition {
                         partition_index: p,
                         committed_offset: found.map_or(-1, |o| o.0),
-                        committed_leader_epoch: -1,
+                        committed_leader_epoch: g
+                            .and_then(|g| g.epochs.get(&(name.clone(), p)).copied())
+                            .unwrap_or(-1),
                         metadata: found.and_then(|o| o.1.clone()),
                         error_code: error.or(injected).map_or(0, ErrorCode::code),
                         ..OffsetFetchResponsePartition::default()

@@ -1726,6 +1726,48 @@ impl MockCluster {
         Ok(())
     }
 
+    /// An unclean leader election onto a replica whose log ends at `offset`: the
+    /// partition's records from `offset` on are gone (whole batches: a batch holding
+    /// `offset` goes too) and its leader starts a new leader epoch at the new log end,
+    /// which the records produced from now on carry. Returns the new log end and leader
+    /// epoch. A consumer that had read past the new end finds out through
+    /// OffsetForLeaderEpoch (KIP-320).
+    ///
+    /// ```
+    /// use kafkapipe::mock::MockCluster;
+    /// use kafkapipe::record::Record;
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().topic("t", 1).start().await?;
+    /// cluster.produce("t", 0, &[Record::new("k", "a"), Record::new("k", "b")])?;
+    /// cluster.produce("t", 0, &[Record::new("k", "c")])?;
+    /// assert_eq!(cluster.truncate("t", 0, 2)?, (2, 1));
+    /// assert_eq!(cluster.high_watermark("t", 0), Some(2));
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `Config` if the partition does not exist.
+    pub fn truncate(&self, topic: &str, partition: i32, offset: i64) -> Result<(i64, i32)> {
+        let mut st = self.shared.lock();
+        let p = st.partition_mut(topic, partition).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                format!("mock cluster has no partition {topic}/{partition}"),
+            )
+        })?;
+        let end = p.truncate(offset);
+        let leader = p.leader;
+        p.set_leader(leader);
+        let epoch = p.leader_epoch;
+        drop(st);
+        self.shared.changed();
+        Ok((end, epoch))
+    }
+
     /// Stop broker `id` as a crash would: it stops accepting, every connection to it is
     /// closed and requests in progress are never answered. The partitions it led move to
     /// live brokers; groups it coordinated move with the coordinator.

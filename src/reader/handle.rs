@@ -502,6 +502,7 @@ impl ReaderHandle {
                 .values()
                 .filter(|p| p.fetch == Position::Parked)
                 .count(),
+            log_truncations: c.log_truncations.load(Ordering::Relaxed),
         }
     }
 

@@ -43,6 +43,10 @@ pub struct Message {
     /// time for topics with `message.timestamp.type=LogAppendTime`; `-1` if unknown
     /// (legacy v0 messages).
     pub timestamp: i64,
+    /// The leader epoch of the partition's leader that appended the record (its batch's
+    /// partition leader epoch; Java `ConsumerRecord::leaderEpoch`), `None` when unknown
+    /// (legacy messages, brokers without leader epochs).
+    pub leader_epoch: Option<i32>,
     ack: AckToken,
     /// What it counts against the reader's byte capacity while queued: its encoded record
     /// length (see [`ReaderConfig::queue_capacity_bytes`](super::ReaderConfig::queue_capacity_bytes)).
@@ -61,6 +65,7 @@ impl Clone for Message {
             value: self.value.clone(),
             headers: self.headers.clone(),
             timestamp: self.timestamp,
+            leader_epoch: self.leader_epoch,
             ack: AckToken::default(),
             queued: self.queued,
         }
@@ -77,6 +82,7 @@ impl PartialEq for Message {
             && self.value == other.value
             && self.headers == other.headers
             && self.timestamp == other.timestamp
+            && self.leader_epoch == other.leader_epoch
     }
 }
 
@@ -88,6 +94,7 @@ impl Message {
         topic: &Arc<str>,
         partition: i32,
         high_watermark: i64,
+        leader_epoch: i32,
         r: Record,
         queued: usize,
     ) -> Self {
@@ -100,6 +107,7 @@ impl Message {
             value: r.value,
             headers: r.headers,
             timestamp: r.timestamp,
+            leader_epoch: (leader_epoch >= 0).then_some(leader_epoch),
             ack: AckToken::default(),
             queued: u32::try_from(queued).unwrap_or(u32::MAX),
         }
@@ -124,6 +132,7 @@ impl Message {
             value: None,
             headers: Vec::new(),
             timestamp: -1,
+            leader_epoch: None,
             ack: AckToken::default(),
             queued: 0,
         }
