@@ -480,6 +480,133 @@ async fn produce_sigterm_delivers_what_was_read() {
     admin.close().await;
 }
 
+/// librdkafka (confluent-kafka, `tests/interop/produce.py`) produces keys `key-0..n` to a
+/// new topic of `partitions` partitions with `partitioner`; where each key landed.
+fn librdkafka_placement(partitions: i32, n: usize, partitioner: &str) -> BTreeMap<String, i32> {
+    let topic = common::unique_topic("cli-rdk");
+    common::create_topic(&addr(), &topic, partitions, 1);
+    let out = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg(format!(
+            "{}/tests/interop/produce.py",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .args(["--broker", &addr(), "--topic", &topic])
+        .args(["--count", &n.to_string(), "--partitioner", partitioner])
+        .output()
+        .expect("run produce.py");
+    assert!(
+        out.status.success(),
+        "librdkafka producer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json line");
+            (
+                v["key"].as_str().unwrap().to_string(),
+                v["partition"].as_i64().unwrap() as i32,
+            )
+        })
+        .collect()
+}
+
+/// `kafkapipe produce T -k : [--partitioner P]` of `keys` keys × `per_key` records to a new
+/// topic of `partitions` partitions, read back: every key's partitions, and whether each
+/// key's records came back in the order they were written.
+fn cli_placement(
+    partitions: i32,
+    keys: usize,
+    per_key: usize,
+    partitioner: Option<&str>,
+) -> BTreeMap<String, std::collections::BTreeSet<i32>> {
+    let topic = common::unique_topic("cli-keys");
+    common::create_topic(&addr(), &topic, partitions, 1);
+    let lines: String = (0..per_key)
+        .flat_map(|j| (0..keys).map(move |i| format!("key-{i}:{j}\n")))
+        .collect();
+    let mut args = vec!["produce", topic.as_str(), "-k", ":"];
+    if let Some(p) = partitioner {
+        args.extend_from_slice(&["--partitioner", p]);
+    }
+    let r = run(&args, &lines);
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    let out = ok(
+        &[
+            "consume",
+            &topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%p %k %s\n",
+        ],
+        "",
+    );
+    let mut placed: BTreeMap<String, std::collections::BTreeSet<i32>> = BTreeMap::new();
+    let mut order: BTreeMap<(i32, String), Vec<usize>> = BTreeMap::new();
+    for l in out.lines() {
+        let mut f = l.split(' ');
+        let (p, k, v) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+        let p: i32 = p.parse().unwrap();
+        placed.entry(k.to_string()).or_default().insert(p);
+        order
+            .entry((p, k.to_string()))
+            .or_default()
+            .push(v.parse().unwrap());
+    }
+    assert_eq!(
+        out.lines().count(),
+        keys * per_key,
+        "every record read back"
+    );
+    for ((p, k), seq) in &order {
+        assert!(
+            seq.windows(2).all(|w| w[0] < w[1]),
+            "key {k} in partition {p} out of order: {seq:?}"
+        );
+    }
+    placed
+}
+
+/// Keyed records keep per-key order by default: `produce -k :` places 1,000 keys × 3
+/// records each in exactly one partition, where librdkafka's `murmur2_random` (the Java
+/// client's placement) puts them; `--partitioner consistent_random` places them where
+/// librdkafka's default (CRC32) does.
+#[tokio::test(flavor = "multi_thread")]
+async fn produce_places_keys_like_java_and_librdkafka() {
+    const PARTITIONS: i32 = 6;
+    const KEYS: usize = 1000;
+    for (partitioner, rdkafka) in [
+        (None, "murmur2_random"),
+        (Some("murmur2_random"), "murmur2_random"),
+        (Some("consistent_random"), "consistent_random"),
+    ] {
+        let placed = cli_placement(PARTITIONS, KEYS, 3, partitioner);
+        let spread: Vec<_> = placed.iter().filter(|(_, ps)| ps.len() != 1).collect();
+        assert!(
+            spread.is_empty(),
+            "{partitioner:?}: {} of {KEYS} keys in more than one partition, e.g. {:?}",
+            spread.len(),
+            &spread[..spread.len().min(3)]
+        );
+        let theirs = librdkafka_placement(PARTITIONS, KEYS, rdkafka);
+        assert_eq!(theirs.len(), KEYS);
+        let differ: Vec<_> = theirs
+            .iter()
+            .filter(|(k, p)| placed.get(*k).and_then(|ps| ps.first()) != Some(p))
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{partitioner:?}: {} of {KEYS} keys not where librdkafka {rdkafka} puts them, e.g. {:?}",
+            differ.len(),
+            &differ[..differ.len().min(3)]
+        );
+    }
+    let r = run(&["produce", "any", "--partitioner", "fnv2"], "x\n");
+    assert_eq!(r.code, Some(2), "{}", r.err);
+}
+
 /// `--version`, `--help` of the tool and of every command, and usage errors (exit 2).
 #[test]
 fn version_help_and_usage_errors() {

@@ -15,7 +15,7 @@ use kafkapipe::compression::Compression;
 use kafkapipe::conn::{Conn, FetchOptions};
 use kafkapipe::protocol::ErrorCode;
 use kafkapipe::record::Record;
-use kafkapipe::writer::{Hash, Message, Sticky, Writer, WriterConfig};
+use kafkapipe::writer::{Hash, Message, RoundRobin, Sticky, Writer, WriterConfig};
 use kafkapipe::ErrorKind;
 
 async fn admin() -> Conn {
@@ -381,6 +381,40 @@ async fn crc32_and_murmur2_match_librdkafka_live() {
     }
 }
 
+/// The default placement is the Java client's: keyed messages by murmur2 of the key, so
+/// every key stays in one partition (per-key order) — the one `Murmur2` (checked against
+/// librdkafka's `murmur2_random` above) picks; unkeyed messages go sticky.
+#[tokio::test]
+async fn default_writer_places_keys_by_murmur2() {
+    use kafkapipe::writer::{Balancer, Murmur2};
+    const PARTITIONS: i32 = 5;
+    let topic = new_topic("writer-default-keys", PARTITIONS).await;
+    let mut writer = Writer::new(config(&topic).batch_size(50)).unwrap();
+    let msgs: Vec<Message> = (0..3)
+        .flat_map(|round| {
+            (0..301).map(move |k| Message::keyed(format!("key-{k}"), format!("{round}")))
+        })
+        .collect();
+    writer.write_messages(msgs).await.unwrap();
+    writer.close().await.unwrap();
+    let conn = admin().await;
+    let ids: Vec<i32> = (0..PARTITIONS).collect();
+    let mut seen: HashMap<String, Vec<(i32, String)>> = HashMap::new();
+    for p in 0..PARTITIONS {
+        for r in read_partition(&conn, &topic, p).await {
+            let k = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+            let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            seen.entry(k).or_default().push((p, v));
+        }
+    }
+    assert_eq!(seen.len(), 301);
+    for (k, placed) in &seen {
+        let want = Murmur2::default().partition(&Message::keyed(k.clone(), "v"), &ids);
+        let got: Vec<(i32, String)> = (0..3).map(|r| (want, r.to_string())).collect();
+        assert_eq!(placed, &got, "key {k}: where murmur2 puts it, in order");
+    }
+}
+
 #[tokio::test]
 async fn acks_none_delivers_without_waiting_for_responses() {
     use kafkapipe::conn::RequiredAcks;
@@ -678,7 +712,13 @@ async fn partitions_added_while_writing_are_used() {
     let topic = new_topic("writer-grow", 2).await;
     let conn = admin().await;
     let explicit = Writer::new(config(&topic)).unwrap();
-    let balanced = Writer::new(config(&topic).metadata_max_age(Duration::from_secs(1))).unwrap();
+    // Round robin: every write round reaches every partition the writer knows of.
+    let balanced = Writer::new(
+        config(&topic)
+            .metadata_max_age(Duration::from_secs(1))
+            .balancer(RoundRobin::default()),
+    )
+    .unwrap();
     explicit
         .write_messages((0..2).map(|p| Message::new("before").with_partition(p)))
         .await

@@ -142,10 +142,19 @@ pub struct ProduceArgs {
     /// value with a null key).
     #[arg(short = 'k', long = "key-delimiter", value_name = "SEP")]
     pub key_delimiter: Option<String>,
-    /// Write every record to this partition (default: by key hash, round-robin for null
-    /// keys).
+    /// Write every record to this partition (default: where --partitioner says).
     #[arg(short = 'p', long)]
     pub partition: Option<i32>,
+    /// Where records go without -p (librdkafka's `partitioner` names): sticky (default) or
+    /// murmur2_random: keys by murmur2 like the Java client, keyless records to one
+    /// partition at a time; murmur2: the same, keyless records all to one partition;
+    /// consistent_random (librdkafka's and kcat's default): keys by CRC32, keyless or
+    /// empty-key records spread; consistent: the same, those all to one partition;
+    /// random: every record to a random partition; round_robin: every record to the next
+    /// partition (kafka-go's default; keys ignored).
+    #[arg(long, value_name = "NAME", default_value = "sticky",
+          value_parser = produce::parse_partitioner)]
+    pub partitioner: produce::Partitioner,
     /// Add a header to every record (repeatable).
     #[arg(short = 'H', long = "header", value_name = "KEY=VALUE")]
     pub headers: Vec<String>,

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::SinkExt;
-use kafkapipe::writer::{Message, Writer, WriterConfig};
+use kafkapipe::writer::{
+    Balancer, Crc32, Message, Murmur2, RoundRobin, Sticky, Writer, WriterConfig,
+};
 
 use crate::settings::Settings;
 use crate::shutdown::Shutdown;
@@ -72,6 +74,7 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ProduceArgs) ->
     if let Some(a) = args.acks {
         config = config.required_acks(a);
     }
+    config = args.partitioner.apply(config);
     let mut shutdown = Shutdown::install().map_err(|e| Fail::Run(format!("signals: {e}")))?;
     let mut writer = Writer::new(config)?;
 
@@ -172,4 +175,89 @@ fn to_message(mut line: Vec<u8>, args: &ProduceArgs, headers: &[(String, Bytes)]
         msg = msg.with_header(k.clone(), v.clone());
     }
     msg
+}
+
+/// `--partitioner`: where records without `-p` go, by librdkafka's `partitioner` names
+/// (CONFIGURATION.md) plus `sticky` and `round_robin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Partitioner {
+    /// Keys by murmur2 (the Java client's partition), keyless records one partition at a
+    /// time (the Java client's default; librdkafka `murmur2_random` with its default
+    /// `sticky.partitioning.linger.ms`). The library's default, `Sticky`.
+    Sticky,
+    /// Keys by murmur2; keyless records hashed as an empty key (all to one partition).
+    Murmur2,
+    /// Keys by CRC32 (librdkafka's default); keyless records one partition at a time,
+    /// empty keys round robin (librdkafka: both sticky).
+    ConsistentRandom,
+    /// Keys by CRC32; keyless and empty-key records all to one partition.
+    Consistent,
+    /// Every record to a random partition.
+    Random,
+    /// Every record to the next partition in turn, keys ignored (kafka-go's default).
+    RoundRobin,
+}
+
+/// Parse a `--partitioner` name.
+pub fn parse_partitioner(v: &str) -> Result<Partitioner, String> {
+    Ok(match v {
+        "sticky" | "murmur2_random" => Partitioner::Sticky,
+        "murmur2" => Partitioner::Murmur2,
+        "consistent_random" => Partitioner::ConsistentRandom,
+        "consistent" => Partitioner::Consistent,
+        "random" => Partitioner::Random,
+        "round_robin" => Partitioner::RoundRobin,
+        _ => {
+            return Err(format!(
+                "partitioner: expected sticky, murmur2_random, murmur2, consistent_random, \
+                 consistent, random or round_robin, got {v:?}"
+            ))
+        }
+    })
+}
+
+impl Partitioner {
+    /// `config` with this placement as its balancer.
+    fn apply(self, config: WriterConfig) -> WriterConfig {
+        match self {
+            Partitioner::Sticky => config.balancer(Sticky::new()),
+            Partitioner::Murmur2 => config.balancer(Murmur2::consistent()),
+            Partitioner::ConsistentRandom => config.balancer(Sticky::new().keys(Crc32::default())),
+            Partitioner::Consistent => config.balancer(Crc32::consistent()),
+            Partitioner::Random => config.balancer(Random::new()),
+            Partitioner::RoundRobin => config.balancer(RoundRobin::default()),
+        }
+    }
+}
+
+/// librdkafka's `random` partitioner: each record to a partition picked at random.
+struct Random(std::sync::atomic::AtomicU64);
+
+impl Random {
+    fn new() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        // A random seed without a random number crate: std's per-process hash keys.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(0);
+        Random(std::sync::atomic::AtomicU64::new(h.finish() | 1))
+    }
+}
+
+impl Balancer for Random {
+    fn partition(&self, _msg: &Message, partitions: &[i32]) -> i32 {
+        use std::sync::atomic::Ordering;
+        // splitmix64 over an atomic counter: lock-free, and every call a fresh number.
+        let mut z = self
+            .0
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let n = partitions.len().max(1) as u64;
+        partitions
+            .get(usize::try_from(z % n).unwrap_or(0))
+            .copied()
+            .unwrap_or(0)
+    }
 }
