@@ -22,9 +22,11 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  success; also after SIGINT/SIGTERM (consume and produce stop cleanly: what was
-     printed is committed, the group is left) and when stdout is closed (| head)
-  1  the command failed (broker, network, authentication, I/O)
+  0  success; also after SIGINT/SIGTERM when the command stopped cleanly (consume: what
+     was printed is committed, the group is left; produce: every record read from stdin
+     was acknowledged) and when stdout is closed (| head)
+  1  the command failed (broker, network, authentication, I/O), or produce stopped with
+     records not delivered (their count is on stderr)
   2  usage error (bad arguments, unknown -X setting or bad value)
 
 Client settings (-X KEY=VALUE, repeatable; `-X list` shows every key):
@@ -132,8 +134,11 @@ enum GroupsCmd {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Each stdin line is one record (a trailing \\r is dropped). Records are \
-    batched; the command exits once every record is acknowledged.\n\
-    SIGINT/SIGTERM: stop reading stdin, deliver what was read, exit 0."
+    batched; the command exits once every record is acknowledged (exit 0) or failed (exit \
+    1, the count of records not delivered on stderr).\n\
+    SIGINT/SIGTERM: stop reading stdin, wait up to 3 s for what was read to be \
+    acknowledged: exit 0 if all of it was, else exit 1 saying how many records were not \
+    delivered. A second signal exits at once."
 )]
 pub struct ProduceArgs {
     /// The topic.

@@ -15,7 +15,8 @@ use crate::{Fail, ProduceArgs};
 
 /// Prints a rate line to stderr at most every two seconds.
 pub struct Progress {
-    what: &'static str,
+    /// What the count is, e.g. "produced".
+    pub what: &'static str,
     start: Instant,
     last: Instant,
     /// Records so far.
@@ -56,8 +57,13 @@ impl Progress {
     }
 }
 
-/// Run `produce`: stdin lines to records until EOF or SIGINT/SIGTERM, then deliver
-/// everything read and exit.
+/// After SIGINT/SIGTERM, how long the records already read may still take to be
+/// acknowledged before the command gives up on them.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// Run `produce`: stdin lines to records until EOF or SIGINT/SIGTERM. Succeeds only if
+/// every record read was acknowledged; after a signal, what is not acknowledged within
+/// [`STOP_GRACE`] is given up and counted.
 pub async fn run(brokers: &[String], settings: &Settings, args: &ProduceArgs) -> Result<(), Fail> {
     let mut headers = Vec::new();
     for h in &args.headers {
@@ -100,53 +106,98 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ProduceArgs) ->
         }
     });
 
-    let mut progress = Progress::new("produced");
-    let mut stopped = false;
-    let mut result = Ok(());
+    // Every line read from stdin counts, handed to the writer or not.
+    let mut progress = Progress::new("read");
+    let mut failure: Option<String> = None;
     'read: loop {
-        let first = tokio::select! {
+        let line = tokio::select! {
             biased;
-            _ = shutdown.wait() => { stopped = true; break 'read; }
+            _ = shutdown.wait() => break 'read,
             l = rx.recv() => l,
         };
-        let Some(first) = first else { break };
-        let mut chunk = Vec::new();
-        let mut next = Some(first);
-        while let Some(line) = next.take() {
-            match line {
-                Ok(line) => chunk.push(to_message(line, args, &headers)),
-                Err(e) => {
-                    result = Err(Fail::Run(format!("reading stdin: {e}")));
-                    break;
-                }
+        let Some(line) = line else {
+            if progress.count > writer.stats().messages {
+                eprintln!(
+                    "% end of input: {} records read, waiting for their delivery",
+                    progress.count
+                );
             }
-            if chunk.len() >= 1000 {
-                break;
-            }
-            next = rx.try_recv().ok();
-        }
-        let n = chunk.len() as u64;
-        if n > 0 {
-            if let Err(e) = writer.write_messages(chunk).await {
-                result = Err(e.into());
-                break;
-            }
-            progress.add(n);
-        }
-        if result.is_err() {
             break;
+        };
+        let msg = match line {
+            Ok(line) => to_message(line, args, &headers),
+            Err(e) => {
+                failure = Some(format!("reading stdin: {e}"));
+                break;
+            }
+        };
+        progress.add(1);
+        // `feed` waits for buffer space (a signal ends the wait; the record is then
+        // dropped unsent) and fails early once a record failed for good.
+        tokio::select! {
+            biased;
+            _ = shutdown.wait() => break 'read,
+            r = writer.feed(msg) => if let Err(e) = r {
+                failure = Some(e.to_string());
+                break 'read;
+            },
         }
     }
-    let closed = writer.close().await;
-    result?;
-    closed?;
-    let how = if stopped || shutdown.requested() {
+    if shutdown.requested() {
+        // Lines the stdin thread read ahead were read too.
+        while let Ok(Ok(_)) = rx.try_recv() {
+            progress.add(1);
+        }
+    }
+    // Deliver what was accepted: until done, unless a signal comes; then (or if it had
+    // come) for STOP_GRACE at most.
+    let flushed = if shutdown.requested() {
+        tokio::time::timeout(STOP_GRACE, writer.flush()).await.ok()
+    } else {
+        let done = tokio::select! {
+            biased;
+            r = writer.flush() => Some(r),
+            _ = shutdown.wait() => None,
+        };
+        match done {
+            Some(r) => Some(r),
+            None => tokio::time::timeout(STOP_GRACE, writer.flush()).await.ok(),
+        }
+    };
+    if let Some(Err(e)) = &flushed {
+        failure.get_or_insert_with(|| e.to_string());
+    }
+    let read = progress.count;
+    let delivered = writer.stats().messages;
+    let how = if shutdown.requested() {
         " (stopped by signal)"
     } else {
         ""
     };
-    eprintln!("% {} to {}{how}", progress.line(), args.topic);
-    Ok(())
+    if flushed.is_some() && failure.is_none() && delivered >= read {
+        writer.close().await?;
+        progress.count = delivered;
+        progress.what = "produced";
+        eprintln!("% {} to {}{how}", progress.line(), args.topic);
+        return Ok(());
+    }
+    // Not everything was acknowledged: say how much, and exit without waiting further
+    // (dropping the writer; the runtime's shutdown ends its task).
+    let lost = read.saturating_sub(delivered);
+    let why = failure.unwrap_or_else(|| {
+        format!(
+            "not acknowledged within {}s of the signal",
+            STOP_GRACE.as_secs()
+        )
+    });
+    eprintln!(
+        "% {delivered} records produced to {}, {lost} not delivered{how}",
+        args.topic
+    );
+    drop(writer);
+    Err(Fail::Run(format!(
+        "{lost} of {read} records read from stdin were not delivered: {why}"
+    )))
 }
 
 fn to_message(mut line: Vec<u8>, args: &ProduceArgs, headers: &[(String, Bytes)]) -> Message {
