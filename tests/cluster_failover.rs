@@ -831,6 +831,8 @@ async fn group_survives_leader_and_coordinator_loss(
             let mut writer = Writer::new(
                 WriterConfig::new(bootstrap)
                     .topic(&topic)
+                    // every partition keeps receiving records through both kills
+                    .balancer(kafkapipe::writer::RoundRobin::default())
                     .required_acks(RequiredAcks::All)
                     .idempotent(true)
                     .max_attempts(60),

@@ -15,7 +15,7 @@ use kafkapipe::compression::Compression;
 use kafkapipe::conn::{Conn, FetchOptions};
 use kafkapipe::protocol::ErrorCode;
 use kafkapipe::record::Record;
-use kafkapipe::writer::{Hash, Message, Sticky, Writer, WriterConfig};
+use kafkapipe::writer::{Hash, Message, RoundRobin, Sticky, Writer, WriterConfig};
 use kafkapipe::ErrorKind;
 
 async fn admin() -> Conn {
@@ -378,6 +378,40 @@ async fn crc32_and_murmur2_match_librdkafka_live() {
             used.insert(partition);
         }
         assert!(used.len() > 1, "{partitioner}: keys spread");
+    }
+}
+
+/// The default placement is the Java client's: keyed messages by murmur2 of the key, so
+/// every key stays in one partition (per-key order) — the one `Murmur2` (checked against
+/// librdkafka's `murmur2_random` above) picks; unkeyed messages go sticky.
+#[tokio::test]
+async fn default_writer_places_keys_by_murmur2() {
+    use kafkapipe::writer::{Balancer, Murmur2};
+    const PARTITIONS: i32 = 5;
+    let topic = new_topic("writer-default-keys", PARTITIONS).await;
+    let mut writer = Writer::new(config(&topic).batch_size(50)).unwrap();
+    let msgs: Vec<Message> = (0..3)
+        .flat_map(|round| {
+            (0..301).map(move |k| Message::keyed(format!("key-{k}"), format!("{round}")))
+        })
+        .collect();
+    writer.write_messages(msgs).await.unwrap();
+    writer.close().await.unwrap();
+    let conn = admin().await;
+    let ids: Vec<i32> = (0..PARTITIONS).collect();
+    let mut seen: HashMap<String, Vec<(i32, String)>> = HashMap::new();
+    for p in 0..PARTITIONS {
+        for r in read_partition(&conn, &topic, p).await {
+            let k = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+            let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            seen.entry(k).or_default().push((p, v));
+        }
+    }
+    assert_eq!(seen.len(), 301);
+    for (k, placed) in &seen {
+        let want = Murmur2::default().partition(&Message::keyed(k.clone(), "v"), &ids);
+        let got: Vec<(i32, String)> = (0..3).map(|r| (want, r.to_string())).collect();
+        assert_eq!(placed, &got, "key {k}: where murmur2 puts it, in order");
     }
 }
 
@@ -773,7 +807,13 @@ async fn partitions_added_while_writing_are_used() {
     let topic = new_topic("writer-grow", 2).await;
     let conn = admin().await;
     let explicit = Writer::new(config(&topic)).unwrap();
-    let balanced = Writer::new(config(&topic).metadata_max_age(Duration::from_secs(1))).unwrap();
+    // Round robin: every write round reaches every partition the writer knows of.
+    let balanced = Writer::new(
+        config(&topic)
+            .metadata_max_age(Duration::from_secs(1))
+            .balancer(RoundRobin::default()),
+    )
+    .unwrap();
     explicit
         .write_messages((0..2).map(|p| Message::new("before").with_partition(p)))
         .await
@@ -1044,4 +1084,117 @@ async fn sticky_balancer_writes_every_message_in_runs() {
     }
     assert!(seen.iter().all(|s| *s), "a message is missing");
     assert!(used >= 3, "100 runs went to {used} of 4 partitions");
+}
+
+/// `Writer::produce` for request/response callers: 1,000 concurrent calls each resolve to
+/// their own (partition, offset), which is where the message is when the topic is read
+/// back; with `deliveries()` taken or not. A message the broker refuses as too large
+/// (topic `max.message.bytes` 2000, below the writer's `batch_bytes`) resolves its own
+/// future to `MessageTooLarge` while the others succeed, and one the writer refuses
+/// itself (over `batch_bytes`) too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_resolves_each_message_to_its_partition_and_offset() {
+    use kafkapipe::conn::NewTopic;
+    const PARTITIONS: i32 = 3;
+    let topic = common::unique_topic("writer-produce");
+    let conn = admin().await;
+    let t = NewTopic::new(&topic, PARTITIONS)
+        .replication_factor(1)
+        .config("max.message.bytes", "2000");
+    for (name, r) in conn.create_topics(&[t]).await.unwrap() {
+        r.unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+    common::wait_for_topic(&conn, &topic, PARTITIONS).await;
+    for with_reports in [false, true] {
+        let writer = Writer::new(config(&topic).batch_bytes(64 * 1024)).unwrap();
+        let mut reports = with_reports.then(|| writer.deliveries());
+        let handle = writer.handle();
+        let calls = (0..1000).map(|i| {
+            let (writer, handle) = (&writer, &handle);
+            async move {
+                let msg = Message::keyed(format!("k{}", i % 37), format!("{with_reports}-{i}"));
+                let r = match i {
+                    // too large for the broker: refused in its batch, after a split
+                    500 => writer.produce(Message::new(vec![b'x'; 3000])).await,
+                    // too large for the writer: refused before anything is sent
+                    501 => handle.produce(Message::new(vec![b'y'; 100_000])).await,
+                    _ if i % 2 == 0 => writer.produce(msg).await,
+                    _ => handle.produce(msg).await,
+                };
+                (i, r)
+            }
+        });
+        let results = futures::future::join_all(calls).await;
+        let mut placed = HashMap::new();
+        for (i, r) in results {
+            match i {
+                500 | 501 => {
+                    let e = r.expect_err("an oversized message fails");
+                    assert_eq!(e.kafka_code(), Some(ErrorCode::MessageTooLarge), "{i}: {e}");
+                    // 500 by the broker, 501 by the writer's own batch_bytes check
+                    assert_eq!(e.to_string().contains("batch_bytes"), i == 501, "{e}");
+                }
+                _ => {
+                    let at = r.unwrap_or_else(|e| panic!("message {i}: {e}"));
+                    assert!(
+                        placed.insert(at, format!("{with_reports}-{i}")).is_none(),
+                        "{at:?} given twice"
+                    );
+                }
+            }
+        }
+        assert_eq!(placed.len(), 998);
+        let mut writer = writer;
+        writer.close().await.unwrap();
+        if let Some(reports) = reports.take() {
+            let all: Vec<_> = reports.collect().await;
+            assert_eq!(all.len(), 1000, "deliveries() still reports every message");
+            assert_eq!(all.iter().filter(|d| d.result.is_err()).count(), 2);
+        }
+        let mut stored = HashMap::new();
+        for p in 0..PARTITIONS {
+            for r in read_partition(&conn, &topic, p).await {
+                let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                if v.starts_with(&format!("{with_reports}-")) {
+                    stored.insert((p, r.offset), v);
+                }
+            }
+        }
+        assert_eq!(
+            stored, placed,
+            "the positions given are where the messages are"
+        );
+    }
+
+    // Dropped once accepted (its first poll, with room in the buffer): only the report
+    // is lost, the message is written.
+    let mut writer = Writer::new(config(&topic)).unwrap();
+    {
+        let fut = writer.produce(Message::new("dropped-future"));
+        futures::pin_mut!(fut);
+        assert!(futures::poll!(fut.as_mut()).is_pending());
+    }
+    writer.close().await.unwrap();
+    let mut found = 0;
+    for p in 0..PARTITIONS {
+        found += read_partition(&conn, &topic, p)
+            .await
+            .iter()
+            .filter(|r| r.value.as_deref() == Some(&b"dropped-future"[..]))
+            .count();
+    }
+    assert_eq!(
+        found, 1,
+        "a dropped produce future still delivers its message"
+    );
+
+    // A topic the broker does not have: the call resolves to that error.
+    let missing = common::unique_topic("writer-produce-missing");
+    let writer = Writer::new(config(&missing).unknown_topic_timeout(Some(Duration::ZERO))).unwrap();
+    let e = writer.produce(Message::new("v")).await.unwrap_err();
+    assert_eq!(
+        e.kafka_code(),
+        Some(ErrorCode::UnknownTopicOrPartition),
+        "{e}"
+    );
 }

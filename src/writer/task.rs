@@ -2315,8 +2315,19 @@ impl Task {
         } else {
             drop(acks);
         }
+        // Runs are in batch order: a run's first message is at the base + the messages
+        // before it (what a `Writer::produce` call's group learns).
+        let mut index = 0i64;
         for (g, n) in &b.runs {
+            if let Ok(base) = result {
+                g.written_at(if base >= 0 {
+                    base.saturating_add(index)
+                } else {
+                    -1
+                });
+            }
             g.done(*n, error);
+            index = index.saturating_add(*n as i64);
         }
         if let Ok(buf) = b.data.take_head().try_into_mut() {
             // Not the bytes of a compacted batch, smaller than any new batch wants.
@@ -2536,6 +2547,7 @@ fn append<M: Incoming>(
         )));
     }
     add_run(&mut open.runs, m.group());
+    m.group().placed(partition);
     if let Some(ack) = m.take_ack() {
         let index = u32::try_from(open.count).unwrap_or(u32::MAX);
         open.acks.push((index, ack));
