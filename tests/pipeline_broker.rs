@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::ready;
-use futures::{StreamExt, TryStreamExt};
+use futures::{SinkExt, StreamExt, TryStreamExt};
 use kafkapipe::admin::Admin;
 use kafkapipe::conn::{Conn, ProduceOptions};
 use kafkapipe::group::{AckToken, CommitMode};
@@ -567,4 +567,68 @@ async fn interleaved_librdkafka_transactions_yield_exactly_the_committed_records
             }
         }
     }
+}
+
+/// Issue 26 item 4: a seek moves the fetch position, never the commit past work in
+/// flight. 0..99 processed and committed, 100..109 held (yielded, tokens alive), a seek to
+/// 1110, 1110 processed: the commit stays at 100 (it went to 1111, so a crash then skipped
+/// 100..109), the stats count the held messages (they showed none), and close waits for
+/// them (it did not) — once they are processed it commits 1111.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seek_does_not_commit_past_messages_still_in_flight() {
+    let topic = topic("pipe-seek", 1).await;
+    let group = common::unique_topic("pipe-seek-g");
+    produce(&topic, 1, 1200).await;
+    let mut reader = Reader::new(group_config(&group, &topic).commit_mode(CommitMode::Sync))
+        .await
+        .unwrap();
+    let mut committer = reader.committer().unwrap();
+    for _ in 0..100 {
+        let m = tokio::time::timeout(WITHIN, reader.next_message())
+            .await
+            .expect("a message in time")
+            .unwrap();
+        committer.send(&m).await.unwrap();
+    }
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 100)]));
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        let m = tokio::time::timeout(WITHIN, reader.next_message())
+            .await
+            .expect("a message in time")
+            .unwrap();
+        held.push(m);
+    }
+    assert_eq!(held.first().map(|m| m.offset), Some(100));
+    reader.handle().seek(&topic, 0, 1110).unwrap();
+    let m = tokio::time::timeout(WITHIN, reader.next_message())
+        .await
+        .expect("a message in time")
+        .unwrap();
+    assert_eq!(m.offset, 1110);
+    committer.send(&m).await.unwrap();
+    drop(m);
+    assert_eq!(
+        committed(&group, &topic).await,
+        BTreeMap::from([(0, 100)]),
+        "the commit passed 100..109, still being processed"
+    );
+    let stats = reader.stats();
+    // the 10 held ones, and 1110: processed, but the commit cannot pass it before them
+    assert_eq!(stats.unacked, 11, "the held messages must count: {stats:?}");
+    assert_eq!(stats.oldest_unacked.as_ref().map(|u| u.offset), Some(100), "{stats:?}");
+
+    let handle = reader.handle();
+    let mut close = tokio::spawn(async move { handle.close().await });
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut close).await;
+    assert!(early.is_err(), "close must wait for the held messages");
+    for mut m in held {
+        m.take_ack_token().ack();
+    }
+    tokio::time::timeout(WITHIN, close)
+        .await
+        .expect("close in time")
+        .unwrap();
+    assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 1111)]));
+    drop(reader);
 }
