@@ -87,6 +87,7 @@ mod message;
 pub(crate) mod retry;
 mod state;
 mod task;
+mod tracked;
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -98,6 +99,7 @@ use futures::Stream;
 pub use config::{OffsetReset, ReaderConfig, StartOffset, TopicPartition};
 pub use handle::ReaderHandle;
 pub use message::Message;
+pub use tracked::{MapTracked, MessageStreamExt, ProcessConcurrent, Tracked};
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
