@@ -616,7 +616,11 @@ async fn a_seek_does_not_commit_past_messages_still_in_flight() {
     let stats = reader.stats();
     // the 10 held ones, and 1110: processed, but the commit cannot pass it before them
     assert_eq!(stats.unacked, 11, "the held messages must count: {stats:?}");
-    assert_eq!(stats.oldest_unacked.as_ref().map(|u| u.offset), Some(100), "{stats:?}");
+    assert_eq!(
+        stats.oldest_unacked.as_ref().map(|u| u.offset),
+        Some(100),
+        "{stats:?}"
+    );
 
     let handle = reader.handle();
     let mut close = tokio::spawn(async move { handle.close().await });

@@ -12,6 +12,8 @@
 //!   because the filter goes on to poll the reader for the next one; a message dropped by
 //!   a stage that failed and ended the pipeline does not, as nothing polls the reader
 //!   after the error. A token dropped while its thread panics counts as failed.
+//!   (So a concurrent stage must keep the token with its work:
+//!   [`Tracked`](crate::reader::Tracked), [`MessageStreamExt`](crate::reader::MessageStreamExt).)
 //!
 //! A token that [`fail`](AckToken::fail)ed (or whose writer delivery failed) holds its
 //! partition's commit before it until a rebalance or a restart delivers the message again.
@@ -24,6 +26,9 @@
 //! Each track belongs to one ownership of a partition: a token from an earlier assignment
 //! (the partition was revoked, then assigned to this member again) never moves the new
 //! assignment's commit.
+//!
+//! A seek moves only the fetch position: messages yielded before it stay tracked (held
+//! ones keep holding the commit); only the exactly-once rewind forgets deliveries.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -379,9 +384,7 @@ impl Track {
                 if lowest.is_some_and(|l| offset >= l) {
                     tracing::debug!(offset, "ack of an offset this reader did not yield ignored");
                 } else {
-                    let upto = offset
-                        .saturating_add(1)
-                        .min(lowest.unwrap_or(i64::MAX));
+                    let upto = offset.saturating_add(1).min(lowest.unwrap_or(i64::MAX));
                     s.pending = s.pending.max(upto);
                 }
             }
@@ -473,6 +476,12 @@ impl Track {
 ///   right after dropping a message without polling the reader again —
 ///   `reader.take(n).try_filter(p)`, where `take` ends the stream — leaves that one
 ///   message uncommitted, to be read again (at least once); put `take` after the filter.
+///   Concurrent stages (`buffer_unordered`, `try_for_each_concurrent`) poll the reader
+///   while earlier messages are still being worked on: keep the token with the work —
+///   [`map_tracked`](crate::reader::MessageStreamExt::map_tracked) instead of
+///   `map_ok(|m| m.value)`, or
+///   [`process_concurrent`](crate::reader::MessageStreamExt::process_concurrent) — or
+///   the group commits messages still being processed.
 /// - carried by a [`writer::Message`](crate::writer::Message)
 ///   ([`with_ack`](crate::writer::Message::with_ack)): acked when the broker acknowledges
 ///   the written message, failed when its delivery fails (at-least-once
@@ -1035,17 +1044,31 @@ mod tests {
         let after = token(&t, 1110);
         after.ack();
         pulse.polled();
-        assert_eq!(t.due(), None, "the commit must not pass 100..109, still held");
-        assert_eq!(t.held(), 10, "the held messages still count (close waits for them)");
+        assert_eq!(
+            t.due(),
+            None,
+            "the commit must not pass 100..109, still held"
+        );
+        assert_eq!(
+            t.held(),
+            10,
+            "the held messages still count (close waits for them)"
+        );
         assert_eq!(t.unacked(), (11, t.unacked().1));
         assert_eq!(t.unacked().1.map(|(o, _)| o), Some(100));
         let mut held = held.into_iter();
-        held.next().map(AckToken::ack);
+        if let Some(first) = held.next() {
+            first.ack();
+        }
         assert_eq!(t.due(), Some(101));
         for tok in held {
             tok.ack();
         }
-        assert_eq!(t.due(), Some(1111), "settled: the work after the seek commits");
+        assert_eq!(
+            t.due(),
+            Some(1111),
+            "settled: the work after the seek commits"
+        );
         assert_eq!(t.held(), 0);
     }
 

@@ -218,7 +218,7 @@ pub trait MessageStreamExt: Stream<Item = Result<Message>> + Sized {
     ///     .map_tracked(|m| m.value.unwrap_or_default())
     ///     .map_ok(|value| async move {
     ///         work(&value).await;
-    ///         value // dropped after the work: then processed
+    ///         Ok(value) // still carrying the token
     ///     })
     ///     .try_buffer_unordered(8)
     ///     .try_for_each(|value| async move {
@@ -278,7 +278,7 @@ pub trait MessageStreamExt: Stream<Item = Result<Message>> + Sized {
         Fut: Future<Output = std::result::Result<(), E>>,
         E: From<Error>,
     {
-        let settle: fn(Settling<Fut>) -> Settling<Fut> = std::convert::identity;
+        let settle: Identity<Fut> = std::convert::identity;
         ProcessConcurrent {
             inner: Starting {
                 stream: self,
@@ -333,7 +333,7 @@ where
     E: From<Error>,
 {
     #[pin]
-    inner: TryForEachConcurrent<Starting<S, F, E>, Settling<Fut>, fn(Settling<Fut>) -> Settling<Fut>>,
+    inner: TryForEachConcurrent<Starting<S, F, E>, Settling<Fut>, Identity<Fut>>,
 }
 
 impl<S, F, Fut, E> std::fmt::Debug for ProcessConcurrent<S, F, Fut, E>
@@ -361,6 +361,9 @@ where
         self.project().inner.poll(cx)
     }
 }
+
+/// Hands each started [`Settling`] to `try_for_each_concurrent` as is.
+type Identity<Fut> = fn(Settling<Fut>) -> Settling<Fut>;
 
 /// Each message becomes `f(message)` holding the message's token.
 #[pin_project]
@@ -491,7 +494,11 @@ mod tests {
         let mut pipeline = pipeline;
         let all_but_slow = async {
             loop {
-                if done.lock().map(|d| d.len() as i64 == N - 1).unwrap_or(false) {
+                if done
+                    .lock()
+                    .map(|d| d.len() as i64 == N - 1)
+                    .unwrap_or(false)
+                {
                     // let the pipeline poll the reader again, as it does when it goes on
                     for _ in 0..10 {
                         tokio::task::yield_now().await;
@@ -544,7 +551,11 @@ mod tests {
             .map_ok(|m| m.value.unwrap_or_default())
             .try_for_each_concurrent(8, move |v| work(offset_of(&v), d.clone(), r.clone()));
         let (due, _pipeline) = drive_until_all_but_slow(Box::pin(pipeline), done, track).await;
-        assert_eq!(due, Some(N), "the naive shape commits past the slow message");
+        assert_eq!(
+            due,
+            Some(N),
+            "the naive shape commits past the slow message"
+        );
     }
 
     /// `map_tracked` in front of `try_for_each_concurrent`: the commit never passes the
@@ -562,7 +573,11 @@ mod tests {
             });
         let (due, mut pipeline) =
             drive_until_all_but_slow(Box::pin(pipeline), done.clone(), track.clone()).await;
-        assert_eq!(due, Some(SLOW), "the commit passed a message still in the stage");
+        assert_eq!(
+            due,
+            Some(SLOW),
+            "the commit passed a message still in the stage"
+        );
         release.notify_one();
         tokio::select! {
             _ = &mut pipeline => panic!("the pipeline ended"),
@@ -595,7 +610,11 @@ mod tests {
                 Ok(())
             });
         let (due, _pipeline) = drive_until_all_but_slow(Box::pin(pipeline), done, track).await;
-        assert_eq!(due, Some(SLOW), "the commit passed a message still in the stage");
+        assert_eq!(
+            due,
+            Some(SLOW),
+            "the commit passed a message still in the stage"
+        );
     }
 
     /// `process_concurrent`: the commit never passes the slow message while its future
@@ -612,7 +631,11 @@ mod tests {
         });
         let (due, mut pipeline) =
             drive_until_all_but_slow(Box::pin(pipeline), done.clone(), track.clone()).await;
-        assert_eq!(due, Some(SLOW), "the commit passed a message still in the stage");
+        assert_eq!(
+            due,
+            Some(SLOW),
+            "the commit passed a message still in the stage"
+        );
         release.notify_one();
         tokio::select! {
             _ = &mut pipeline => panic!("the pipeline ended"),
@@ -628,29 +651,34 @@ mod tests {
         let (pulse, track, _done) = setup();
         let started = Arc::new(Mutex::new(0usize));
         let s = started.clone();
-        let pipeline = fake_reader(pulse.clone(), track.clone(), N).process_concurrent(4, move |m| {
-            let s = s.clone();
-            async move {
-                if let Ok(mut n) = s.lock() {
-                    *n += 1;
-                }
-                match m.offset {
-                    0 | 1 => Ok(()),
-                    2 => {
-                        // fails once 3 and 4 are under way (and stay so)
-                        for _ in 0..5 {
-                            tokio::task::yield_now().await;
-                        }
-                        Err(Error::config("work failed"))
+        let pipeline =
+            fake_reader(pulse.clone(), track.clone(), N).process_concurrent(4, move |m| {
+                let s = s.clone();
+                async move {
+                    if let Ok(mut n) = s.lock() {
+                        *n += 1;
                     }
-                    _ => futures::future::pending().await,
+                    match m.offset {
+                        0 | 1 => Ok(()),
+                        2 => {
+                            // fails once 3 and 4 are under way (and stay so)
+                            for _ in 0..5 {
+                                tokio::task::yield_now().await;
+                            }
+                            Err(Error::config("work failed"))
+                        }
+                        _ => futures::future::pending().await,
+                    }
                 }
-            }
-        });
+            });
         let err = pipeline.await.expect_err("the failure ends it");
         assert!(err.to_string().contains("work failed"), "{err}");
         pulse.polled();
-        assert_eq!(track.due(), Some(2), "2 failed, 3.. cancelled: none committed");
+        assert_eq!(
+            track.due(),
+            Some(2),
+            "2 failed, 3.. cancelled: none committed"
+        );
         assert_eq!(track.held(), 0, "nothing is left held");
     }
 
@@ -665,7 +693,11 @@ mod tests {
         let t = m.tracked(|m| m.value);
         assert!(t.ack_token().is_tracked());
         pulse.polled();
-        assert_eq!(track.due(), None, "the message was dropped but its token travels");
+        assert_eq!(
+            track.due(),
+            None,
+            "the message was dropped but its token travels"
+        );
         let t = t.map(|v| v.map(|b| b.len()));
         assert_eq!(*t, Some(1));
         drop(t);
