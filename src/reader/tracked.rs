@@ -30,7 +30,10 @@ use crate::group::AckToken;
 /// dropped after the work (or by a filter that goes on) counts as processed once the
 /// reader is polled again, like a dropped token; one dropped by a stage that fails and
 /// ends the pipeline does not. [`ack`](Tracked::ack) and [`fail`](Tracked::fail) say so
-/// explicitly. It derefs to the value.
+/// explicitly. It derefs to the value. (A pipeline that is cancelled or fails and is then
+/// started again on the same reader polls it again, so the `Tracked` values its
+/// concurrent stage dropped unfinished would count: there, use
+/// [`MessageStreamExt::process_concurrent`], which fails what it drops unfinished.)
 ///
 /// Made by [`Message::tracked`], `Tracked::from(message)` or the stream adapter
 /// [`MessageStreamExt::map_tracked`], which is what to put in front of
