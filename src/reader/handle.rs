@@ -213,6 +213,7 @@ impl ReaderHandle {
                     old.restart();
                     continue;
                 }
+                old.restart();
                 let at = old.committed_offset();
                 let track = g.new_track(at);
                 c.own(&tp, track.clone());

@@ -88,6 +88,7 @@ pub(crate) mod retry;
 mod state;
 mod task;
 mod validate;
+mod tracked;
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -100,6 +101,7 @@ pub use config::{OffsetReset, ReaderConfig, StartOffset, TopicPartition};
 pub use handle::ReaderHandle;
 pub use message::Message;
 pub use validate::LogTruncation;
+pub use tracked::{MapTracked, MessageStreamExt, ProcessConcurrent, Tracked};
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};

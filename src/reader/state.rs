@@ -594,7 +594,8 @@ impl State {
         p.retry_at = None;
         p.streak.reset();
         if let Some(t) = &p.track {
-            t.restart();
+            // only the fetch position moves: what was yielded still decides the commit
+            t.seek();
         }
         p.parked_error = None;
         let (n, bytes) = p.clear();
@@ -993,12 +994,10 @@ impl State {
                 continue;
             }
             // A batch is decompressed only for a track with room for its records.
-            if let (true, Some(t), Some(from)) = (
-                p.buf.is_empty(),
-                &p.track,
-                p.lazy.front().and_then(Pending::compressed_from),
-            ) {
-                if !t.has_room_from(from) {
+            let compressed_next =
+                p.buf.is_empty() && p.lazy.front().and_then(Pending::compressed_from).is_some();
+            if let (true, Some(t)) = (compressed_next, &p.track) {
+                if !t.has_room() {
                     p.in_ready = false;
                     self.blocked.push(id);
                     continue;
