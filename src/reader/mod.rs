@@ -87,8 +87,8 @@ mod message;
 pub(crate) mod retry;
 mod state;
 mod task;
-mod validate;
 mod tracked;
+mod validate;
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -100,8 +100,8 @@ use futures::Stream;
 pub use config::{OffsetReset, ReaderConfig, StartOffset, TopicPartition};
 pub use handle::ReaderHandle;
 pub use message::Message;
-pub use validate::LogTruncation;
 pub use tracked::{MapTracked, MessageStreamExt, ProcessConcurrent, Tracked};
+pub use validate::LogTruncation;
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
