@@ -1300,7 +1300,7 @@ async fn reader_detects_log_truncation(cluster: &mut TestCluster) {
         .expect("a message within 30 s")
         .unwrap();
     assert_eq!((m.offset, m.value.as_deref()), (10, Some(&b"new10"[..])));
-    assert_eq!(m.leader_epoch, Some(t.leader_epoch));
+    assert_eq!(m.leader_epoch(), Some(t.leader_epoch));
     reader.close().await;
     blocking(|| cluster.node(2).restart());
 }

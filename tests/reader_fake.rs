@@ -846,7 +846,7 @@ async fn log_truncation_below_the_position_is_reported_with_the_offsets() {
     .await
     .unwrap();
     let m = next(&mut reader).await;
-    assert_eq!((m.offset, m.leader_epoch), (0, Some(0)));
+    assert_eq!((m.offset, m.leader_epoch()), (0, Some(0)));
     assert_eq!(tagged(&mut reader, 19).await, expect("old", 1..20));
     assert_eq!(mock.truncate("t", 0, 10).unwrap(), (10, 1));
     produce_tagged(&mock, "new", 10, 30);
@@ -876,7 +876,7 @@ async fn log_truncation_below_the_position_is_reported_with_the_offsets() {
     reader.seek("t", 0, 10).unwrap();
     let m = next(&mut reader).await;
     assert_eq!(
-        (m.offset, value(&m), m.leader_epoch),
+        (m.offset, value(&m), m.leader_epoch()),
         (10, "new10".into(), Some(1))
     );
     reader.close().await;

@@ -43,14 +43,13 @@ pub struct Message {
     /// time for topics with `message.timestamp.type=LogAppendTime`; `-1` if unknown
     /// (legacy v0 messages).
     pub timestamp: i64,
-    /// The leader epoch of the partition's leader that appended the record (its batch's
-    /// partition leader epoch; Java `ConsumerRecord::leaderEpoch`), `None` when unknown
-    /// (legacy messages, brokers without leader epochs).
-    pub leader_epoch: Option<i32>,
     ack: AckToken,
     /// What it counts against the reader's byte capacity while queued: its encoded record
     /// length (see [`ReaderConfig::queue_capacity_bytes`](super::ReaderConfig::queue_capacity_bytes)).
     queued: u32,
+    /// See [`Message::leader_epoch`]; -1 unknown (an `i32` beside `queued`, where an
+    /// `Option<i32>` would make every message 8 bytes larger).
+    epoch: i32,
 }
 
 impl Clone for Message {
@@ -65,9 +64,9 @@ impl Clone for Message {
             value: self.value.clone(),
             headers: self.headers.clone(),
             timestamp: self.timestamp,
-            leader_epoch: self.leader_epoch,
             ack: AckToken::default(),
             queued: self.queued,
+            epoch: self.epoch,
         }
     }
 }
@@ -82,7 +81,7 @@ impl PartialEq for Message {
             && self.value == other.value
             && self.headers == other.headers
             && self.timestamp == other.timestamp
-            && self.leader_epoch == other.leader_epoch
+            && self.epoch == other.epoch
     }
 }
 
@@ -107,9 +106,9 @@ impl Message {
             value: r.value,
             headers: r.headers,
             timestamp: r.timestamp,
-            leader_epoch: (leader_epoch >= 0).then_some(leader_epoch),
             ack: AckToken::default(),
             queued: u32::try_from(queued).unwrap_or(u32::MAX),
+            epoch: leader_epoch.max(-1),
         }
     }
 
@@ -132,10 +131,22 @@ impl Message {
             value: None,
             headers: Vec::new(),
             timestamp: -1,
-            leader_epoch: None,
             ack: AckToken::default(),
             queued: 0,
+            epoch: -1,
         }
+    }
+
+    /// The leader epoch of the partition leader that appended the record (its batch's
+    /// partition leader epoch; Java `ConsumerRecord::leaderEpoch`, KIP-320), `None` when
+    /// unknown (legacy messages, brokers without leader epochs, [`Message::new`]).
+    ///
+    /// ```
+    /// use kafkapipe::reader::Message;
+    /// assert_eq!(Message::new("t", 0, 0).leader_epoch(), None);
+    /// ```
+    pub fn leader_epoch(&self) -> Option<i32> {
+        (self.epoch >= 0).then_some(self.epoch)
     }
 
     /// This message's [`AckToken`].
