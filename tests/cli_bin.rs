@@ -575,34 +575,13 @@ fn produce_to_a_missing_topic_stops_on_sigterm() {
     produce_undeliverable_stopped_by("TERM", &addr(), &topic);
 }
 
-/// librdkafka (confluent-kafka, `tests/interop/produce.py`) produces keys `key-0..n` to a
-/// new topic of `partitions` partitions with `partitioner`; where each key landed.
+/// Where librdkafka's `partitioner` puts keys `key-0..n` of a new topic of `partitions`
+/// partitions.
 fn librdkafka_placement(partitions: i32, n: usize, partitioner: &str) -> BTreeMap<String, i32> {
     let topic = common::unique_topic("cli-rdk");
     common::create_topic(&addr(), &topic, partitions, 1);
-    let out = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
-        .arg(format!(
-            "{}/tests/interop/produce.py",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .args(["--broker", &addr(), "--topic", &topic])
-        .args(["--count", &n.to_string(), "--partitioner", partitioner])
-        .output()
-        .expect("run produce.py");
-    assert!(
-        out.status.success(),
-        "librdkafka producer failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("json line");
-            (
-                v["key"].as_str().unwrap().to_string(),
-                v["partition"].as_i64().unwrap() as i32,
-            )
-        })
+    common::librdkafka_partitions(&addr(), &topic, n, partitioner)
+        .into_iter()
         .collect()
 }
 

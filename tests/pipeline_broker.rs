@@ -57,6 +57,14 @@ async fn produce(topic: &str, partitions: i32, n: usize) {
     conn.close().await;
 }
 
+/// The reader's next message, within [`WITHIN`].
+async fn next(reader: &mut Reader) -> kafkapipe::reader::Message {
+    tokio::time::timeout(WITHIN, reader.next_message())
+        .await
+        .expect("a message in time")
+        .unwrap()
+}
+
 fn value_of(m: &kafkapipe::reader::Message) -> usize {
     std::str::from_utf8(m.value.as_deref().unwrap())
         .unwrap()
@@ -288,10 +296,7 @@ async fn tracking_is_bounded_and_a_stuck_pipeline_shows_in_the_stats() {
         .unwrap();
     let mut held = Vec::new();
     for _ in 0..10 {
-        let m = tokio::time::timeout(WITHIN, reader.next_message())
-            .await
-            .expect("a message in time")
-            .unwrap();
+        let m = next(&mut reader).await;
         held.push(m);
     }
     let blocked = tokio::time::timeout(Duration::from_secs(1), reader.next_message()).await;
@@ -386,10 +391,7 @@ async fn a_busy_consumer_loop_does_not_starve_the_heartbeats() {
     .unwrap();
     let mut events = reader.events().unwrap();
     // Let the buffer fill before consuming.
-    let first = tokio::time::timeout(WITHIN, reader.next_message())
-        .await
-        .expect("a message in time")
-        .unwrap();
+    let first = next(&mut reader).await;
     let deadline = Instant::now() + WITHIN;
     while reader.stats().queue_length < 2999 {
         assert!(Instant::now() < deadline, "buffer filled in time");
@@ -398,10 +400,7 @@ async fn a_busy_consumer_loop_does_not_starve_the_heartbeats() {
     let mut last = first.offset;
     // 2999 × 2 ms of blocking work: 6 s, three session timeouts.
     while last < 2999 {
-        let m = tokio::time::timeout(WITHIN, reader.next_message())
-            .await
-            .expect("a message in time")
-            .unwrap();
+        let m = next(&mut reader).await;
         std::thread::sleep(Duration::from_millis(2));
         last = m.offset;
     }
@@ -584,27 +583,18 @@ async fn a_seek_does_not_commit_past_messages_still_in_flight() {
         .unwrap();
     let mut committer = reader.committer().unwrap();
     for _ in 0..100 {
-        let m = tokio::time::timeout(WITHIN, reader.next_message())
-            .await
-            .expect("a message in time")
-            .unwrap();
+        let m = next(&mut reader).await;
         committer.send(&m).await.unwrap();
     }
     assert_eq!(committed(&group, &topic).await, BTreeMap::from([(0, 100)]));
     let mut held = Vec::new();
     for _ in 0..10 {
-        let m = tokio::time::timeout(WITHIN, reader.next_message())
-            .await
-            .expect("a message in time")
-            .unwrap();
+        let m = next(&mut reader).await;
         held.push(m);
     }
     assert_eq!(held.first().map(|m| m.offset), Some(100));
     reader.handle().seek(&topic, 0, 1110).unwrap();
-    let m = tokio::time::timeout(WITHIN, reader.next_message())
-        .await
-        .expect("a message in time")
-        .unwrap();
+    let m = next(&mut reader).await;
     assert_eq!(m.offset, 1110);
     committer.send(&m).await.unwrap();
     drop(m);

@@ -328,36 +328,6 @@ async fn unknown_topic_and_partition_fail_with_clear_errors() {
     writer.write_messages([Message::new("ok")]).await.unwrap();
 }
 
-/// Produce keys `key-0..n` with librdkafka (confluent-kafka) using `partitioner`, and return
-/// the partition each key landed in.
-fn librdkafka_partitions(topic: &str, n: usize, partitioner: &str) -> Vec<(String, i32)> {
-    let out =
-        std::process::Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
-            .arg(format!(
-                "{}/tests/interop/produce.py",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .args(["--broker", &common::shared().addr, "--topic", topic])
-            .args(["--count", &n.to_string(), "--partitioner", partitioner])
-            .output()
-            .expect("run produce.py");
-    assert!(
-        out.status.success(),
-        "librdkafka producer failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("json line");
-            (
-                v["key"].as_str().unwrap().to_string(),
-                v["partition"].as_i64().unwrap() as i32,
-            )
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn crc32_and_murmur2_match_librdkafka_live() {
     use kafkapipe::writer::{Balancer, Crc32, Murmur2};
@@ -369,7 +339,8 @@ async fn crc32_and_murmur2_match_librdkafka_live() {
         ("murmur2_random", &Murmur2::default()),
     ] {
         let topic = new_topic("writer-partitioner", PARTITIONS).await;
-        let placed = librdkafka_partitions(&topic, 200, partitioner);
+        let placed =
+            common::librdkafka_partitions(&common::shared().addr, &topic, 200, partitioner);
         assert_eq!(placed.len(), 200);
         let mut used = std::collections::HashSet::new();
         for (key, partition) in placed {

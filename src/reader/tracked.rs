@@ -520,6 +520,22 @@ mod tests {
         (track.due(), pipeline)
     }
 
+    /// Let the slow message's work finish, drive the pipeline until it is done, and poll
+    /// the pipeline once more so that what completed is settled.
+    async fn release_slow<P: Future + Unpin>(
+        release: &tokio::sync::Notify,
+        done: &Mutex<BTreeSet<i64>>,
+        pipeline: &mut P,
+    ) {
+        release.notify_one();
+        tokio::select! {
+            _ = &mut *pipeline => panic!("the pipeline ended"),
+            _ = async { while !done.lock().map(|d| d.contains(&SLOW)).unwrap_or(false) {
+                tokio::task::yield_now().await } } => {}
+        }
+        let _ = futures::poll!(&mut *pipeline);
+    }
+
     fn setup() -> (Arc<Pulse>, Arc<Track>, Arc<Mutex<BTreeSet<i64>>>) {
         let pulse = Arc::new(Pulse::default());
         let track = Arc::new(Track::new(-1, true, 1000, pulse.clone()));
@@ -581,13 +597,7 @@ mod tests {
             Some(SLOW),
             "the commit passed a message still in the stage"
         );
-        release.notify_one();
-        tokio::select! {
-            _ = &mut pipeline => panic!("the pipeline ended"),
-            _ = async { while !done.lock().map(|d| d.contains(&SLOW)).unwrap_or(false) {
-                tokio::task::yield_now().await } } => {}
-        }
-        let _ = futures::poll!(&mut pipeline);
+        release_slow(&release, &done, &mut pipeline).await;
         let _ = futures::poll!(&mut pipeline);
         assert_eq!(track.due(), Some(N));
     }
@@ -639,13 +649,7 @@ mod tests {
             Some(SLOW),
             "the commit passed a message still in the stage"
         );
-        release.notify_one();
-        tokio::select! {
-            _ = &mut pipeline => panic!("the pipeline ended"),
-            _ = async { while !done.lock().map(|d| d.contains(&SLOW)).unwrap_or(false) {
-                tokio::task::yield_now().await } } => {}
-        }
-        let _ = futures::poll!(&mut pipeline);
+        release_slow(&release, &done, &mut pipeline).await;
         assert_eq!(track.due(), Some(N), "acked as each future completed");
     }
 
