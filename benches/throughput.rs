@@ -23,7 +23,7 @@ use bytes::Bytes;
 use futures::{stream, SinkExt, StreamExt};
 use kafkapipe::compression::Compression;
 use kafkapipe::conn::{Conn, RequiredAcks};
-use kafkapipe::writer::{Message, Writer, WriterConfig};
+use kafkapipe::writer::{Message, RoundRobin, Writer, WriterConfig};
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -79,6 +79,8 @@ async fn run(broker: String) -> kafkapipe::Result<()> {
     let mut writer = Writer::new(
         WriterConfig::new([broker.clone()])
             .topic(&topic)
+            // every partition in turn, as measured so far (the default is now sticky)
+            .balancer(RoundRobin::default())
             .batch_size(batch)
             .compression(compression)
             .required_acks(acks)

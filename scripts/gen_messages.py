@@ -87,11 +87,20 @@ CONSUMER_GROUP_MESSAGES = [
      "and target assignments."),
 ]
 
+# the consumer's fetch-position validation (KIP-320)
+CONSUMER_MESSAGES = [
+    ("offset_for_leader_epoch", "OffsetForLeaderEpoch", 2, 4,
+     "the end offset of a leader epoch in a partition's log, with which a consumer "
+     "validates its position after a leader change and detects log truncation "
+     "(KIP-320). Versions 0-1 are for brokers only and were removed in Kafka 4.0."),
+]
+
 # group → (messages, first line of the oracle file's doc)
 GROUPS = {
     "admin": (MESSAGES, "the admin and group-offset APIs"),
     "txn": (TXN_MESSAGES, "the transaction APIs"),
     "consumer_group": (CONSUMER_GROUP_MESSAGES, "the KIP-848 consumer group APIs"),
+    "consumer": (CONSUMER_MESSAGES, "the consumer's position validation API (KIP-320)"),
 }
 
 # struct names that would otherwise clash once re-exported from `messages`
@@ -110,6 +119,8 @@ RENAMES = {
     ("ConsumerGroupDescribeResponse", "Assignment"): "ConsumerGroupDescribeAssignment",
     ("ConsumerGroupDescribeResponse", "TopicPartitions"):
         "ConsumerGroupDescribeTopicPartitions",
+    # Fetch's diverging epoch is `EpochEndOffset`
+    ("OffsetForLeaderEpochResponse", "EpochEndOffset"): "OffsetForLeaderEpochEndOffset",
 }
 
 # the `commonStructs` of the schema being generated, by name

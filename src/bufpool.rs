@@ -17,6 +17,11 @@ use bytes::Bytes;
 /// How much larger than its contents a buffer [`BufPool::freeze`] keeps may be, as a
 /// factor (above [`SHRINK_ABOVE`] bytes).
 const OVERSIZE: usize = 4;
+/// The largest per-thread scratch buffer (compression output, joined parts) kept after
+/// use; a larger one (after an unusually large batch) is freed rather than pinned for the
+/// thread's lifetime.
+pub(crate) const KEPT_SCRATCH: usize = 4 << 20;
+
 /// Buffers up to this size are kept whatever they hold.
 const SHRINK_ABOVE: usize = 8 << 10;
 
@@ -51,7 +56,7 @@ pub(crate) fn oversized(len: usize, capacity: usize) -> bool {
 
 /// Run `f` with this thread's scratch value in `key` (a fresh `B::default()` when it is in
 /// use further up this thread's stack). Afterwards, one whose `capacity` grew past
-/// [`KEPT_SCRATCH`](crate::record::KEPT_SCRATCH) (after an unusually large batch) is
+/// [`KEPT_SCRATCH`] (after an unusually large batch) is
 /// replaced by an empty one rather than pinned for the thread's lifetime.
 pub(crate) fn with_thread_scratch<B: Default, R>(
     key: &'static std::thread::LocalKey<std::cell::RefCell<B>>,
@@ -61,7 +66,7 @@ pub(crate) fn with_thread_scratch<B: Default, R>(
     key.with(|cell| match cell.try_borrow_mut() {
         Ok(mut scratch) => {
             let r = f(&mut scratch);
-            if capacity(&scratch) > crate::record::KEPT_SCRATCH {
+            if capacity(&scratch) > KEPT_SCRATCH {
                 *scratch = B::default();
             }
             r

@@ -1,42 +1,50 @@
 //! # kafkapipe
 //!
-//! A pure-Rust, async Apache Kafka client in which the consumer is a
-//! `futures::Stream<Item = Result<Message>>` and the producer is a `futures::Sink`.
+//! A pure-Rust, async Apache Kafka client for `futures` pipelines: the consumer
+//! ([`reader::Reader`]) is a `Stream<Item = Result<Message>>`, the producer
+//! ([`writer::Writer`]) is a `Sink<Message>`, and a consumer group commits only what the
+//! pipeline has processed (every message carries an [`AckToken`](group::AckToken)).
 //!
-//! This release provides the foundation layers, the producer and the consumer:
+//! ```no_run
+//! use futures::{future::ready, StreamExt, TryStreamExt};
+//! use kafkapipe::reader::{Reader, ReaderConfig};
+//! use kafkapipe::writer::{Message, Writer, WriterConfig};
+//!
+//! # async fn demo() -> kafkapipe::Result<()> {
+//! let brokers = ["127.0.0.1:9092"];
+//! let mut reader =
+//!     Reader::new(ReaderConfig::new(brokers).group_id("uppercaser").topic("clicks")).await?;
+//! let mut writer = Writer::new(WriterConfig::new(brokers).topic("clicks-upper"))?;
+//! let result = (&mut reader)
+//!     .try_filter(|m| ready(m.value.is_some()))
+//!     .map_ok(|m| {
+//!         let upper = m.value.as_deref().unwrap_or_default().to_ascii_uppercase();
+//!         Message::from(m).with_value(upper) // carries m's ack token to the writer
+//!     })
+//!     .forward(&mut writer)
+//!     .await;
+//! reader.close().await; // on success and on error: commit what was processed, leave
+//! result
+//! # }
+//! ```
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | [`protocol`] | the wire codec: primitives, headers, one module per API, error codes |
-//! | [`record`] | RecordBatch v2 encode/decode, legacy MessageSet v0/v1 decode |
-//! | [`compression`] | gzip, snappy, lz4, zstd codecs |
-//! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the kafka-go style [`Conn`](conn::Conn) API |
-//! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
-//! | [`writer`] | the producer: [`writer::Writer`], a batching, backpressured `Sink<Message>` |
-//! | [`reader`] | the consumer: [`reader::Reader`], a `Stream<Item = Result<Message>>` over assigned partitions with bounded prefetch |
+//! | [`reader`] | the consumer: [`reader::Reader`] over assigned partitions or a consumer group, bounded prefetch, seek, lag |
+//! | [`group`] | consumer groups (classic and KIP-848), rebalance events, ack tokens, the [`Committer`](group::Committer) sink, offset stores |
+//! | [`writer`] | the producer: [`writer::Writer`], balancers, idempotence, transactions and the exactly-once pipeline sink |
 //! | [`admin`] | the admin client: topics, partitions, configs, groups, offsets, records, cluster |
+//! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
+//! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the kafka-go style [`Conn`](conn::Conn) API |
 //! | `tls` | TLS settings (rustls; feature `tls`, on by default) |
 //! | [`sasl`] | SASL mechanisms: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER |
+//! | [`record`] | RecordBatch v2 encode/decode, legacy MessageSet v0/v1 decode |
+//! | [`compression`] | gzip, snappy, lz4, zstd codecs |
+//! | [`protocol`] | the wire codec: primitives, headers, one module per API, error codes |
 //! | `mock` | `MockCluster`, an in-process Kafka cluster with fault hooks for tests (feature `mock`) |
 //!
-//! Consumer groups build on these layers.
-//!
-//! ```no_run
-//! use kafkapipe::conn::{Conn, FetchOptions, ProduceOptions};
-//! use kafkapipe::record::Record;
-//!
-//! # async fn demo() -> kafkapipe::Result<()> {
-//! let conn = Conn::connect("127.0.0.1:9092").await?;
-//! conn.create_topic("events", 3, 1).await?;
-//! let base = conn
-//!     .produce("events", 0, &[Record::new("key", "hello")], &ProduceOptions::default())
-//!     .await?;
-//! let fetched = conn.fetch("events", 0, base, &FetchOptions::default()).await?;
-//! assert_eq!(fetched.records[0].value.as_deref(), Some(&b"hello"[..]));
-//! # Ok(()) }
-//! ```
-//!
-//! See `DESIGN.md` for how a request flows from a user call to the socket.
+//! `DESIGN.md` in the repository has the layers, the file map, and how a request and a
+//! message flow.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]

@@ -100,9 +100,14 @@ impl Running {
 
     fn spawn(args: &[&str], with_stdin: bool) -> Running {
         let a = addr();
+        let mut full = vec!["-b", a.as_str()];
+        full.extend_from_slice(args);
+        Running::spawn_raw(&full, with_stdin)
+    }
+
+    /// `kafkapipe ARGS` (no `-b` added).
+    fn spawn_raw(args: &[&str], with_stdin: bool) -> Running {
         let mut child = Command::new(exe())
-            .arg("-b")
-            .arg(&a)
             .args(args)
             .stdin(if with_stdin {
                 Stdio::piped()
@@ -148,6 +153,16 @@ impl Running {
         input.flush().unwrap();
     }
 
+    /// Closes stdin (the command sees the end of its input).
+    fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Everything on stderr so far.
+    fn stderr(&self) -> String {
+        self.err.lock().unwrap().clone()
+    }
+
     fn count(&self) -> usize {
         self.lines.lock().unwrap().len()
     }
@@ -175,6 +190,35 @@ impl Running {
         let lines = self.lines.lock().unwrap().clone();
         let err = self.err.lock().unwrap().clone();
         (status.code(), lines, err)
+    }
+}
+
+impl Running {
+    /// Like `wait`, but kills the process and fails the test if it has not exited within
+    /// `limit`; also returns how long the exit took.
+    fn wait_within(mut self, limit: Duration) -> (Option<i32>, String, Duration) {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let took = started.elapsed();
+                // stderr is read by its own thread: let it catch up with the exit.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let mut err = self.stderr();
+                while !err.contains("kafkapipe:") && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                    err = self.stderr();
+                }
+                return (status.code(), err, took);
+            }
+            if started.elapsed() > limit {
+                let _ = self.child.kill();
+                panic!(
+                    "still running {limit:?} after the signal; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -480,6 +524,163 @@ async fn produce_sigterm_delivers_what_was_read() {
     admin.close().await;
 }
 
+/// `produce` to BROKERS (nothing delivers there): 3 lines, end of input, then `sig`. It
+/// must stop within seconds — not at the 120 s delivery timeout — with exit 1, saying on
+/// stderr that the 3 records were not delivered.
+fn produce_undeliverable_stopped_by(sig: &str, brokers: &str, topic: &str) {
+    let mut p = Running::spawn_raw(&["-b", brokers, "produce", topic], true);
+    p.write_stdin("a\nb\nc\n");
+    p.close_stdin();
+    // Readiness, not an assertion: the command says when it read its whole input.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !p.stderr().contains("end of input") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.signal(sig);
+    let (code, err, took) = p.wait_within(Duration::from_secs(20));
+    eprintln!("SIG{sig} to produce ({brokers} {topic}): exit {code:?} after {took:?}\n{err}");
+    assert!(
+        took < Duration::from_secs(10),
+        "exited {took:?} after SIG{sig}: {err}"
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("3 of 3 records read from stdin were not delivered"),
+        "{err}"
+    );
+}
+
+/// A port where nothing listens.
+fn dead_address() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap().to_string();
+    drop(l);
+    a
+}
+
+/// SIGTERM/SIGINT stop a produce that cannot deliver (no broker at the address) within
+/// seconds, with exit 1 and the count of records not delivered.
+#[test]
+fn produce_to_an_unreachable_broker_stops_on_sigterm_and_sigint() {
+    let dead = dead_address();
+    produce_undeliverable_stopped_by("TERM", &dead, "t");
+    produce_undeliverable_stopped_by("INT", &dead, "t");
+}
+
+/// The same against the real broker with a topic it does not have (retried until the
+/// delivery timeout): SIGTERM stops it within seconds, exit 1, 3 records not delivered.
+#[test]
+fn produce_to_a_missing_topic_stops_on_sigterm() {
+    let topic = common::unique_topic("cli-missing");
+    produce_undeliverable_stopped_by("TERM", &addr(), &topic);
+}
+
+/// Where librdkafka's `partitioner` puts keys `key-0..n` of a new topic of `partitions`
+/// partitions.
+fn librdkafka_placement(partitions: i32, n: usize, partitioner: &str) -> BTreeMap<String, i32> {
+    let topic = common::unique_topic("cli-rdk");
+    common::create_topic(&addr(), &topic, partitions, 1);
+    common::librdkafka_partitions(&addr(), &topic, n, partitioner)
+        .into_iter()
+        .collect()
+}
+
+/// `kafkapipe produce T -k : [--partitioner P]` of `keys` keys × `per_key` records to a new
+/// topic of `partitions` partitions, read back: every key's partitions, and whether each
+/// key's records came back in the order they were written.
+fn cli_placement(
+    partitions: i32,
+    keys: usize,
+    per_key: usize,
+    partitioner: Option<&str>,
+) -> BTreeMap<String, std::collections::BTreeSet<i32>> {
+    let topic = common::unique_topic("cli-keys");
+    common::create_topic(&addr(), &topic, partitions, 1);
+    let lines: String = (0..per_key)
+        .flat_map(|j| (0..keys).map(move |i| format!("key-{i}:{j}\n")))
+        .collect();
+    let mut args = vec!["produce", topic.as_str(), "-k", ":"];
+    if let Some(p) = partitioner {
+        args.extend_from_slice(&["--partitioner", p]);
+    }
+    let r = run(&args, &lines);
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    let out = ok(
+        &[
+            "consume",
+            &topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%p %k %s\n",
+        ],
+        "",
+    );
+    let mut placed: BTreeMap<String, std::collections::BTreeSet<i32>> = BTreeMap::new();
+    let mut order: BTreeMap<(i32, String), Vec<usize>> = BTreeMap::new();
+    for l in out.lines() {
+        let mut f = l.split(' ');
+        let (p, k, v) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+        let p: i32 = p.parse().unwrap();
+        placed.entry(k.to_string()).or_default().insert(p);
+        order
+            .entry((p, k.to_string()))
+            .or_default()
+            .push(v.parse().unwrap());
+    }
+    assert_eq!(
+        out.lines().count(),
+        keys * per_key,
+        "every record read back"
+    );
+    for ((p, k), seq) in &order {
+        assert!(
+            seq.windows(2).all(|w| w[0] < w[1]),
+            "key {k} in partition {p} out of order: {seq:?}"
+        );
+    }
+    placed
+}
+
+/// Keyed records keep per-key order by default: `produce -k :` places 1,000 keys × 3
+/// records each in exactly one partition, where librdkafka's `murmur2_random` (the Java
+/// client's placement) puts them; `--partitioner consistent_random` places them where
+/// librdkafka's default (CRC32) does.
+#[tokio::test(flavor = "multi_thread")]
+async fn produce_places_keys_like_java_and_librdkafka() {
+    const PARTITIONS: i32 = 6;
+    const KEYS: usize = 1000;
+    for (partitioner, rdkafka) in [
+        (None, "murmur2_random"),
+        (Some("murmur2_random"), "murmur2_random"),
+        (Some("consistent_random"), "consistent_random"),
+    ] {
+        let placed = cli_placement(PARTITIONS, KEYS, 3, partitioner);
+        let spread: Vec<_> = placed.iter().filter(|(_, ps)| ps.len() != 1).collect();
+        assert!(
+            spread.is_empty(),
+            "{partitioner:?}: {} of {KEYS} keys in more than one partition, e.g. {:?}",
+            spread.len(),
+            &spread[..spread.len().min(3)]
+        );
+        let theirs = librdkafka_placement(PARTITIONS, KEYS, rdkafka);
+        assert_eq!(theirs.len(), KEYS);
+        let differ: Vec<_> = theirs
+            .iter()
+            .filter(|(k, p)| placed.get(*k).and_then(|ps| ps.first()) != Some(p))
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{partitioner:?}: {} of {KEYS} keys not where librdkafka {rdkafka} puts them, e.g. {:?}",
+            differ.len(),
+            &differ[..differ.len().min(3)]
+        );
+    }
+    let r = run(&["produce", "any", "--partitioner", "fnv2"], "x\n");
+    assert_eq!(r.code, Some(2), "{}", r.err);
+}
+
 /// `--version`, `--help` of the tool and of every command, and usage errors (exit 2).
 #[test]
 fn version_help_and_usage_errors() {
@@ -767,6 +968,11 @@ async fn topics_produce_consume_offsets_groups() {
     );
     let out = ok(&["groups", "describe", &group], "");
     assert!(out.starts_with(&format!("group {group} state ")), "{out}");
+    assert!(
+        out.contains(&format!("  offset {topic} 1 committed 2 end 5 lag 3\n")),
+        "{out}"
+    );
+    let out = ok(&["groups", "describe", &group, "--require-stable"], "");
     assert!(
         out.contains(&format!("  offset {topic} 1 committed 2 end 5 lag 3\n")),
         "{out}"

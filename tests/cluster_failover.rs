@@ -5,7 +5,9 @@
 //!
 //! One cluster serves every scenario (a start costs ~20 s); the scenarios run one after
 //! another inside one test and restart the nodes they stopped before the next begins.
-//! `KAFKAPIPE_FAILOVER=1,4` runs only those scenarios; `KAFKAPIPE_TEST_LOG=1` prints the
+//! Scenario 6 reads committed offsets through a coordinator kill (stable reads include every
+//! acknowledged commit). Scenario 7 is an unclean leader election that truncates the log below what a reader
+//! read (KIP-320). `KAFKAPIPE_FAILOVER=1,4` runs only those scenarios; `KAFKAPIPE_TEST_LOG=1` prints the
 //! client's logs (`KAFKAPIPE_TEST_LOG=debug` for more).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -19,11 +21,147 @@ use std::time::{Duration, Instant};
 
 use common::{unique_topic, TestCluster};
 use futures::{SinkExt, StreamExt};
-use kafkapipe::admin::Admin;
+use kafkapipe::admin::{Admin, OffsetFetchOptions};
 use kafkapipe::conn::{Conn, RequiredAcks};
 use kafkapipe::group::{CommitMode, GroupEvent};
-use kafkapipe::reader::{Reader, ReaderConfig};
+use kafkapipe::protocol::messages::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
+};
+use kafkapipe::reader::{LogTruncation, OffsetReset, Reader, ReaderConfig};
 use kafkapipe::writer::{Hash, Message, Writer, WriterConfig};
+
+/// The client's own record of its group offsets: every `OffsetCommit sent` /
+/// `OffsetCommit acknowledged` debug event and every `OffsetFetch answered` of the admin,
+/// captured by a tracing layer (beside the optional `KAFKAPIPE_TEST_LOG` printing).
+mod capture {
+    use std::collections::HashMap;
+    use std::fmt::Debug;
+    use std::sync::Mutex;
+
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
+    /// One captured event: its message and fields (as text).
+    #[derive(Debug, Clone)]
+    pub struct Event {
+        pub message: String,
+        pub fields: HashMap<&'static str, String>,
+    }
+
+    impl Event {
+        pub fn get(&self, name: &str) -> &str {
+            self.fields.get(name).map_or("", String::as_str)
+        }
+
+        pub fn int(&self, name: &str) -> i64 {
+            self.get(name).parse().unwrap_or(i64::MIN)
+        }
+    }
+
+    pub static EVENTS: Mutex<Vec<Event>> = Mutex::new(Vec::new());
+
+    /// How many events are captured so far (an index into [`EVENTS`]).
+    pub fn len() -> usize {
+        EVENTS.lock().unwrap().len()
+    }
+
+    /// The events captured from index `from` on.
+    pub fn since(from: usize) -> Vec<Event> {
+        EVENTS
+            .lock()
+            .unwrap()
+            .get(from..)
+            .unwrap_or_default()
+            .to_vec()
+    }
+
+    struct Fields(HashMap<&'static str, String>);
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+            self.0.insert(field.name(), format!("{value:?}"));
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.0.insert(field.name(), value.to_string());
+        }
+    }
+
+    struct Capture;
+
+    impl<S: tracing::Subscriber> Layer<S> for Capture {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            let mut f = Fields(HashMap::new());
+            event.record(&mut f);
+            let message = f.0.remove("message").unwrap_or_default();
+            if message.starts_with("OffsetCommit ") || message == "OffsetFetch answered" {
+                EVENTS.lock().unwrap().push(Event {
+                    message,
+                    fields: f.0,
+                });
+            }
+        }
+    }
+
+    /// Install the capture (debug events of `kafkapipe::admin::groups` only) and, with
+    /// `KAFKAPIPE_TEST_LOG`, the usual printing of the client's logs.
+    pub fn init() {
+        let print = match std::env::var("KAFKAPIPE_TEST_LOG").as_deref() {
+            Ok("debug") => LevelFilter::DEBUG,
+            Ok(_) => LevelFilter::INFO,
+            Err(_) => LevelFilter::OFF,
+        };
+        let _ = tracing_subscriber::registry()
+            .with(Capture.with_filter(
+                Targets::new().with_target("kafkapipe::admin::groups", LevelFilter::DEBUG),
+            ))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_test_writer()
+                    .with_filter(print),
+            )
+            .try_init();
+    }
+
+    /// Per partition of `group`, the offsets the client sent (`OffsetCommit sent`) and had
+    /// acknowledged (`OffsetCommit acknowledged`) must never go back: the regressions, and
+    /// how many of each were seen.
+    pub fn commit_regressions(group: &str) -> (Vec<String>, usize, usize) {
+        let events = EVENTS.lock().unwrap();
+        let mut last: HashMap<(&str, i64), (i64, i64, &str)> = HashMap::new();
+        let (mut sent, mut acked) = (0, 0);
+        let mut out = Vec::new();
+        for e in events.iter().filter(|e| e.get("group") == group) {
+            let kind = match e.message.as_str() {
+                "OffsetCommit sent" => {
+                    sent += 1;
+                    "sent"
+                }
+                "OffsetCommit acknowledged" => {
+                    acked += 1;
+                    "acknowledged"
+                }
+                _ => continue,
+            };
+            let (p, o) = (e.int("partition"), e.int("offset"));
+            if let Some((prev, prev_id, prev_broker)) =
+                last.insert((kind, p), (o, e.int("correlation_id"), e.get("broker")))
+            {
+                if o < prev {
+                    out.push(format!(
+                        "{kind} p{p}: {prev} (correlation id {prev_id}, {prev_broker}) then {o} (correlation id {}, {}, generation {})",
+                        e.int("correlation_id"),
+                        e.get("broker"),
+                        e.get("generation"),
+                    ));
+                }
+            }
+        }
+        (out, sent, acked)
+    }
+}
 
 fn wanted(n: u32) -> bool {
     match std::env::var("KAFKAPIPE_FAILOVER") {
@@ -430,6 +568,40 @@ async fn reader_reads_through_leader_change(cluster: &mut TestCluster) {
     );
 }
 
+/// One OffsetFetch of the group's offsets of `topic`: the broker that answered, the
+/// offsets, and the capture index after it.
+async fn read(
+    admin: &Admin,
+    group: &str,
+    topic: &str,
+    stable: bool,
+) -> Option<(i64, BTreeMap<i32, i64>, usize)> {
+    let from = capture::len();
+    let opts = OffsetFetchOptions::new().require_stable(stable);
+    let r = tokio::time::timeout(
+        Duration::from_secs(2),
+        admin.fetch_group_offsets_with(group, Some(&[topic]), &opts),
+    )
+    .await;
+    let Ok(Ok(offsets)) = r else { return None };
+    let offsets: BTreeMap<i32, i64> = offsets
+        .into_iter()
+        .filter_map(|(tp, r)| Some((tp.partition, r.ok()?.offset)))
+        .filter(|(_, o)| *o >= 0)
+        .collect();
+    let node = capture::since(from)
+        .iter()
+        .rev()
+        .find(|e| {
+            e.message == "OffsetFetch answered"
+                && e.get("ok") == "true"
+                && e.get("group") == group
+                && e.get("require_stable") == stable.to_string()
+        })
+        .map_or(-1, |e| e.int("broker"));
+    Some((node, offsets, capture::len()))
+}
+
 /// Group events of the members, with when and by whom they were seen.
 type Events = Arc<Mutex<Vec<(Instant, &'static str, GroupEvent)>>>;
 
@@ -522,7 +694,10 @@ async fn group_survives_leader_and_coordinator_loss(
         spawn_member("b", config, seen.clone(), events.clone(), stop_rx.clone()),
     ];
 
-    // Committed offsets, watched for regressions.
+    // Committed offsets, watched for regressions with stable reads (on Kafka 4.x a
+    // non-stable read is served at the offsets partition's high watermark, which a
+    // coordinator just moved by a failover can hold behind the commits the previous one
+    // acknowledged).
     let regressions: Arc<Mutex<Vec<String>>> = Arc::default();
     let last_committed: Arc<Mutex<BTreeMap<i32, i64>>> = Arc::default();
     let watcher = {
@@ -533,25 +708,12 @@ async fn group_survives_leader_and_coordinator_loss(
         tokio::spawn(async move {
             let admin = Admin::connect(bootstrap).unwrap();
             loop {
-                if let Ok(Ok(offsets)) = tokio::time::timeout(
-                    Duration::from_secs(2),
-                    admin.fetch_group_offsets(&group, Some(&[topic.as_str()])),
-                )
-                .await
-                {
+                if let Some((node, offsets, _)) = read(&admin, &group, &topic, true).await {
                     let mut last = last_committed.lock().unwrap();
-                    for (tp, r) in offsets {
-                        let Ok(c) = r else { continue };
-                        if c.offset < 0 {
-                            continue;
-                        }
-                        let prev = last.insert(tp.partition, c.offset);
-                        if prev.is_some_and(|p| p > c.offset) {
+                    for (p, o) in offsets {
+                        if let Some(prev) = last.insert(p, o).filter(|prev| *prev > o) {
                             regressions.lock().unwrap().push(format!(
-                                "p{} {} -> {}",
-                                tp.partition,
-                                prev.unwrap(),
-                                c.offset
+                                "p{p} {prev} -> {o} (stable read answered by {node})"
                             ));
                         }
                     }
@@ -562,6 +724,68 @@ async fn group_survives_leader_and_coordinator_loss(
                 }
             }
             admin.close().await;
+        })
+    };
+    // Non-stable reads, only reported: one behind an offset seen before (by itself or
+    // a stable read) names the broker that answered, and when it catches up, whether
+    // a commit of that partition was acknowledged in between.
+    let probe = {
+        let bootstrap = bootstrap.clone();
+        let (group, topic) = (group.clone(), topic.clone());
+        let last_committed = last_committed.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let admin = Admin::connect(bootstrap).unwrap();
+            let mut seen: BTreeMap<i32, i64> = BTreeMap::new();
+            // partition -> (offset seen before, when it was behind, capture index then)
+            let mut behind: BTreeMap<i32, (i64, Instant, usize)> = BTreeMap::new();
+            let mut stale_reads = 0;
+            let mut last_node = -1;
+            loop {
+                let stable_before = last_committed.lock().unwrap().clone();
+                if let Some((node, offsets, at)) = read(&admin, &group, &topic, false).await {
+                    if node != last_node {
+                        eprintln!("[probe] first non-stable answer from {node}: {offsets:?}; seen before {seen:?}, stable {stable_before:?}");
+                        last_node = node;
+                    }
+                    let mut stale = false;
+                    for (p, o) in offsets {
+                        let before = seen.get(&p).copied().max(stable_before.get(&p).copied());
+                        seen.insert(p, before.unwrap_or(o).max(o));
+                        match before.filter(|b| *b > o) {
+                            Some(b) => {
+                                stale = true;
+                                eprintln!("[probe] non-stable read answered by {node}: p{p} {o}, behind {b} seen before");
+                                behind.entry(p).or_insert((b, Instant::now(), at));
+                            }
+                            None => {
+                                if let Some((b, since, from)) = behind.remove(&p) {
+                                    let commits: Vec<String> = capture::since(from)
+                                        .iter()
+                                        .filter(|e| {
+                                            e.get("group") == group
+                                                && e.int("partition") == i64::from(p)
+                                                && e.message == "OffsetCommit acknowledged"
+                                        })
+                                        .map(|e| e.get("offset").to_string())
+                                        .collect();
+                                    eprintln!(
+                                        "[probe] non-stable read answered by {node}: p{p} at {o} (>= {b}) after {:?}; commits of p{p} acknowledged in between: {commits:?}",
+                                        since.elapsed()
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    stale_reads += usize::from(stale);
+                }
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => break,
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+            admin.close().await;
+            stale_reads
         })
     };
 
@@ -607,6 +831,8 @@ async fn group_survives_leader_and_coordinator_loss(
             let mut writer = Writer::new(
                 WriterConfig::new(bootstrap)
                     .topic(&topic)
+                    // every partition keeps receiving records through both kills
+                    .balancer(kafkapipe::writer::RoundRobin::default())
                     .required_acks(RequiredAcks::All)
                     .idempotent(true)
                     .max_attempts(60),
@@ -733,6 +959,8 @@ async fn group_survives_leader_and_coordinator_loss(
             .unwrap();
     }
     watcher.await.unwrap();
+    let stale_reads = probe.await.unwrap();
+    eprintln!("[group] non-stable reads behind an offset seen before: {stale_reads}");
     blocking(|| cluster.node(coordinator).restart());
 
     let seen = seen.lock().unwrap();
@@ -757,6 +985,17 @@ async fn group_survives_leader_and_coordinator_loss(
         producer_errors.is_empty(),
         "writer errors: {producer_errors:?}"
     );
+    // The client's own commits: per partition, what it sent and had acknowledged never
+    // goes back.
+    let (client_regressions, sent, acked) = capture::commit_regressions(&group);
+    eprintln!(
+        "[group] OffsetCommit partitions sent {sent}, acknowledged {acked}, regressions {client_regressions:?}"
+    );
+    assert!(sent > 0 && acked > 0, "no OffsetCommit captured");
+    assert!(
+        client_regressions.is_empty(),
+        "the client's commits went back: {client_regressions:?}"
+    );
     assert_eq!(lost, 0);
     assert!(regressions.is_empty(), "commits regressed: {regressions:?}");
     assert!(
@@ -765,9 +1004,310 @@ async fn group_survives_leader_and_coordinator_loss(
     );
 }
 
+/// Scenario 6: an admin commits offsets of a member-less group without pause; right
+/// after an acknowledged commit (and with no commit after it) the coordinator is
+/// killed. Every stable read of the new coordinator includes that commit. Non-stable
+/// reads, made in turn with them, are only reported: on Kafka 4.x the new coordinator
+/// serves them at its offsets partition's high watermark, which can still be before
+/// that commit for a moment.
+async fn stable_offset_reads_through_coordinator_loss(cluster: &mut TestCluster) {
+    let topic = unique_topic("failover-reads");
+    let group = unique_topic("failover-reads-g");
+    blocking(|| cluster.create_topic(&topic, 1));
+    let bootstrap = cluster.addrs();
+    let admin = Admin::connect(bootstrap.clone()).unwrap();
+    let stop_committing = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicUsize::new(0));
+    let committer = {
+        let tp = kafkapipe::admin::TopicPartition::new(&topic, 0);
+        let (admin, group) = (admin.clone(), group.clone());
+        let (stop, progress) = (stop_committing.clone(), progress.clone());
+        tokio::spawn(async move {
+            let mut acked = -1i64;
+            let mut i = 1i64;
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(mut r) = admin.commit_group_offsets(&group, &[(tp.clone(), i)]).await {
+                    if r.pop().is_some_and(|(_, r)| r.is_ok()) {
+                        acked = i;
+                        progress.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                i += 1;
+            }
+            acked
+        })
+    };
+    let t0 = Instant::now();
+    while progress.load(Ordering::SeqCst) < 20 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "commits not acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let coordinator = admin.find_coordinator(&group).await.unwrap();
+    stop_committing.store(true, Ordering::SeqCst);
+    // the kill follows the last acknowledgement at once
+    let acked = committer.await.unwrap();
+    blocking(|| cluster.node(coordinator).kill());
+    let killed_at = Instant::now();
+    eprintln!("[reads] last acknowledged commit {acked}; killed coordinator {coordinator}");
+    // No retries inside a read: the new coordinator's first answers matter.
+    let probe = Admin::connect(vec![blocking(|| cluster.live_addr())])
+        .unwrap()
+        .with_retries(1, Duration::from_millis(5));
+    let (mut answered, mut behind) = ([0usize; 2], [0usize; 2]);
+    let mut first_answer = None;
+    while answered[1] < 50 {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(60),
+            "the new coordinator answered {answered:?} reads in 60 s"
+        );
+        let mut any = false;
+        for stable in [false, true] {
+            let Some((node, offsets, _)) = read(&probe, &group, &topic, stable).await else {
+                continue;
+            };
+            any = true;
+            let first = *first_answer.get_or_insert_with(|| killed_at.elapsed());
+            let o = offsets.get(&0).copied().unwrap_or(-1);
+            answered[usize::from(stable)] += 1;
+            let kind = if stable { "stable" } else { "non-stable" };
+            if o < acked {
+                behind[usize::from(stable)] += 1;
+                eprintln!("[reads] {:?} after the kill: {kind} read answered by {node}: {o}, before the acknowledged {acked}", killed_at.elapsed());
+            } else if killed_at.elapsed() < first + Duration::from_millis(200) {
+                eprintln!(
+                    "[reads] {:?} after the kill: {kind} read answered by {node}: {o}",
+                    killed_at.elapsed()
+                );
+            }
+        }
+        if !any {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    eprintln!(
+        "[reads] answered: non-stable {}, stable {}; before the last acknowledged commit: non-stable {}, stable {}",
+        answered[0], answered[1], behind[0], behind[1]
+    );
+    probe.close().await;
+    admin.close().await;
+    blocking(|| cluster.node(coordinator).restart());
+    assert_eq!(
+        behind[1], 0,
+        "stable reads missed the acknowledged commit {acked}"
+    );
+}
+
+/// `(leader, isr)` of `topic`/`partition` as node `addr` sees it (`None` if it does not
+/// answer).
+async fn partition_state(addr: &str, topic: &str, partition: i32) -> Option<(i32, Vec<i32>)> {
+    let conn = Conn::connect(addr).await.ok()?;
+    let md = conn.metadata(Some(&[topic])).await.ok();
+    conn.close().await;
+    let md = md?;
+    let p = md
+        .topic(topic)?
+        .partitions
+        .iter()
+        .find(|p| p.id == partition)?
+        .clone();
+    let mut isr = p.isr;
+    isr.sort();
+    Some((p.leader, isr))
+}
+
+/// Polls [`partition_state`] on `addr` until `ok` holds (90 s at most).
+async fn wait_partition(
+    addr: &str,
+    topic: &str,
+    what: &str,
+    ok: impl Fn(i32, &[i32]) -> bool,
+) -> (i32, Vec<i32>) {
+    let t0 = Instant::now();
+    loop {
+        if let Some((leader, isr)) = partition_state(addr, topic, 0).await {
+            if ok(leader, &isr) {
+                return (leader, isr);
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Produce values `"{tag}{i}"` for `i` in `range` to `topic`/0, acks=all, one flush.
+async fn produce_tagged(bootstrap: &[String], topic: &str, tag: &str, range: std::ops::Range<i64>) {
+    let mut writer = Writer::new(
+        WriterConfig::new(bootstrap.to_vec())
+            .topic(topic)
+            .required_acks(RequiredAcks::All),
+    )
+    .unwrap();
+    for i in range {
+        writer
+            .feed(Message::new(format!("{tag}{i}")).with_partition(0))
+            .await
+            .unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(120), writer.close())
+        .await
+        .expect("produce within 120 s")
+        .unwrap();
+}
+
+/// Scenario 7, KIP-320: an unclean leader election truncates the log below what a reader
+/// had read. Topic with one partition on nodes 2 and 3 (RF 2,
+/// `unclean.leader.election.enable=true`, `min.insync.replicas=1`): 10 records reach both;
+/// node 3 is frozen (SIGSTOP) and fenced out of the ISR; 10 more reach node 2 only, and
+/// the reader reads all 20. Then node 2 dies (SIGKILL), node 3 resumes and becomes the
+/// leader uncleanly with a log ending at offset 10, and takes 20 new records. (Nodes are
+/// frozen rather than killed so that two of the three controller voters stay up.) The
+/// reader, paused while this happens so that it cannot see the gap before the new
+/// records fill it, must report the truncation with the offsets involved.
+async fn reader_detects_log_truncation(cluster: &mut TestCluster) {
+    let topic = unique_topic("truncation");
+    let addr1 = cluster.node(1).addr.clone();
+    {
+        let conn = kafkapipe::conn::Connection::connect(&addr1, Default::default())
+            .await
+            .unwrap();
+        let config = |name: &str, value: &str| CreatableTopicConfig {
+            name: name.into(),
+            value: Some(value.into()),
+            ..Default::default()
+        };
+        let resp = conn
+            .send(&CreateTopicsRequest {
+                topics: vec![CreatableTopic {
+                    name: topic.clone(),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    assignments: vec![CreatableReplicaAssignment {
+                        partition_index: 0,
+                        broker_ids: vec![2, 3],
+                        ..Default::default()
+                    }],
+                    configs: vec![
+                        config("unclean.leader.election.enable", "true"),
+                        config("min.insync.replicas", "1"),
+                    ],
+                    ..Default::default()
+                }],
+                timeout_ms: 30_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(resp.topics[0].error_code, 0, "create topic: {resp:?}");
+        conn.close().await;
+    }
+    let (leader, isr) = wait_partition(&addr1, &topic, "leader 2, ISR [2, 3]", |l, isr| {
+        l == 2 && isr == [2, 3]
+    })
+    .await;
+    eprintln!("[truncation] leader {leader}, isr {isr:?}");
+    let bootstrap = vec![addr1.clone()];
+    produce_tagged(&bootstrap, &topic, "old", 0..10).await;
+    blocking(|| cluster.node(3).suspend());
+    wait_partition(&addr1, &topic, "node 3 out of the ISR", |l, isr| {
+        l == 2 && isr == [2]
+    })
+    .await;
+    produce_tagged(&bootstrap, &topic, "old", 10..20).await;
+
+    let mut reader = Reader::new(
+        ReaderConfig::new(bootstrap.clone())
+            .partition(&topic, 0)
+            .offset_reset(OffsetReset::Error)
+            .max_wait(Duration::from_millis(100))
+            .read_backoff(Duration::from_millis(50), Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    for i in 0..20i64 {
+        let m = tokio::time::timeout(Duration::from_secs(30), reader.next_message())
+            .await
+            .expect("a message within 30 s")
+            .unwrap();
+        assert_eq!(
+            (m.offset, m.value.as_deref()),
+            (i, Some(format!("old{i}").as_bytes()))
+        );
+    }
+    let tp = kafkapipe::reader::TopicPartition::new(topic.as_str(), 0);
+    reader.handle().pause(std::slice::from_ref(&tp));
+
+    blocking(|| cluster.node(2).kill());
+    blocking(|| cluster.node(3).resume());
+    // Once node 2 is fenced, the controller elects node 3 uncleanly by itself (the
+    // topic enables it); should the partition stay leaderless, Kafka's
+    // kafka-leader-election.sh forces the unclean election.
+    let (leader, _) =
+        wait_partition(&addr1, &topic, "node 2 no longer leading", |l, _| l != 2).await;
+    if leader < 0 {
+        let t0 = Instant::now();
+        loop {
+            let (ok, out) = blocking(|| cluster.elect_leader("unclean", &topic, 0));
+            if ok {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(90),
+                "unclean election failed: {out}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let (leader, isr) = wait_partition(&addr1, &topic, "node 3 leading", |l, _| l == 3).await;
+    eprintln!("[truncation] unclean election: leader {leader}, isr {isr:?}");
+    let end = log_end(&addr1, &topic, 0).await;
+    assert_eq!(
+        end, 10,
+        "the new leader's log should end where node 3 was frozen"
+    );
+    produce_tagged(&bootstrap, &topic, "new", 10..30).await;
+
+    reader.handle().resume(std::slice::from_ref(&tp));
+    let got = tokio::time::timeout(Duration::from_secs(60), reader.next_message())
+        .await
+        .expect("an item within 60 s");
+    let err = match got {
+        Ok(m) => panic!(
+            "read {:?}@{} from the truncated log without noticing the truncation",
+            m.value.as_deref().map(String::from_utf8_lossy),
+            m.offset
+        ),
+        Err(e) => e,
+    };
+    eprintln!("[truncation] reader: {err}");
+    let t = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<LogTruncation>())
+        .unwrap_or_else(|| panic!("no LogTruncation in {err}"));
+    assert_eq!((t.topic.as_str(), t.partition), (topic.as_str(), 0));
+    assert_eq!((t.position, t.fetch_offset), (20, 20));
+    assert_eq!(t.divergent_offset, Some(10), "{t}");
+    assert!(t.leader_epoch > t.epoch, "{t}");
+    assert_eq!(reader.stats().log_truncations, 1);
+    // From the divergent offset the new records follow.
+    reader.seek(&topic, 0, 10).unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(30), reader.next_message())
+        .await
+        .expect("a message within 30 s")
+        .unwrap();
+    assert_eq!((m.offset, m.value.as_deref()), (10, Some(&b"new10"[..])));
+    assert_eq!(m.leader_epoch(), Some(t.leader_epoch));
+    reader.close().await;
+    blocking(|| cluster.node(2).restart());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_scenarios() {
-    common::init_log();
+    capture::init();
     let t0 = Instant::now();
     let mut cluster = blocking(|| TestCluster::start(3));
     eprintln!("cluster of 3 ready in {:?}", t0.elapsed());
@@ -804,6 +1344,16 @@ async fn failover_scenarios() {
         )
         .await;
         eprintln!("scenario 5 (KIP-848) passed in {:?}", t.elapsed());
+    }
+    if wanted(6) {
+        let t = Instant::now();
+        stable_offset_reads_through_coordinator_loss(&mut cluster).await;
+        eprintln!("scenario 6 passed in {:?}", t.elapsed());
+    }
+    if wanted(7) {
+        let t = Instant::now();
+        reader_detects_log_truncation(&mut cluster).await;
+        eprintln!("scenario 7 (log truncation) passed in {:?}", t.elapsed());
     }
     eprintln!("all scenarios in {:?}", t0.elapsed());
 }

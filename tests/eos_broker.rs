@@ -105,6 +105,8 @@ fn group_reader_config(input: &str, group: &str) -> ReaderConfig {
 fn writer_config(output: &str, txn_id: &str) -> WriterConfig {
     WriterConfig::new([addr()])
         .topic(output)
+        // transactions over every output partition
+        .balancer(kafkapipe::writer::RoundRobin::default())
         .transactional_id(txn_id)
         .transaction_timeout(Duration::from_secs(30))
         .transaction_protocol(common::txn_protocol())

@@ -78,6 +78,8 @@ fn member_process() {
         let mut sink = TransactionalWriter::new(
             WriterConfig::new(brokers)
                 .topic(output)
+                // transactions over every output partition
+                .balancer(kafkapipe::writer::RoundRobin::default())
                 .transactional_id(txn_id)
                 .transaction_timeout(Duration::from_secs(20)),
         )?
@@ -229,6 +231,7 @@ async fn eos_under_member_and_coordinator_kills() {
     let mut writer = Writer::new(
         WriterConfig::new(cluster.addrs())
             .topic(&input)
+            .balancer(kafkapipe::writer::RoundRobin::default())
             .batch_size(1000),
     )
     .unwrap();

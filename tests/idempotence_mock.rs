@@ -224,3 +224,123 @@ async fn one_in_flight_per_partition_still_works() {
     assert_eq!(values(&cluster), expected(&[(0, 50)]));
     assert_eq!(cluster.requests(ApiKey::PRODUCE), 6, "one batch at a time");
 }
+
+/// Issue 26: a fresh partition refuses its first batch with a retriable error (here
+/// NOT_LEADER_OR_FOLLOWER: it is not ready yet) while the next four are in flight behind
+/// it. The partition, ready a moment later and without state for the producer, would take
+/// the second batch as the producer's first (Kafka >= 2.5 accepts any sequence then), and
+/// the retried first batch would be refused OUT_OF_ORDER_SEQUENCE_NUMBER ("0 (incoming
+/// seq. number), 49 (current end sequence number)") — and re-appended after the others
+/// with success reported. The first batch of a producer id/epoch on a partition goes
+/// alone, so the others wait for it: written once each, in order, under one epoch.
+#[tokio::test]
+async fn a_fresh_partition_refusing_its_first_batch_keeps_order() {
+    let cluster = cluster().await;
+    let mut w = writer(&cluster);
+    fault_request(&cluster, 0, Fault::Error(ErrorCode::NotLeaderOrFollower));
+    let written = w.write_messages(numbered(0, 50)).await;
+    w.close().await.unwrap();
+    let log = log(&cluster);
+    let batches: Vec<(i16, i32)> = log.iter().map(|b| (b.1, b.2)).collect();
+    assert_eq!(
+        values(&cluster),
+        expected(&[(0, 50)]),
+        "each record once and in order (writer said {written:?}): {batches:?}"
+    );
+    written.unwrap();
+    assert_eq!(batches, [(0, 0), (0, 10), (0, 20), (0, 30), (0, 40)]);
+}
+
+/// Requirement: a batch overtaken by its successors is never re-appended after them with
+/// success reported. Here the guard above cannot help: the partition acknowledged the
+/// first batch, then forgot the producer (as Kafka >= 2.5 does once retention removed its
+/// batches); the next batch is refused (retriable) while four are in flight behind it,
+/// those four are taken, and its retry is refused OUT_OF_ORDER_SEQUENCE_NUMBER. Its
+/// messages fail with that error; the rest are written once each, and the partition goes
+/// on without an epoch bump.
+#[tokio::test]
+async fn a_batch_overtaken_by_its_successors_fails_instead_of_being_re_appended() {
+    let cluster = cluster().await;
+    let mut w = writer(&cluster);
+    let mut deliveries = w.deliveries();
+    w.write_messages(numbered(0, 10)).await.unwrap();
+    assert_eq!(cluster.forget_producers(TOPIC, 0), Some(1));
+    fault_request(&cluster, 0, Fault::Error(ErrorCode::NotLeaderOrFollower));
+    let err = w.write_messages(numbered(10, 60)).await.unwrap_err();
+    assert_eq!(
+        err.kafka_code(),
+        Some(ErrorCode::OutOfOrderSequenceNumber),
+        "{err}"
+    );
+    assert!(err.to_string().contains("order is broken"), "{err}");
+    let mut failed = Vec::new();
+    for _ in 0..60 {
+        let d = deliveries.next().await.unwrap();
+        if d.result.is_err() {
+            failed.push(d.message.value.unwrap());
+        }
+    }
+    assert_eq!(failed, expected(&[(10, 20)]), "exactly the overtaken batch");
+    w.write_messages(numbered(60, 70)).await.unwrap();
+    w.close().await.unwrap();
+    assert_eq!(values(&cluster), expected(&[(0, 10), (20, 70)]));
+    let batches: Vec<(i16, i32)> = log(&cluster).iter().map(|b| (b.1, b.2)).collect();
+    assert_eq!(
+        batches,
+        [(0, 0), (0, 20), (0, 30), (0, 40), (0, 50), (0, 60)],
+        "no epoch bump: the next batch follows the acknowledged ones"
+    );
+}
+
+/// The same hazard after an epoch bump: sequences restart at 0 under the new epoch, and
+/// a partition with no state for the producer (forgotten, Kafka >= 2.5) takes any of
+/// them first. Partition 0's rejected batch bumps the epoch; partition 1, which forgot the
+/// producer, refuses the first batch of the new epoch (retriable) with four behind it. The
+/// first batch of the new epoch goes alone, so nothing overtakes it.
+#[tokio::test]
+async fn the_first_batch_after_an_epoch_bump_is_not_overtaken() {
+    let cluster = MockCluster::builder()
+        .topic(TOPIC, 2)
+        .start()
+        .await
+        .unwrap();
+    let mut w = writer(&cluster);
+    let on = |p: i32, from: usize, to: usize| -> Vec<Message> {
+        numbered(from, to)
+            .into_iter()
+            .map(|m| m.with_partition(p))
+            .collect()
+    };
+    w.write_messages(on(0, 0, 10).into_iter().chain(on(1, 0, 10)))
+        .await
+        .unwrap();
+    cluster.fault_partition(ApiKey::PRODUCE, TOPIC, 0, ErrorCode::InvalidRecord, 1);
+    let err = w.write_messages(on(0, 10, 20)).await.unwrap_err();
+    assert_eq!(err.kafka_code(), Some(ErrorCode::InvalidRecord), "{err}");
+    assert_eq!(cluster.forget_producers(TOPIC, 1), Some(1));
+    cluster.fault_partition(ApiKey::PRODUCE, TOPIC, 1, ErrorCode::NotLeaderOrFollower, 1);
+    let written = w.write_messages(on(1, 10, 60)).await;
+    w.close().await.unwrap();
+    let p1: Vec<(i16, i32, Vec<Bytes>)> = cluster
+        .batches(TOPIC, 1)
+        .into_iter()
+        .flat_map(|b| decode_batches(b, 1 << 24).unwrap().batches)
+        .map(|b| {
+            let values = b.records.into_iter().map(|r| r.value.unwrap()).collect();
+            (b.producer_epoch, b.base_sequence, values)
+        })
+        .collect();
+    let order: Vec<(i16, i32)> = p1.iter().map(|b| (b.0, b.1)).collect();
+    let values: Vec<Bytes> = p1.into_iter().flat_map(|b| b.2).collect();
+    assert_eq!(
+        values,
+        expected(&[(0, 60)]),
+        "partition 1 in order (writer said {written:?}): {order:?}"
+    );
+    written.unwrap();
+    assert_eq!(
+        order,
+        [(0, 0), (1, 0), (1, 10), (1, 20), (1, 30), (1, 40)],
+        "the new epoch restarts at 0"
+    );
+}

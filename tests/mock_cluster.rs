@@ -17,13 +17,15 @@ use kafkapipe::mock::{Fault, MockCluster};
 use kafkapipe::protocol::{ApiKey, ErrorCode};
 use kafkapipe::reader::{Message, Reader, ReaderConfig};
 use kafkapipe::record::{Record, RecordBatchBuilder};
-use kafkapipe::writer::{Message as Out, Writer, WriterConfig};
+use kafkapipe::writer::{Message as Out, RoundRobin, Writer, WriterConfig};
 use kafkapipe::ErrorKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Round robin (the tests spread their unkeyed messages over every partition and broker).
 fn writer(cluster: &MockCluster, topic: &str) -> WriterConfig {
     WriterConfig::new(cluster.bootstrap())
         .topic(topic)
+        .balancer(RoundRobin::default())
         .batch_timeout(Duration::from_millis(2))
         .backoff(Duration::from_millis(5), Duration::from_millis(50))
 }

@@ -16,6 +16,8 @@ use uuid::Uuid;
 
 #[path = "oracle/admin.rs"]
 mod admin;
+#[path = "oracle/consumer.rs"]
+mod consumer;
 #[path = "oracle/consumer_group.rs"]
 mod consumer_group;
 #[path = "oracle/txn.rs"]

@@ -1,7 +1,9 @@
 //! `Reader` fault cases with exact timing, against `kafkapipe::mock::MockCluster`:
 //! OffsetOutOfRange under each reset policy, start and seek by timestamp, start at the
 //! last offset, leader moves between brokers, transient errors retried silently and
-//! yielded after `retry_timeout`, and close stopping all fetching.
+//! yielded after `retry_timeout`, close stopping all fetching, and log truncation
+//! detection (KIP-320): leader epochs in fetches, FENCED/UNKNOWN_LEADER_EPOCH, position
+//! validation after a leader change, truncation below and above the position.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -10,10 +12,10 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kafkapipe::compression::Compression;
 use kafkapipe::mock::MockCluster;
-use kafkapipe::protocol::messages::ListOffsetsRequest;
+use kafkapipe::protocol::messages::{FetchRequest, ListOffsetsRequest, OffsetCommitRequest};
 use kafkapipe::protocol::{ApiKey, ErrorCode};
-use kafkapipe::reader::{Message, OffsetReset, Reader, ReaderConfig, StartOffset};
-use kafkapipe::record::RecordBatchBuilder;
+use kafkapipe::reader::{LogTruncation, Message, OffsetReset, Reader, ReaderConfig, StartOffset};
+use kafkapipe::record::{Record, RecordBatchBuilder};
 
 /// `n` brokers, topic `t` with `partitions` partitions (partition p led by broker
 /// p % n + 1).
@@ -782,5 +784,269 @@ async fn a_close_from_another_task_ends_the_stream_at_once() {
         .unwrap();
     let end = reader.next_message().await;
     assert!(end.as_ref().is_err_and(|e| e.is_closed()), "{end:?}");
+    reader.close().await;
+}
+
+// ---- log truncation (KIP-320) ----
+
+/// Produce records `from..to` to `t`/0 through the mock's log, which stamps them with the
+/// partition's current leader epoch: key `"k{offset}"`, value `"{tag}{offset}"`, 5 per
+/// batch.
+fn produce_tagged(mock: &MockCluster, tag: &str, from: i64, to: i64) {
+    let mut o = from;
+    while o < to {
+        let end = to.min(o + 5);
+        let records: Vec<Record> = (o..end)
+            .map(|i| Record::new(format!("k{i}"), format!("{tag}{i}")))
+            .collect();
+        assert_eq!(mock.produce("t", 0, &records).unwrap(), o);
+        o = end;
+    }
+}
+
+fn value(m: &Message) -> String {
+    String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned()
+}
+
+/// Reads `n` messages as `(offset, value)`.
+async fn tagged(reader: &mut Reader, n: usize) -> Vec<(i64, String)> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        let m = next(reader).await;
+        v.push((m.offset, value(&m)));
+    }
+    v
+}
+
+fn expect(tag: &str, range: std::ops::Range<i64>) -> Vec<(i64, String)> {
+    range.map(|o| (o, format!("{tag}{o}"))).collect()
+}
+
+/// Waits until `cond` holds (5 s at most).
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// An unclean election onto a replica that had only offsets 0..10, after the reader had
+/// read 0..20; the new leader takes writes up to offset 30. Under `OffsetReset::Error`
+/// the reader yields the truncation with its offsets and parks the partition.
+#[tokio::test]
+async fn log_truncation_below_the_position_is_reported_with_the_offsets() {
+    let mock = cluster(1, 1).await;
+    produce_tagged(&mock, "old", 0, 20);
+    let mut reader = Reader::new(
+        config(&mock)
+            .partition("t", 0)
+            .offset_reset(OffsetReset::Error),
+    )
+    .await
+    .unwrap();
+    let m = next(&mut reader).await;
+    assert_eq!((m.offset, m.leader_epoch()), (0, Some(0)));
+    assert_eq!(tagged(&mut reader, 19).await, expect("old", 1..20));
+    assert_eq!(mock.truncate("t", 0, 10).unwrap(), (10, 1));
+    produce_tagged(&mock, "new", 10, 30);
+    let got = tokio::time::timeout(Duration::from_secs(5), reader.next_message())
+        .await
+        .expect("an item within 5 s");
+    let err = match got {
+        Ok(m) => panic!(
+            "read {}@{} from the truncated log without noticing the truncation",
+            value(&m),
+            m.offset
+        ),
+        Err(e) => e,
+    };
+    assert_eq!(err.kafka_code(), Some(ErrorCode::OffsetOutOfRange), "{err}");
+    let t = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<LogTruncation>())
+        .unwrap_or_else(|| panic!("no LogTruncation in {err}"));
+    assert_eq!((t.topic.as_str(), t.partition), ("t", 0));
+    assert_eq!((t.position, t.fetch_offset, t.epoch), (20, 20, 0));
+    assert_eq!((t.divergent_offset, t.divergent_epoch), (Some(10), Some(0)));
+    assert_eq!(t.leader_epoch, 1);
+    assert!(err.to_string().contains("ends at offset 10"), "{err}");
+    let stats = reader.stats();
+    assert_eq!((stats.log_truncations, stats.parked_partitions), (1, 1));
+    // the application decides: here it reads the new records from the divergent offset
+    reader.seek("t", 0, 10).unwrap();
+    let m = next(&mut reader).await;
+    assert_eq!(
+        (m.offset, value(&m), m.leader_epoch()),
+        (10, "new10".into(), Some(1))
+    );
+    reader.close().await;
+}
+
+/// As above under a reset policy (the default, `Earliest`): the reader continues at the
+/// first offset known to diverge, as the Java consumer does, so the records that took
+/// the offsets it had read are yielded, not skipped.
+#[tokio::test]
+async fn log_truncation_below_the_position_continues_at_the_divergent_offset() {
+    let mock = cluster(1, 1).await;
+    produce_tagged(&mock, "old", 0, 20);
+    let mut reader = Reader::new(config(&mock).partition("t", 0)).await.unwrap();
+    assert_eq!(tagged(&mut reader, 20).await, expect("old", 0..20));
+    mock.truncate("t", 0, 10).unwrap();
+    produce_tagged(&mock, "new", 10, 30);
+    assert_eq!(tagged(&mut reader, 20).await, expect("new", 10..30));
+    assert_eq!(reader.stats().log_truncations, 1);
+    reader.close().await;
+}
+
+/// Records fetched past the truncation point but not yet yielded are dropped and fetched
+/// again: the application sees the old records it had not read yet up to the
+/// divergent offset, then the new ones, and no error.
+#[tokio::test]
+async fn log_truncation_above_the_position_drops_the_prefetched_records() {
+    let mock = cluster(1, 1).await;
+    produce_tagged(&mock, "old", 0, 20);
+    let mut reader = Reader::new(config(&mock).partition("t", 0)).await.unwrap();
+    assert_eq!(tagged(&mut reader, 5).await, expect("old", 0..5));
+    until("all 20 fetched", || reader.stats().messages >= 20).await;
+    mock.truncate("t", 0, 10).unwrap();
+    produce_tagged(&mock, "new", 10, 30);
+    // the batch 5..10 fetched again
+    until("fetched again from the position", || {
+        reader.stats().messages >= 25
+    })
+    .await;
+    let mut want = expect("old", 5..10);
+    want.extend(expect("new", 10..30));
+    assert_eq!(tagged(&mut reader, 25).await, want);
+    assert_eq!(reader.stats().log_truncations, 0);
+    reader.close().await;
+}
+
+/// A leader change without truncation: the position is validated with
+/// OffsetForLeaderEpoch and fetching goes on without a gap or a repeat.
+#[tokio::test]
+async fn a_leader_change_without_truncation_is_validated_and_reading_goes_on() {
+    let mock = cluster(2, 1).await;
+    produce_tagged(&mock, "old", 0, 20);
+    let mut reader = Reader::new(config(&mock).partition("t", 0)).await.unwrap();
+    assert_eq!(tagged(&mut reader, 10).await, expect("old", 0..10));
+    mock.move_leader("t", 0, 2).unwrap();
+    produce_tagged(&mock, "new", 20, 30);
+    let mut want = expect("old", 10..20);
+    want.extend(expect("new", 20..30));
+    assert_eq!(tagged(&mut reader, 20).await, want);
+    assert!(
+        mock.requests(ApiKey::OFFSET_FOR_LEADER_EPOCH) >= 1,
+        "the position was not validated after the leader change"
+    );
+    assert_eq!(reader.stats().log_truncations, 0);
+    reader.close().await;
+}
+
+/// A new leader epoch on the same broker: the reader's fetch, sent with the old epoch, is
+/// refused with FENCED_LEADER_EPOCH; the reader refreshes its metadata and fetches on
+/// with the new epoch.
+#[tokio::test]
+async fn fenced_leader_epoch_refreshes_metadata_and_fetching_goes_on() {
+    let mock = cluster(1, 1).await;
+    produce_tagged(&mock, "a", 0, 10);
+    mock.capture(ApiKey::FETCH);
+    let mut reader = Reader::new(config(&mock).partition("t", 0)).await.unwrap();
+    assert_eq!(tagged(&mut reader, 5).await, expect("a", 0..5));
+    let metadata = mock.requests(ApiKey::METADATA);
+    mock.move_leader("t", 0, 1).unwrap();
+    produce_tagged(&mock, "b", 10, 15);
+    let mut want = expect("a", 5..10);
+    want.extend(expect("b", 10..15));
+    assert_eq!(tagged(&mut reader, 10).await, want);
+    let epochs: Vec<i32> = mock
+        .captured::<FetchRequest>()
+        .iter()
+        .flat_map(|r| r.topics.iter())
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.current_leader_epoch)
+        .collect();
+    assert!(
+        epochs.first() == Some(&0) && epochs.last() == Some(&1),
+        "fetches sent with leader epochs {epochs:?}"
+    );
+    assert!(
+        mock.requests(ApiKey::METADATA) > metadata,
+        "no metadata refresh after FENCED_LEADER_EPOCH"
+    );
+    assert!(reader.stats().errors >= 1);
+    reader.close().await;
+}
+
+/// UNKNOWN_LEADER_EPOCH (the broker is behind the reader's metadata) is retried after the
+/// backoff without a metadata refresh.
+#[tokio::test]
+async fn unknown_leader_epoch_is_retried_without_a_metadata_refresh() {
+    let mock = cluster(1, 1).await;
+    produce_tagged(&mock, "a", 0, 10);
+    let mut reader = Reader::new(config(&mock).partition("t", 0)).await.unwrap();
+    assert_eq!(tagged(&mut reader, 5).await, expect("a", 0..5));
+    let metadata = mock.requests(ApiKey::METADATA);
+    mock.fault_partition(ApiKey::FETCH, "t", 0, ErrorCode::UnknownLeaderEpoch, 3);
+    produce_tagged(&mock, "a", 10, 15);
+    assert_eq!(tagged(&mut reader, 10).await, expect("a", 5..15));
+    assert!(reader.stats().errors >= 3);
+    assert_eq!(mock.requests(ApiKey::METADATA), metadata);
+    reader.close().await;
+}
+
+/// A group member commits the leader epoch of the record before its offset; the member
+/// that takes the partition over after an unclean election validates the committed
+/// offset with it and finds the truncation, instead of starting at the committed offset
+/// in the new log.
+#[tokio::test]
+async fn a_committed_offset_is_validated_with_its_leader_epoch() {
+    let mock = cluster(1, 1).await;
+    produce_tagged(&mock, "old", 0, 20);
+    mock.capture(ApiKey::OFFSET_COMMIT);
+    let group = || {
+        config(&mock)
+            .topic("t")
+            .group_id("g")
+            .offset_reset(OffsetReset::Error)
+            .session_timeout(Duration::from_secs(2))
+            .heartbeat_interval(Duration::from_millis(50))
+    };
+    let mut reader = Reader::new(group()).await.unwrap();
+    for _ in 0..20 {
+        // acked as returned
+        tokio::time::timeout(Duration::from_secs(10), reader.read_message())
+            .await
+            .expect("a message within 10 s")
+            .unwrap();
+    }
+    reader.close().await;
+    assert_eq!(mock.committed("g", "t", 0), Some(20));
+    let epochs: Vec<(i64, i32)> = mock
+        .captured::<OffsetCommitRequest>()
+        .iter()
+        .flat_map(|r| r.topics.iter())
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| (p.committed_offset, p.committed_leader_epoch))
+        .collect();
+    assert_eq!(epochs.last(), Some(&(20, 0)), "committed {epochs:?}");
+    mock.truncate("t", 0, 10).unwrap();
+    produce_tagged(&mock, "new", 10, 30);
+    let mut reader = Reader::new(group()).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), reader.next_message())
+        .await
+        .expect("an item within 10 s");
+    let err = match got {
+        Ok(m) => panic!(
+            "started at {}@{} in the truncated log without noticing the truncation",
+            value(&m),
+            m.offset
+        ),
+        Err(e) => e,
+    };
+    let t = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<LogTruncation>())
+        .unwrap_or_else(|| panic!("no LogTruncation in {err}"));
+    assert_eq!((t.position, t.epoch, t.divergent_offset), (20, 0, Some(10)));
     reader.close().await;
 }

@@ -46,6 +46,8 @@ async fn topic(prefix: &str, partitions: i32) -> String {
 fn config(topic: &str, txn_id: &str) -> WriterConfig {
     WriterConfig::new([addr()])
         .topic(topic)
+        // transactions over several partitions
+        .balancer(kafkapipe::writer::RoundRobin::default())
         .transactional_id(txn_id)
         .transaction_timeout(Duration::from_secs(20))
         .transaction_protocol(common::txn_protocol())

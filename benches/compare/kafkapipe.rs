@@ -41,7 +41,7 @@ use futures::{stream, SinkExt, StreamExt};
 use kafkapipe::compression::Compression;
 use kafkapipe::conn::{Conn, RequiredAcks};
 use kafkapipe::reader::{Reader, ReaderConfig, StartOffset};
-use kafkapipe::writer::{Message, Sticky, Writer, WriterConfig};
+use kafkapipe::writer::{Message, RoundRobin, Sticky, Writer, WriterConfig};
 use kafkapipe::{Error, Result};
 
 const USAGE: &str = "usage: compare_peer produce|consume|latency|create-topic|delete-topic \
@@ -112,16 +112,16 @@ impl Opts {
         };
         let batch_bytes = self.num("batch-bytes", Some(1024 * 1024))?;
         let config = WriterConfig::new(brokers.split(','));
-        // `--balancer`, else `KAFKAPIPE_COMPARE_BALANCER`: the writer's default (round robin,
-        // as kafka-go), or sticky placement of the unkeyed messages, switching partitions
-        // after a batch's worth of bytes.
+        // `--balancer`, else `KAFKAPIPE_COMPARE_BALANCER`: round robin (as kafka-go; the
+        // rows measured so far), or sticky placement of the unkeyed messages (the writer's
+        // default balancer), switching partitions after a batch's worth of bytes.
         let balancer = match self.flags.get("balancer") {
             Some(b) => b.clone(),
             None => std::env::var("KAFKAPIPE_COMPARE_BALANCER")
                 .unwrap_or_else(|_| "round-robin".to_string()),
         };
         let config = match balancer.as_str() {
-            "round-robin" => config,
+            "round-robin" => config.balancer(RoundRobin::default()),
             "sticky" => config
                 .balancer(Sticky::new().switch_bytes(self.num("sticky-bytes", Some(batch_bytes))?)),
             other => return Err(Error::config(format!("--balancer: {other:?}"))),

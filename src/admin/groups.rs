@@ -7,7 +7,8 @@ use tracing::debug;
 
 use super::{
     code_error, Admin, CommittedOffset, ConsumerGroupDescription, ConsumerGroupMemberDescription,
-    GroupDescription, GroupListing, MemberDescription, OffsetSpec, Results, TopicPartition,
+    GroupDescription, GroupListing, MemberDescription, OffsetFetchOptions, OffsetSpec, Results,
+    TopicPartition,
 };
 use crate::conn::Connection;
 use crate::error::{Error, Result};
@@ -470,12 +471,78 @@ impl Admin {
         group: &str,
         topics: Option<&[&str]>,
     ) -> Result<Results<TopicPartition, CommittedOffset>> {
+        self.fetch_group_offsets_with(group, topics, &OffsetFetchOptions::default())
+            .await
+    }
+
+    /// [`Admin::fetch_group_offsets`] with options: with
+    /// [`OffsetFetchOptions::require_stable`], only stable offsets — the read to use
+    /// when an answer must include every commit the coordinator acknowledged (on Kafka
+    /// 4.x a non-stable read can lag them for a moment after a coordinator failover).
+    /// Partitions answering `UNSTABLE_OFFSET_COMMIT` (a transaction still committing
+    /// offsets) are asked again, as Java's consumer does, under the retry policy of
+    /// [`Admin::with_retries`]; if they stay unstable, their result is that error.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Admin::fetch_group_offsets`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use kafkapipe::admin::OffsetFetchOptions;
+    /// # async fn demo(admin: kafkapipe::admin::Admin) -> kafkapipe::Result<()> {
+    /// let stable = OffsetFetchOptions::new().require_stable(true);
+    /// for (tp, r) in admin.fetch_group_offsets_with("my-group", Some(&["events"]), &stable).await? {
+    ///     println!("{tp}: {}", r?.offset);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn fetch_group_offsets_with(
+        &self,
+        group: &str,
+        topics: Option<&[&str]>,
+        options: &OffsetFetchOptions,
+    ) -> Result<Results<TopicPartition, CommittedOffset>> {
         let wanted = self.offset_fetch_wanted(topics).await?;
         let wanted = wanted.as_deref();
-        self.with_coordinator("OffsetFetch", group, |c, _| async move {
-            Self::offset_fetch_on(&c, group, wanted, false).await
-        })
-        .await
+        let stable = options.require_stable;
+        let mut attempt = 0;
+        loop {
+            let fetched = self
+                .with_coordinator("OffsetFetch", group, |c, node| async move {
+                    let r = Self::offset_fetch_on(&c, group, wanted, stable).await;
+                    debug!(
+                        group,
+                        broker = node,
+                        require_stable = stable,
+                        ok = r.is_ok(),
+                        "OffsetFetch answered"
+                    );
+                    r
+                })
+                .await?;
+            let unstable = fetched.iter().any(|(_, r)| {
+                r.as_ref()
+                    .is_err_and(|e| e.kafka_code() == Some(ErrorCode::UnstableOffsetCommit))
+            });
+            if !unstable || attempt + 1 >= self.attempts {
+                return Ok(fetched);
+            }
+            let delay = self.delay(attempt);
+            debug!(
+                group,
+                attempt,
+                delay_ms = delay.as_millis() as u64,
+                "unstable offsets (a transaction is committing them); fetching again"
+            );
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
     }
 
     /// The partitions of `topics` (every partition of each), for an OffsetFetch.
@@ -681,7 +748,44 @@ impl Admin {
         req: &OffsetCommitRequest,
         offsets: &[(TopicPartition, i64)],
     ) -> Result<Results<TopicPartition>> {
-        let resp = c.send(req).await?;
+        let (group, generation) = (&req.group_id, req.generation_id_or_member_epoch);
+        // One debug line per partition sent and answered, with the correlation id: the
+        // offsets a member sends and has acknowledged can be followed (and checked to
+        // never go back) from the log alone.
+        let sent = c.send_observed(req, |correlation_id| {
+            for t in &req.topics {
+                for p in &t.partitions {
+                    debug!(group = %group, generation, member_id = %req.member_id, broker = %c.broker(), topic = %t.name, partition = p.partition_index, offset = p.committed_offset, correlation_id, "OffsetCommit sent");
+                }
+            }
+        });
+        let (correlation_id, resp) = match sent.await {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(group = %group, generation, broker = %c.broker(), error = %e, "OffsetCommit not answered");
+                return Err(e);
+            }
+        };
+        for t in resp
+            .topics
+            .iter()
+            .filter(|_| tracing::enabled!(tracing::Level::DEBUG))
+        {
+            for p in &t.partitions {
+                let offset = offsets
+                    .iter()
+                    .find(|(tp, _)| tp.topic == t.name && tp.partition == p.partition_index)
+                    .map_or(-1, |(_, o)| *o);
+                match ErrorCode::non_zero(p.error_code) {
+                    None => {
+                        debug!(group = %group, generation, broker = %c.broker(), topic = %t.name, partition = p.partition_index, offset, correlation_id, "OffsetCommit acknowledged")
+                    }
+                    Some(code) => {
+                        debug!(group = %group, generation, broker = %c.broker(), topic = %t.name, partition = p.partition_index, offset, correlation_id, error = %code, "OffsetCommit refused")
+                    }
+                }
+            }
+        }
         // Kafka reports coordinator moves per partition.
         for t in &resp.topics {
             for p in &t.partitions {

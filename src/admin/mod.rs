@@ -34,7 +34,7 @@ mod types;
 pub use types::{
     AlterConfigOp, ClusterDescription, CommittedOffset, ConfigEntry, ConfigResource, ConfigSource,
     ConsumerGroupDescription, ConsumerGroupMemberDescription, GroupDescription, GroupListing,
-    ListedOffset, MemberDescription, OffsetSpec, TopicListing, TopicPartition,
+    ListedOffset, MemberDescription, OffsetFetchOptions, OffsetSpec, TopicListing, TopicPartition,
 };
 
 use crate::util::duration_ms;
@@ -77,7 +77,7 @@ pub type Results<K, V = ()> = Vec<(K, Result<V>)>;
 /// Dropping a call's future leaves the `Admin` (and the [`Cluster`] it shares) usable:
 /// connections stay in sync (see [`Connection::send`]), a dial or metadata refresh
 /// dropped midway leaves the cache as it was, and the call's retries simply stop. The
-/// calls that only read (`list_*`, `describe_*`, `fetch_group_offsets`, `list_offsets`,
+/// calls that only read (`list_*`, `describe_*`, `fetch_group_offsets(_with)`, `list_offsets`,
 /// `find_coordinator`, `api_versions`) are therefore cancel safe. The calls that change
 /// something (`create_topics`, `delete_topics`, `create_partitions`, `alter_configs`,
 /// `incremental_alter_configs`, `delete_groups`, `commit_group_offsets`,

@@ -231,3 +231,52 @@ async fn group_calls_are_batched_per_coordinator_with_per_group_results() {
         Some(ErrorCode::GroupIdNotFound)
     );
 }
+
+#[tokio::test]
+async fn stable_offset_fetch_sends_require_stable_and_retries_unstable_partitions() {
+    let cluster = MockCluster::builder().topic("t", 2).start().await.unwrap();
+    let admin = admin(&cluster);
+    let committed = [
+        (TopicPartition::new("t", 0), 5),
+        (TopicPartition::new("t", 1), 7),
+    ];
+    admin.commit_group_offsets("g", &committed).await.unwrap();
+    cluster.capture(ApiKey::OFFSET_FETCH);
+    // A transaction still committing offsets of partition 1, for two answers.
+    cluster.fault_partition(
+        ApiKey::OFFSET_FETCH,
+        "t",
+        1,
+        ErrorCode::UnstableOffsetCommit,
+        2,
+    );
+    let stable = OffsetFetchOptions::new().require_stable(true);
+    let r = admin
+        .fetch_group_offsets_with("g", Some(&["t"]), &stable)
+        .await
+        .unwrap();
+    let offsets: Vec<(i32, i64)> = r
+        .into_iter()
+        .map(|(tp, r)| (tp.partition, r.unwrap().offset))
+        .collect();
+    assert_eq!(offsets, [(0, 5), (1, 7)]);
+    let sent = cluster.captured::<OffsetFetchRequest>();
+    assert_eq!(sent.len(), 3, "asked again while unstable");
+    assert!(sent.iter().all(|r| r.require_stable));
+
+    // The default read is not stable; unstable past the retries is the partition's error.
+    cluster.fault_partition(
+        ApiKey::OFFSET_FETCH,
+        "t",
+        1,
+        ErrorCode::UnstableOffsetCommit,
+        u32::MAX,
+    );
+    let r = admin.fetch_group_offsets("g", Some(&["t"])).await.unwrap();
+    assert_eq!(r[0].1.as_ref().unwrap().offset, 5);
+    let e = r[1].1.as_ref().unwrap_err();
+    assert_eq!(e.kafka_code(), Some(ErrorCode::UnstableOffsetCommit));
+    let sent = cluster.captured::<OffsetFetchRequest>();
+    assert_eq!(sent.len(), 3 + 4, "4 attempts");
+    assert!(sent[3..].iter().all(|r| !r.require_stable));
+}

@@ -418,6 +418,43 @@ pub struct CommittedOffset {
     pub metadata: Option<String>,
 }
 
+/// How [`Admin::fetch_group_offsets_with`](super::Admin::fetch_group_offsets_with) reads
+/// a group's committed offsets (the Java admin's `ListConsumerGroupOffsetsOptions`).
+///
+/// ```
+/// use kafkapipe::admin::OffsetFetchOptions;
+/// let opts = OffsetFetchOptions::new().require_stable(true);
+/// assert!(opts.require_stable);
+/// assert!(!OffsetFetchOptions::default().require_stable);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OffsetFetchOptions {
+    /// Read only stable offsets (OffsetFetch v7+ `require_stable`, Java's
+    /// `requireStable`; default `false`, as Java). On Kafka 4.x the coordinator then
+    /// answers once everything it wrote to `__consumer_offsets` is replicated, so the
+    /// answer includes every commit it acknowledged; a non-stable read is served at the
+    /// offsets partition's high watermark, which on a coordinator just moved by a
+    /// failover can lag the commits the previous one acknowledged (for a moment, an
+    /// older offset). On older coordinators, a partition whose offsets a transaction is
+    /// still committing answers `UNSTABLE_OFFSET_COMMIT` instead of the older offset;
+    /// that is retried under [`Admin::with_retries`](super::Admin::with_retries).
+    pub require_stable: bool,
+}
+
+impl OffsetFetchOptions {
+    /// The defaults: non-stable reads.
+    pub fn new() -> Self {
+        OffsetFetchOptions::default()
+    }
+
+    /// Read only stable offsets (see [`OffsetFetchOptions::require_stable`]).
+    pub fn require_stable(mut self, require_stable: bool) -> Self {
+        self.require_stable = require_stable;
+        self
+    }
+}
+
 /// What [`Admin::describe_cluster`](super::Admin::describe_cluster) returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterDescription {

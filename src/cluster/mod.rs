@@ -68,6 +68,9 @@ impl TopicMetadata {
 
 struct TopicEntry {
     result: std::result::Result<Arc<TopicMetadata>, ErrorCode>,
+    /// Each partition's leader epoch as Metadata reported it (KIP-320; absent or -1 when
+    /// the broker did not say).
+    epochs: HashMap<i32, i32>,
     fetched: Instant,
     stale: bool,
 }
@@ -259,6 +262,31 @@ impl Cluster {
                 .with_partition(partition)),
             Some(p) => Ok(p.leader),
         }
+    }
+
+    /// The broker id leading `topic`/`partition` and the partition's leader epoch (`-1`
+    /// if the broker did not report one), as [`Cluster::leader_for`]. Consumers send the
+    /// epoch with Fetch and ListOffsets, so a broker that is not the leader of that epoch
+    /// refuses them (KIP-320).
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: &kafkapipe::cluster::Cluster) -> kafkapipe::Result<()> {
+    /// let (leader, epoch) = cluster.leader_and_epoch("events", 0).await?;
+    /// println!("partition 0 is led by broker {leader} in leader epoch {epoch}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Cluster::leader_for`].
+    pub async fn leader_and_epoch(&self, topic: &str, partition: i32) -> Result<(i32, i32)> {
+        let leader = self.leader_for(topic, partition).await?;
+        let epoch = lock(&self.inner.meta)
+            .topics
+            .get(topic)
+            .and_then(|e| e.epochs.get(&partition).copied())
+            .unwrap_or(-1);
+        Ok((leader, epoch))
     }
 
     /// Mark `topic`'s metadata stale: the next lookup refreshes it (no sooner than the
@@ -453,10 +481,16 @@ impl Cluster {
                         .collect(),
                 })),
             };
+            let epochs = t
+                .partitions
+                .iter()
+                .map(|p| (p.id, p.leader_epoch))
+                .collect();
             meta.topics.insert(
                 t.name.clone(),
                 TopicEntry {
                     result,
+                    epochs,
                     fetched: now,
                     stale: false,
                 },
@@ -468,6 +502,7 @@ impl Cluster {
                     (*name).to_string(),
                     TopicEntry {
                         result: Err(ErrorCode::UnknownTopicOrPartition),
+                        epochs: HashMap::new(),
                         fetched: now,
                         stale: false,
                     },

@@ -334,7 +334,7 @@ fn gzip_decompress(
 
 thread_local! {
     /// Where [`with_gathered`] joins parts, kept per thread (up to
-    /// [`KEPT_SCRATCH`](crate::record::KEPT_SCRATCH)).
+    /// [`KEPT_SCRATCH`](crate::bufpool::KEPT_SCRATCH)).
     static GATHERED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -475,7 +475,7 @@ fn zstd_compress(input: &[u8], out: &mut BytesMut) -> Result<()> {
         let done = cctx
             .compress_to_buffer(input, buf)
             .map(|_| out.extend_from_slice(buf));
-        if buf.capacity() > crate::record::KEPT_SCRATCH {
+        if buf.capacity() > crate::bufpool::KEPT_SCRATCH {
             *buf = Vec::new();
         }
         Some(done)

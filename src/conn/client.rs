@@ -21,7 +21,8 @@ use crate::protocol::messages::{
     AbortedTransaction, CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
     DeleteTopicState, DeleteTopicsRequest, FetchPartition, FetchPartitionData, FetchRequest,
     FetchTopic, ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest,
-    MetadataRequestTopic, MetadataResponse, ProducePartitionData, ProduceRequest, ProduceTopicData,
+    MetadataRequestTopic, MetadataResponse, OffsetForLeaderEpochRequest, OffsetForLeaderPartition,
+    OffsetForLeaderTopic, ProducePartitionData, ProduceRequest, ProduceTopicData,
 };
 use crate::protocol::{ErrorCode, Request};
 use crate::record::{
@@ -274,8 +275,8 @@ impl NewTopic {
     }
 }
 
-const EARLIEST_TIMESTAMP: i64 = -2;
-const LATEST_TIMESTAMP: i64 = -1;
+pub(crate) const EARLIEST_TIMESTAMP: i64 = -2;
+pub(crate) const LATEST_TIMESTAMP: i64 = -1;
 const ZERO_UUID: [u8; 16] = [0; 16];
 
 /// A low-level connection to one broker, in the spirit of kafka-go's `Conn`.
@@ -863,6 +864,22 @@ impl Conn {
         timestamp: i64,
         isolation: IsolationLevel,
     ) -> Result<Option<i64>> {
+        self.list_offset_at_epoch(topic, partition, timestamp, isolation, -1)
+            .await
+    }
+
+    /// ListOffsets of one partition (`timestamp`: a time, [`EARLIEST_TIMESTAMP`] or
+    /// [`LATEST_TIMESTAMP`]) sent with the leader epoch the caller knows
+    /// (`current_leader_epoch`, -1 for none), so that a broker with another epoch answers
+    /// `FENCED_LEADER_EPOCH` or `UNKNOWN_LEADER_EPOCH` instead of an offset (KIP-320).
+    pub(crate) async fn list_offset_at_epoch(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        isolation: IsolationLevel,
+        current_leader_epoch: i32,
+    ) -> Result<Option<i64>> {
         let req = ListOffsetsRequest {
             replica_id: -1,
             isolation_level: isolation.code(),
@@ -870,7 +887,7 @@ impl Conn {
                 name: topic.to_string(),
                 partitions: vec![ListOffsetsPartition {
                     partition_index: partition,
-                    current_leader_epoch: -1,
+                    current_leader_epoch,
                     timestamp,
                     ..Default::default()
                 }],
@@ -894,6 +911,51 @@ impl Conn {
             return Err(self.err(code, topic, partition));
         }
         Ok((p.offset >= 0).then_some(p.offset))
+    }
+
+    /// OffsetForLeaderEpoch for one partition (KIP-320): the end offset of leader epoch
+    /// `epoch` in the log of the leader of `topic`/`partition` — the first offset of the
+    /// next higher epoch, or the log end offset if `epoch` is the leader's latest — and the
+    /// largest epoch at or below `epoch` that the leader knows. `current_leader_epoch` (the
+    /// epoch the caller knows the leader by) fences a stale leader or a stale caller
+    /// (`FENCED_LEADER_EPOCH`, `UNKNOWN_LEADER_EPOCH`). `(-1, -1)` when the leader knows
+    /// no such epoch.
+    pub(crate) async fn offset_for_leader_epoch(
+        &self,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        epoch: i32,
+    ) -> Result<(i32, i64)> {
+        let req = OffsetForLeaderEpochRequest {
+            replica_id: -1,
+            topics: vec![OffsetForLeaderTopic {
+                topic: topic.to_string(),
+                partitions: vec![OffsetForLeaderPartition {
+                    partition,
+                    current_leader_epoch,
+                    leader_epoch: epoch,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let resp = self.connection.send(&req).await?;
+        let p = resp
+            .topics
+            .iter()
+            .find(|t| t.topic == topic)
+            .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+            .ok_or_else(|| {
+                Error::protocol("offset for leader epoch response does not mention the partition")
+                    .with_topic(topic)
+                    .with_partition(partition)
+            })?;
+        if let Some(code) = ErrorCode::non_zero(p.error_code) {
+            return Err(self.err(code, topic, partition));
+        }
+        Ok((p.leader_epoch, p.end_offset))
     }
 }
 
@@ -944,6 +1006,10 @@ pub(crate) struct FetchedBatches<B = RecordBatch> {
     pub(crate) last_stable_offset: i64,
     /// As [`Fetched::log_start_offset`].
     pub(crate) log_start_offset: i64,
+    /// The partition leader epoch of every batch decoded (control batches and aborted
+    /// transactions included) where it changes: `(base offset, epoch)`, in offset order.
+    /// The last entry is the epoch of the last offset fetched (KIP-320).
+    pub(crate) epochs: Vec<(i64, i32)>,
 }
 
 /// [`decode_fetch_partition`] without flattening the batches into one `Vec` of records,
@@ -995,6 +1061,13 @@ fn fetched_batches<B: AsRef<RecordBatch>>(
     }
     let data = p.records.unwrap_or_default();
     let decoded = decode(data)?;
+    let mut epochs: Vec<(i64, i32)> = Vec::new();
+    for b in &decoded {
+        let b = b.as_ref();
+        if epochs.last().map(|(_, e)| *e) != Some(b.partition_leader_epoch) {
+            epochs.push((b.base_offset, b.partition_leader_epoch));
+        }
+    }
     let aborted = if isolation_level == IsolationLevel::ReadCommitted {
         p.aborted_transactions.unwrap_or_default()
     } else {
@@ -1007,6 +1080,7 @@ fn fetched_batches<B: AsRef<RecordBatch>>(
         high_watermark: p.high_watermark,
         last_stable_offset: p.last_stable_offset,
         log_start_offset: p.log_start_offset,
+        epochs,
     })
 }
 

@@ -501,6 +501,26 @@ impl Connection {
         R::Response::decode(&mut body, version).map_err(|e| self.err(e))
     }
 
+    /// Like [`Connection::send`], calling `on_queued` with the request's correlation id as
+    /// soon as the request is handed to the connection task (before the response), so a
+    /// caller can log what it sent under the id the broker sees, even if no answer comes.
+    pub(crate) async fn send_observed<R: Request>(
+        &self,
+        req: &R,
+        on_queued: impl FnOnce(i32),
+    ) -> Result<(i32, R::Response)> {
+        let version = self.version_for::<R>()?;
+        let mut id = -1;
+        let mut body = self
+            .request_body_observed(req, version, false, |c| {
+                id = c;
+                on_queued(c);
+            })
+            .await?;
+        let resp = R::Response::decode(&mut body, version).map_err(|e| self.err(e))?;
+        Ok((id, resp))
+    }
+
     /// Queue `req` at `version` on the connection now, before returning: requests queued
     /// this way are written in the order of the calls (the writer relies on it to keep a
     /// partition's batches in sequence order on the wire). No in-flight slot is taken —
@@ -630,6 +650,19 @@ impl Connection {
         version: i16,
         exclusive: bool,
     ) -> Result<Bytes> {
+        self.request_body_observed(req, version, exclusive, |_| {})
+            .await
+    }
+
+    /// Like [`Connection::request_body_with`], calling `on_queued` with the correlation id
+    /// once the request is handed to the connection task.
+    async fn request_body_observed<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        exclusive: bool,
+        on_queued: impl FnOnce(i32),
+    ) -> Result<Bytes> {
         check_version::<R>(version).map_err(|e| self.err(e))?;
         let frame = self.encode_frame(req, version)?;
         let header_version = R::response_header_version(version);
@@ -654,6 +687,7 @@ impl Connection {
                 correlation_id,
                 "queued request"
             );
+            on_queued(correlation_id);
             rx.await.unwrap_or_else(|_| Err(self.shared.state.error()))
         };
         self.timed(R::API_KEY, version, work).await

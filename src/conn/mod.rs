@@ -23,3 +23,4 @@ pub use client::{
 #[cfg(test)]
 pub(crate) use client::decode_fetch_partition;
 pub(crate) use client::{decode_fetch_lazy, decompress_limit, FetchedBatches};
+pub(crate) use client::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};

@@ -12,6 +12,8 @@
 //!   because the filter goes on to poll the reader for the next one; a message dropped by
 //!   a stage that failed and ended the pipeline does not, as nothing polls the reader
 //!   after the error. A token dropped while its thread panics counts as failed.
+//!   (So a concurrent stage must keep the token with its work:
+//!   [`Tracked`](crate::reader::Tracked), [`MessageStreamExt`](crate::reader::MessageStreamExt).)
 //!
 //! A token that [`fail`](AckToken::fail)ed (or whose writer delivery failed) holds its
 //! partition's commit before it until a rebalance or a restart delivers the message again.
@@ -24,6 +26,9 @@
 //! Each track belongs to one ownership of a partition: a token from an earlier assignment
 //! (the partition was revoked, then assigned to this member again) never moves the new
 //! assignment's commit.
+//!
+//! A seek moves only the fetch position: messages yielded before it stay tracked (held
+//! ones keep holding the commit); only the exactly-once rewind forgets deliveries.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -110,9 +115,13 @@ struct TrackState {
     active: bool,
     /// The reader found the track full and waits for room.
     blocked: bool,
-    /// How many times the track was restarted (a seek or reset of its partition) or
-    /// given up: a loan made before refuses its messages (see [`Track::deliver_lent`]).
+    /// How many times the track was restarted (a seek or reset of its partition, a
+    /// rewind) or given up: a loan made before refuses its messages (see
+    /// [`Track::deliver_lent`]).
     restarts: u64,
+    /// Whether `slots` are in offset order (false after a seek back re-yielded offsets
+    /// while earlier deliveries were outstanding; true again once they are empty).
+    sorted: bool,
 }
 
 /// How a token ended.
@@ -164,6 +173,7 @@ impl Track {
                 active: true,
                 blocked: false,
                 restarts: 0,
+                sorted: true,
             }),
         }
     }
@@ -194,6 +204,9 @@ impl Track {
             }
             s.slots.drain(..=last);
             s.base += last as u64 + 1;
+        }
+        if s.slots.is_empty() {
+            s.sorted = true;
         }
         if s.blocked && s.slots.len() < self.max_unacked {
             s.blocked = false;
@@ -233,16 +246,17 @@ impl Track {
     }
 
     fn deliver_in(&self, s: &mut TrackState, offset: i64, commit_to: i64) -> Result<u64, Full> {
-        if s.slots.back().is_some_and(|sl| sl.offset >= offset) {
-            // A seek back: earlier deliveries no longer decide anything.
-            Self::forget(s);
-        }
         if s.slots.len() >= self.max_unacked {
             self.advance(s);
             if s.slots.len() >= self.max_unacked {
                 s.blocked = true;
                 return Err(Full);
             }
+        }
+        if s.slots.back().is_some_and(|sl| sl.offset >= offset) {
+            // A seek back re-yields offsets while earlier deliveries are outstanding:
+            // they still decide the commit (see `seek`), in delivery order.
+            s.sorted = false;
         }
         s.slots.push_back(Slot {
             offset,
@@ -253,12 +267,11 @@ impl Track {
         Ok(s.base + s.slots.len() as u64 - 1)
     }
 
-    /// Whether [`deliver`](Self::deliver) would take a message at `offset` or later now
-    /// (else the track wakes the reader when it has room, as after a refused delivery).
-    pub(crate) fn has_room_from(&self, offset: i64) -> bool {
+    /// Whether [`deliver`](Self::deliver) would take a message now (else the track
+    /// wakes the reader when it has room, as after a refused delivery).
+    pub(crate) fn has_room(&self) -> bool {
         let mut s = self.lock();
-        if s.slots.back().is_some_and(|sl| sl.offset >= offset) || s.slots.len() < self.max_unacked
-        {
+        if s.slots.len() < self.max_unacked {
             return true;
         }
         self.advance(&mut s);
@@ -272,6 +285,7 @@ impl Track {
     fn forget(s: &mut TrackState) {
         s.base += s.slots.len() as u64;
         s.slots.clear();
+        s.sorted = true;
     }
 
     /// Nothing is to be yielded from `from` up to `to` (a fetch returned only control
@@ -288,7 +302,18 @@ impl Track {
         }
     }
 
-    /// A seek: deliveries so far no longer decide the commit.
+    /// A seek (or an offset reset) of the partition: only the fetch position moves.
+    /// Messages yielded before it stay tracked — a held token still holds the commit,
+    /// counts in the stats and is waited for by a close — and the commit moves past
+    /// what is yielded after the seek only once they are settled too (contiguous
+    /// mode). It never moves backwards. A loan made before is refused.
+    pub(crate) fn seek(&self) {
+        self.lock().restarts += 1;
+    }
+
+    /// The exactly-once rewind to the committed offsets: deliveries so far no longer
+    /// decide the commit (their tokens change nothing, [`is_current`](Self::is_current)
+    /// says false), as the rewound reader delivers them again.
     pub(crate) fn restart(&self) {
         let mut s = self.lock();
         s.restarts += 1;
@@ -334,26 +359,35 @@ impl Track {
             return false;
         }
         let before = s.pending;
-        match s.slots.binary_search_by_key(&offset, |sl| sl.offset) {
-            Ok(i) => {
+        let found = if s.sorted {
+            s.slots.binary_search_by_key(&offset, |sl| sl.offset).ok()
+        } else {
+            // after a seek back: the latest delivery of that offset not yet acked
+            s.slots
+                .iter()
+                .rposition(|sl| sl.offset == offset && sl.state != DONE)
+        };
+        match found {
+            Some(i) => {
                 if let Some(sl) = s.slots.get_mut(i) {
                     sl.state = DONE;
                 }
                 self.advance(&mut s);
             }
             // Not tracked: yielded before this assignment's tracking began, already
-            // processed, or never yielded. It moves the commit, but never past a
-            // tracked message that is not processed.
-            Err(_) => match s.slots.front() {
-                Some(front) if offset >= front.offset => {
+            // processed, or never yielded. It moves the commit (the application's
+            // explicit commit, as the Java client's `commitSync(offsets)`), but never
+            // past a tracked message that is not processed — also one yielded before a
+            // seek, which a seek no longer forgets.
+            None => {
+                let lowest = s.slots.iter().map(|sl| sl.offset).min();
+                if lowest.is_some_and(|l| offset >= l) {
                     tracing::debug!(offset, "ack of an offset this reader did not yield ignored");
-                }
-                Some(front) => {
-                    let upto = offset.saturating_add(1).min(front.offset);
+                } else {
+                    let upto = offset.saturating_add(1).min(lowest.unwrap_or(i64::MAX));
                     s.pending = s.pending.max(upto);
                 }
-                None => s.pending = s.pending.max(offset.saturating_add(1)),
-            },
+            }
         }
         s.pending != before
     }
@@ -402,7 +436,8 @@ impl Track {
     }
 
     /// Whether the message delivered as `seq` still decides this track: the partition
-    /// is still owned and no seek (or rewind) forgot the deliveries since.
+    /// is still owned and no rewind ([`restart`](Self::restart)) forgot the deliveries
+    /// since (a seek does not).
     pub(crate) fn is_current(&self, seq: u64) -> bool {
         let s = self.lock();
         s.active && seq >= s.base
@@ -441,6 +476,12 @@ impl Track {
 ///   right after dropping a message without polling the reader again —
 ///   `reader.take(n).try_filter(p)`, where `take` ends the stream — leaves that one
 ///   message uncommitted, to be read again (at least once); put `take` after the filter.
+///   Concurrent stages (`buffer_unordered`, `try_for_each_concurrent`) poll the reader
+///   while earlier messages are still being worked on: keep the token with the work —
+///   [`map_tracked`](crate::reader::MessageStreamExt::map_tracked) instead of
+///   `map_ok(|m| m.value)`, or
+///   [`process_concurrent`](crate::reader::MessageStreamExt::process_concurrent) — or
+///   the group commits messages still being processed.
 /// - carried by a [`writer::Message`](crate::writer::Message)
 ///   ([`with_ack`](crate::writer::Message::with_ack)): acked when the broker acknowledges
 ///   the written message, failed when its delivery fails (at-least-once
@@ -987,14 +1028,113 @@ mod tests {
         assert_eq!(t.held(), 0, "a given-up partition holds nothing");
     }
 
+    /// Issue 26 item 4: a forward seek while messages are held. 0..99 processed and
+    /// committed, 100..109 held, seek to 1110, 1110 processed: the commit stays at 100
+    /// until 100..109 are settled, the held ones still count, then it moves to 1111.
     #[test]
-    fn seek_back_restarts_tracking() {
-        let (_pulse, t) = track(true, 100);
-        let _a = token(&t, 10);
-        let _b = token(&t, 11);
+    fn a_seek_does_not_commit_past_held_messages() {
+        let (pulse, t) = track(true, 1000);
+        for o in 0..100 {
+            token(&t, o).ack();
+        }
+        assert_eq!(t.due(), Some(100));
+        t.committed(100);
+        let held: Vec<AckToken> = (100..110).map(|o| token(&t, o)).collect();
+        t.seek();
+        let after = token(&t, 1110);
+        after.ack();
+        pulse.polled();
+        assert_eq!(
+            t.due(),
+            None,
+            "the commit must not pass 100..109, still held"
+        );
+        assert_eq!(
+            t.held(),
+            10,
+            "the held messages still count (close waits for them)"
+        );
+        assert_eq!(t.unacked(), (11, t.unacked().1));
+        assert_eq!(t.unacked().1.map(|(o, _)| o), Some(100));
+        let mut held = held.into_iter();
+        if let Some(first) = held.next() {
+            first.ack();
+        }
+        assert_eq!(t.due(), Some(101));
+        for tok in held {
+            tok.ack();
+        }
+        assert_eq!(
+            t.due(),
+            Some(1111),
+            "settled: the work after the seek commits"
+        );
+        assert_eq!(t.held(), 0);
+    }
+
+    /// A seek back while messages are held: the re-read messages do not forget them,
+    /// and the commit never goes backwards.
+    #[test]
+    fn a_seek_back_keeps_held_messages_and_never_moves_the_commit_back() {
+        let (pulse, t) = track(true, 1000);
+        let a = token(&t, 10);
+        let b = token(&t, 11);
+        t.seek();
         let c = token(&t, 3);
         c.ack();
-        assert_eq!(t.due(), Some(4));
+        pulse.polled();
+        assert_eq!(t.due(), None, "10 and 11 are still held");
+        assert_eq!(t.held(), 2);
+        a.ack();
+        b.ack();
+        assert_eq!(t.due(), Some(12));
+        let d = token(&t, 4);
+        d.ack();
+        assert_eq!(t.due(), Some(12), "never backwards");
+        // an explicit ack finds the re-read message among the older deliveries
+        let e = token(&t, 5);
+        let f = token(&t, 6);
+        assert!(!t.ack_offset(6));
+        drop(e);
+        pulse.polled();
+        assert_eq!(t.unacked().0, 0);
+        drop(f);
+    }
+
+    /// An explicit `Offset` ack after a seek, while messages yielded before it are held,
+    /// never moves the commit past them (it used to find an empty track and move it).
+    #[test]
+    fn explicit_acks_after_a_seek_never_pass_held_messages() {
+        let (_pulse, t) = track(true, 1000);
+        for o in 0..100 {
+            token(&t, o).ack();
+        }
+        assert_eq!(t.due(), Some(100));
+        let held: Vec<AckToken> = (100..110).map(|o| token(&t, o)).collect();
+        t.seek();
+        assert!(!t.ack_offset(1110), "100..109 are held");
+        assert_eq!(t.due(), Some(100));
+        assert!(!t.ack_offset(40), "already committed");
+        let _a = token(&t, 1110);
+        assert!(!t.ack_offset(1110));
+        assert_eq!(t.due(), Some(100));
+        held.into_iter().for_each(AckToken::ack);
+        assert_eq!(t.due(), Some(1111));
+    }
+
+    /// The exactly-once rewind still forgets: deliveries before it are stale.
+    #[test]
+    fn a_rewind_still_forgets_earlier_deliveries() {
+        let (_pulse, t) = track(true, 100);
+        let a = token(&t, 5);
+        let mut out = Vec::new();
+        a.sources(&mut out);
+        t.seek();
+        assert!(t.is_current(out[0].1), "a seek keeps what was yielded");
+        t.restart();
+        assert!(!t.is_current(out[0].1), "a rewind forgets it");
+        assert_eq!(t.held(), 0);
+        drop(a);
     }
 
     #[test]

@@ -24,6 +24,11 @@
 //! and rejoin at epoch 0; `UNRELEASED_INSTANCE_ID` and `UNSUPPORTED_ASSIGNOR` are
 //! yielded by the reader's stream with an explanation and retried after `join_backoff`.
 //!
+//! Heartbeat failures keep the partitions until the coordinator fences the member or no
+//! heartbeat has been answered for longer than any broker session (see `expiry`); the
+//! interval commit never outlives the membership, epoch or ownership it was built for
+//! (see `GroupTask::abandon_commit`).
+//!
 //! Every heartbeat carries the full member state (subscription, rebalance timeout,
 //! owned partitions) rather than only what changed: the broker accepts that, and a
 //! heartbeat lost on the way can never leave the broker with a stale view.
@@ -329,25 +334,43 @@ impl Member {
     }
 }
 
-/// How many heartbeat intervals without an answered heartbeat make this member drop its
-/// partitions as lost (at most the classic bound, `session_timeout + rebalance_timeout`).
-/// The broker's session timeout (`group.consumer.session.timeout.ms`, default 45 s) is
-/// not told to the member; its heartbeat interval (`group.consumer.heartbeat.interval.ms`,
-/// default 5 s) is, and Kafka's defaults make the session 9 intervals: 8 drops the
-/// partitions a little before the broker hands them to another member.
-const EXPIRY_INTERVALS: u32 = 8;
+/// The longest session a KIP-848 group can have unless the operator raised the broker's
+/// cap: `group.consumer.max.session.timeout.ms`, 60 s by default (the session itself,
+/// `group.consumer.session.timeout.ms`, 45 s by default, is not told to the member).
+const MAX_BROKER_SESSION: Duration = Duration::from_secs(60);
 
 /// The first and the longest wait before looking up topic ids the Metadata did not know.
 const NAMES_BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(5));
 
-/// How long without an answered heartbeat before the member drops its partitions: see
-/// [`EXPIRY_INTERVALS`].
-fn expiry(interval: Duration, config: &crate::reader::ReaderConfig) -> Duration {
-    interval.saturating_mul(EXPIRY_INTERVALS).min(
-        config
-            .session_timeout
-            .saturating_add(config.rebalance_timeout),
-    )
+/// How long without any answered heartbeat before the member drops its partitions as
+/// lost on its own. The member keeps them through coordinator failures, as the Java
+/// client does, and loses them when the coordinator says so (`FENCED_MEMBER_EPOCH`,
+/// `UNKNOWN_MEMBER_ID`): time without answers proves no fencing — a coordinator that
+/// moves or restarts loads the group and starts every member's session afresh, and a
+/// broker and controller failover together easily outlast a few heartbeat intervals.
+/// Only a member cut off from a coordinator the others still reach is fenced without
+/// being told, and then within the broker's session timeout, which is at most
+/// [`MAX_BROKER_SESSION`] (or [`ReaderConfig::session_timeout`] where the operator
+/// allows longer sessions and the application says so there): past that plus the
+/// rebalance timeout, the partitions surely have another owner.
+///
+/// [`ReaderConfig::session_timeout`]: crate::reader::ReaderConfig::session_timeout
+fn expiry(config: &crate::reader::ReaderConfig) -> Duration {
+    MAX_BROKER_SESSION
+        .max(config.session_timeout)
+        .saturating_add(config.rebalance_timeout)
+}
+
+/// How long a revocation's commit lets an interval commit in flight finish before
+/// abandoning it: a quarter of the rebalance timeout, at most 1 s.
+fn commit_grace(config: &crate::reader::ReaderConfig) -> Duration {
+    (config.rebalance_timeout / 4).min(Duration::from_secs(1))
+}
+
+/// The interval commit in flight: its task and the member epoch it was built for.
+struct IntervalCommit {
+    task: AbortOnDrop,
+    epoch: i32,
 }
 
 /// The next wait before another Metadata lookup of unknown topic ids.
@@ -375,8 +398,8 @@ enum Done {
 }
 
 /// A reconciliation step in its own task, aborted when dropped: the heartbeats go on
-/// beside it.
-struct Job(tokio::task::JoinHandle<Done>);
+/// beside it. Whether it is a revocation (which commits).
+struct Job(tokio::task::JoinHandle<Done>, bool);
 
 impl Drop for Job {
     fn drop(&mut self) {
@@ -432,7 +455,11 @@ impl GroupTask {
         };
         let mut commit = tokio::time::interval(commit_every.unwrap_or(Duration::from_secs(3600)));
         commit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut inflight: Option<AbortOnDrop> = None;
+        // The interval commit in flight, in a task of its own (a slow commit never delays a
+        // heartbeat). It never outlives what it was built for: a lost membership or a new
+        // member epoch abandons it at once, a revocation or a close lets it finish for a
+        // short grace first (see `GroupTask::abandon_commit`).
+        let mut inflight: Option<IntervalCommit> = None;
         let mut drain_until: Option<Instant> = None;
         // The reconciliation step running, and when the next may start (a failed start
         // of partitions, topic ids not resolved yet, back off; a revocation never waits).
@@ -464,7 +491,7 @@ impl GroupTask {
             } else if job.is_none() && m.joined() {
                 if let Some((revoked, added)) = m.plan() {
                     if !revoked.is_empty() {
-                        job = Some(self.revoke_job(revoked, added, &names));
+                        job = Some(self.revoke_job(revoked, added, &names, inflight.take()));
                     } else if Instant::now() >= reconcile_after {
                         job = Some(self.take_job(&m, added, &names));
                     }
@@ -534,7 +561,7 @@ impl GroupTask {
                     }
                     continue;
                 }
-                Some(r) = futures::future::OptionFuture::from(inflight.as_mut().map(|h| &mut h.0)), if inflight.is_some() => {
+                Some(r) = futures::future::OptionFuture::from(inflight.as_mut().map(|c| &mut c.task.0)), if inflight.is_some() => {
                     inflight = None;
                     match r {
                         Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "interval commit failed"),
@@ -543,9 +570,13 @@ impl GroupTask {
                     }
                     continue;
                 }
-                _ = commit.tick(), if commit_every.is_some() && inflight.is_none() && m.joined() && !g.txn.transactional() => {
+                // not while a revocation commits: it must not wait behind another commit
+                _ = commit.tick(), if commit_every.is_some() && inflight.is_none() && m.joined() && !g.txn.transactional() && !job.as_ref().is_some_and(|j| j.1) => {
                     let g = g.clone();
-                    inflight = Some(AbortOnDrop(tokio::spawn(async move { g.commit_pending(None).await })));
+                    inflight = Some(IntervalCommit {
+                        task: AbortOnDrop(tokio::spawn(async move { g.commit_pending(None).await })),
+                        epoch: m.epoch,
+                    });
                     continue;
                 }
             }
@@ -554,6 +585,11 @@ impl GroupTask {
                 Step::Beat => {
                     last_ok = Instant::now();
                     *lock(&g.member) = (m.epoch, m.member_id.clone());
+                    if inflight.as_ref().is_some_and(|c| c.epoch != m.epoch) {
+                        // built for an epoch that ended: the broker refuses it
+                        // (STALE_MEMBER_EPOCH); the next tick commits with this one
+                        self.abandon_commit(inflight.take(), "the member epoch moved on");
+                    }
                     retry = Duration::from_millis(100);
                     next_beat = Instant::now() + m.interval;
                     if job.is_none() && m.plan().is_none() && m.joined() {
@@ -565,9 +601,11 @@ impl GroupTask {
                     let wait = self.failed(&mut streak, "heartbeating the group", e);
                     next_beat = Instant::now() + retry.min(wait.max(retry));
                     retry = (retry * 2).min(Duration::from_secs(1));
-                    if m.joined() && last_ok.elapsed() >= expiry(m.interval, config) {
-                        warn!(group = %g.group_id, epoch = m.epoch, "no heartbeat answered for about the broker's session timeout; dropping the partitions and rejoining");
+                    if m.joined() && last_ok.elapsed() >= expiry(config) {
+                        warn!(group = %g.group_id, epoch = m.epoch, failing_ms = last_ok.elapsed().as_millis() as u64, "no heartbeat answered for longer than any broker session; dropping the partitions and rejoining");
+                        self.abandon_commit(inflight.take(), "the membership expired");
                         if let Some(j) = job.take() {
+                            self.abandon_revocation(&j);
                             settle(j, &mut m, &mut names).await;
                         }
                         let lost = m.lose();
@@ -580,11 +618,14 @@ impl GroupTask {
                     }
                 }
                 Step::Lost(e, lost) => {
+                    // never committed now: the broker refuses this member's epoch
+                    self.abandon_commit(inflight.take(), "the membership was lost");
                     let lost = match job.take() {
                         // what the interrupted reconciliation finished counts: restore
                         // the owned partitions, settle, lose them again
                         Some(j) => {
                             m.owned = lost;
+                            self.abandon_revocation(&j);
                             settle(j, &mut m, &mut names).await;
                             m.lose()
                         }
@@ -610,6 +651,9 @@ impl GroupTask {
             }
         }
         // closing: commit what was processed with the current epoch, then leave
+        if let Some(c) = inflight.take() {
+            self.finish_or_abandon_commit(c, commit_grace(config)).await;
+        }
         if !g.txn.transactional() && m.joined() {
             if let Err(e) = g.commit_pending_within(None, g.commit_timeout).await {
                 warn!(group = %g.group_id, error = %e, "committing on close failed");
@@ -631,21 +675,75 @@ impl GroupTask {
     }
 
     /// The first step of a reconciliation, in a task of its own: give up `revoked`
-    /// (committing first).
+    /// (committing first). An interval commit in flight (`prior`) may finish for
+    /// [`commit_grace`] first; then it is abandoned, so the revocation's commit never
+    /// waits behind it for longer — the coordinator fences a member that does not
+    /// acknowledge a revocation within the rebalance timeout.
     fn revoke_job(
         &self,
         revoked: Vec<(TopicId, i32)>,
         added: Vec<(TopicId, i32)>,
         names: &HashMap<TopicId, String>,
+        prior: Option<IntervalCommit>,
     ) -> Job {
         let task = self.task();
         let tps = to_partitions(names, revoked.iter().copied());
-        Job(tokio::spawn(async move {
-            if !tps.is_empty() {
-                task.give_up(&tps, false).await;
-            }
-            Done::Revoked { revoked, added }
-        }))
+        Job(
+            tokio::spawn(async move {
+                if let Some(c) = prior {
+                    task.finish_or_abandon_commit(c, commit_grace(task.config()))
+                        .await;
+                }
+                if !tps.is_empty() {
+                    task.give_up(&tps, false).await;
+                }
+                Done::Revoked { revoked, added }
+            }),
+            true,
+        )
+    }
+
+    /// Abandon the interval commit `c` (if still running): the membership or member
+    /// epoch it was built for ended, so the broker would refuse it (KIP-848 checks the
+    /// member epoch of every OffsetCommit) and its results belong to no current
+    /// ownership. Its request, if in flight, may never be answered (a black-holed
+    /// coordinator connection): the offsets connection is reset so that later commits
+    /// and offset fetches do not queue behind it.
+    fn abandon_commit(&self, c: Option<IntervalCommit>, why: &str) {
+        let Some(c) = c else { return };
+        if c.task.0.is_finished() {
+            return;
+        }
+        debug!(group = %self.group.group_id, epoch = c.epoch, why, "interval commit abandoned");
+        drop(c);
+        self.group.coord.reset(Lane::Offsets);
+    }
+
+    /// A revocation interrupted because the membership is gone: its commit (or the
+    /// interval commit it was letting finish) is abandoned with it, so reset the
+    /// offsets connection its request may still occupy (see
+    /// [`GroupTask::abandon_commit`]).
+    fn abandon_revocation(&self, j: &Job) {
+        if j.1 && !j.0.is_finished() {
+            self.group.coord.reset(Lane::Offsets);
+        }
+    }
+
+    /// Let the interval commit `c` finish for `grace` (a healthy coordinator answers in
+    /// milliseconds, and the next commit then follows it, in order, on the same
+    /// connection), else abandon it. Abandoning one of the current epoch may let the
+    /// broker apply it after the commit that follows — of the same partitions at the
+    /// same or later offsets — so a committed offset could step back to an earlier
+    /// processed one (its next owner reads a few messages again); waiting longer would
+    /// let the member miss the revocation deadline and lose every partition uncommitted.
+    async fn finish_or_abandon_commit(&self, mut c: IntervalCommit, grace: Duration) {
+        if tokio::time::timeout(grace, &mut c.task.0).await.is_ok() {
+            return;
+        }
+        warn!(group = %self.group.group_id, epoch = c.epoch, grace_ms = grace.as_millis() as u64,
+            "interval commit still unanswered; abandoning it so the revocation or close commits now");
+        drop(c);
+        self.group.coord.reset(Lane::Offsets);
     }
 
     /// The second step of a reconciliation, in a task of its own: learn the names of the
@@ -663,47 +761,53 @@ impl GroupTask {
             .iter()
             .filter_map(|(id, _)| names.get(id).map(|n| (*id, n.clone())))
             .collect();
-        Job(tokio::spawn(async move {
-            let g = &task.group;
-            let mut learned = Vec::new();
-            if added.iter().any(|(id, _)| !known.contains_key(id)) {
-                // Assignments name topics by id: learn the names (all topics: a regex
-                // subscription may bring topics this reader never heard of).
-                match tokio::time::timeout(task.config().request_timeout, g.admin.metadata(None))
+        Job(
+            tokio::spawn(async move {
+                let g = &task.group;
+                let mut learned = Vec::new();
+                if added.iter().any(|(id, _)| !known.contains_key(id)) {
+                    // Assignments name topics by id: learn the names (all topics: a regex
+                    // subscription may bring topics this reader never heard of).
+                    match tokio::time::timeout(
+                        task.config().request_timeout,
+                        g.admin.metadata(None),
+                    )
                     .await
-                {
-                    Ok(Ok(md)) => {
-                        for t in md.topics {
-                            if t.id != [0; 16] && t.error.is_none() {
-                                learned.push((t.id, t.name));
+                    {
+                        Ok(Ok(md)) => {
+                            for t in md.topics {
+                                if t.id != [0; 16] && t.error.is_none() {
+                                    learned.push((t.id, t.name));
+                                }
                             }
                         }
+                        Ok(Err(e)) => {
+                            debug!(group = %g.group_id, error = %e, "metadata for the assigned topic ids failed")
+                        }
+                        Err(_) => {
+                            debug!(group = %g.group_id, "metadata for the assigned topic ids timed out")
+                        }
                     }
-                    Ok(Err(e)) => {
-                        debug!(group = %g.group_id, error = %e, "metadata for the assigned topic ids failed")
-                    }
-                    Err(_) => {
-                        debug!(group = %g.group_id, "metadata for the assigned topic ids timed out")
-                    }
+                    known.extend(learned.iter().cloned());
                 }
-                known.extend(learned.iter().cloned());
-            }
-            let started: Vec<(TopicId, i32)> = added
-                .into_iter()
-                .filter(|(id, _)| known.contains_key(id))
-                .collect();
-            let tps = to_partitions(&known, started.iter().copied());
-            let result = if tps.is_empty() {
-                Ok(())
-            } else {
-                task.take(epoch, &member_id, &tps).await
-            };
-            Done::Taken {
-                learned,
-                started,
-                result,
-            }
-        }))
+                let started: Vec<(TopicId, i32)> = added
+                    .into_iter()
+                    .filter(|(id, _)| known.contains_key(id))
+                    .collect();
+                let tps = to_partitions(&known, started.iter().copied());
+                let result = if tps.is_empty() {
+                    Ok(())
+                } else {
+                    task.take(epoch, &member_id, &tps).await
+                };
+                Done::Taken {
+                    learned,
+                    started,
+                    result,
+                }
+            }),
+            false,
+        )
     }
 
     /// One ConsumerGroupHeartbeat over the coordinator connection (found first if
@@ -805,7 +909,8 @@ fn to_partitions(
 }
 
 /// The state machine against scripted coordinator responses: the seam between the
-/// protocol logic and the I/O (the mock cluster does not serve KIP-848 groups).
+/// protocol logic and the I/O (the engine against MockCluster's KIP-848 coordinator is
+/// in `kip848_tests.rs`).
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1076,25 +1181,16 @@ mod tests {
     }
 
     #[test]
-    fn expiry_follows_the_broker_heartbeat_interval() {
+    fn expiry_outlasts_any_broker_session() {
         let config = crate::reader::ReaderConfig::new(["localhost:9092"])
             .session_timeout(Duration::from_secs(30))
             .rebalance_timeout(Duration::from_secs(60));
-        // Kafka's defaults: 5 s interval, 45 s session: dropped after 40 s
-        assert_eq!(
-            expiry(Duration::from_secs(5), &config),
-            Duration::from_secs(40)
-        );
-        // the test brokers: 1 s, 10 s session: after 8 s
-        assert_eq!(
-            expiry(Duration::from_secs(1), &config),
-            Duration::from_secs(8)
-        );
-        // never later than the classic bound
-        assert_eq!(
-            expiry(Duration::from_secs(30), &config),
-            Duration::from_secs(90)
-        );
+        // the broker's cap on sessions (60 s by default) and the rebalance timeout,
+        // whatever the heartbeat interval
+        assert_eq!(expiry(&config), Duration::from_secs(120));
+        // a longer session the application says the broker allows
+        let long = config.session_timeout(Duration::from_secs(300));
+        assert_eq!(expiry(&long), Duration::from_secs(360));
     }
 
     #[test]

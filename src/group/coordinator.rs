@@ -294,6 +294,17 @@ impl Coordinator {
         }
     }
 
+    /// Close `lane`'s connection, if open, keeping the coordinator: the next call dials a
+    /// fresh one. For a request abandoned while in flight (Kafka answers a connection's
+    /// requests in order, so one never answered would hold back every later one).
+    pub(crate) fn reset(&self, lane: Lane) {
+        let old = self.state().conns[lane as usize].take();
+        if let Some(old) = old {
+            debug!(group = %self.group_id, ?lane, "group coordinator connection reset");
+            close(old);
+        }
+    }
+
     /// Run `f` on the coordinator until it succeeds, fails for good, or `deadline`
     /// passes: coordinator losses are retried (found again), as is
     /// `COORDINATOR_LOAD_IN_PROGRESS`, with a backoff from 100 ms to 1 s. Each attempt

@@ -87,6 +87,9 @@ mod coordinator_tests;
 // The pre-revoke hook, against MockCluster.
 #[cfg(all(test, feature = "mock"))]
 mod revoke_tests;
+// The KIP-848 engine through coordinator faults, against MockCluster.
+#[cfg(all(test, feature = "mock"))]
+mod kip848_tests;
 pub(crate) mod txn_link;
 
 use crate::util::duration_ms;
@@ -302,7 +305,13 @@ pub(crate) struct GroupShared {
     hook_lock: tokio::sync::Mutex<()>,
     /// How long the hook may take: the rebalance timeout.
     hook_timeout: Duration,
+    /// The leader epoch of a partition's record at an offset, as the reader fetched it
+    /// (set by the reader): committed with the offset after it (KIP-320).
+    pub(crate) offset_epochs: std::sync::OnceLock<OffsetEpochs>,
 }
+
+/// See [`GroupShared::offset_epochs`]: `(topic, partition, offset)` → leader epoch.
+pub(crate) type OffsetEpochs = Box<dyn Fn(&str, i32, i64) -> Option<i32> + Send + Sync>;
 
 /// How long one coordinator lookup step (FindCoordinator to one broker, a dial) may
 /// take: twice the heartbeat interval, 2 to 5 s.
@@ -374,6 +383,7 @@ impl GroupShared {
             on_revoke: config.on_revoke.clone(),
             hook_lock: tokio::sync::Mutex::new(()),
             hook_timeout: config.rebalance_timeout,
+            offset_epochs: std::sync::OnceLock::new(),
         }
     }
 
@@ -524,7 +534,17 @@ impl GroupShared {
         let _serial = self.commit_lock.lock().await;
         let deadline = deadline_after(within);
         loop {
-            let due = self.commits().due(only);
+            // The tracks the offsets were taken from: the answer moves only them, never a
+            // later ownership of the same partition taken while this commit was on its way.
+            let (due, tracks) = {
+                let c = self.commits();
+                let due = c.due(only);
+                let tracks: Vec<Option<Arc<Track>>> = due
+                    .iter()
+                    .map(|(tp, _)| c.get(&tp.topic, tp.partition).cloned())
+                    .collect();
+                (due, tracks)
+            };
             if due.is_empty() {
                 return Ok(());
             }
@@ -542,13 +562,27 @@ impl GroupShared {
             // `NotCoordinator` and the like and retrying within the commit timeout: a
             // coordinator failover (the broker fenced, the offsets partition's new leader
             // loading the group) takes a few seconds. The generation stays valid meanwhile.
-            let req = Admin::offset_commit_request(
+            let mut req = Admin::offset_commit_request(
                 &self.group_id,
                 generation,
                 &member_id,
                 self.instance_id.as_deref(),
                 &offsets,
             );
+            // the leader epoch of the record before each offset, so that a member taking
+            // the partition over can validate the offset (KIP-320)
+            if let Some(epoch_of) = self.offset_epochs.get() {
+                for t in &mut req.topics {
+                    for p in &mut t.partitions {
+                        p.committed_leader_epoch = epoch_of(
+                            &t.name,
+                            p.partition_index,
+                            p.committed_offset.saturating_sub(1),
+                        )
+                        .unwrap_or(-1);
+                    }
+                }
+            }
             let (req, offsets) = (&req, &offsets);
             let results = self
                 .coord
@@ -562,12 +596,13 @@ impl GroupShared {
             let mut first_err = None;
             let mut stale = false;
             {
-                let c = self.commits();
-                for ((tp, r), (_, offset)) in results.into_iter().zip(due.iter()) {
+                for (((_, r), (_, offset)), track) in
+                    results.into_iter().zip(due.iter()).zip(tracks.iter())
+                {
                     match r {
                         Ok(()) => {
-                            if let Some(p) = c.get(&tp.topic, tp.partition) {
-                                p.committed(*offset);
+                            if let Some(t) = track {
+                                t.committed(*offset);
                             }
                         }
                         Err(e) => {
@@ -1212,6 +1247,7 @@ impl GroupTask {
     ) -> Result<()> {
         let g = &self.group;
         let mut committed = BTreeMap::new();
+        let mut epochs = BTreeMap::new();
         if !partitions.is_empty() {
             let mut topics: Vec<&str> = partitions.iter().map(|tp| tp.topic.as_str()).collect();
             topics.dedup();
@@ -1229,7 +1265,12 @@ impl GroupTask {
                 )
                 .await?;
             for (tp, r) in fetched {
-                committed.insert(TopicPartition::new(tp.topic, tp.partition), r?.offset);
+                let r = r?;
+                let tp = TopicPartition::new(tp.topic, tp.partition);
+                if r.leader_epoch >= 0 {
+                    epochs.insert(tp.clone(), r.leader_epoch);
+                }
+                committed.insert(tp, r.offset);
             }
             if let Some(store) = &self.config().offset_store {
                 // the application's own offsets win over the group's
@@ -1240,6 +1281,7 @@ impl GroupTask {
                         )));
                     }
                     if partitions.contains(&tp) {
+                        epochs.remove(&tp);
                         committed.insert(tp, at);
                     }
                 }
@@ -1257,6 +1299,10 @@ impl GroupTask {
                     tp.clone(),
                     if at >= 0 { StartOffset::At(at) } else { start },
                 );
+                if let (true, Some(epoch)) = (at > 0, epochs.get(tp)) {
+                    // validated with OffsetForLeaderEpoch before the first fetch (KIP-320)
+                    st.validate_from(tp, at, *epoch);
+                }
                 st.set_track(tp, Some(track));
             }
         }

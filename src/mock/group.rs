@@ -59,6 +59,10 @@ pub(super) struct Group {
     pending: HashSet<String>,
     rebalance_deadline: Option<Instant>,
     offsets: HashMap<(String, i32), (i64, Option<String>)>,
+    /// The group's KIP-848 members (a group has classic members or these, not both).
+    pub(super) consumers: super::consumer_group::Consumers,
+    /// The committed leader epochs (KIP-320), where one was committed.
+    epochs: HashMap<(String, i32), i32>,
 }
 
 impl Group {
@@ -70,11 +74,16 @@ impl Group {
 
     /// Store a committed offset (a transaction's, when it commits).
     pub fn commit(&mut self, topic: String, partition: i32, offset: i64, metadata: Option<String>) {
+        self.epochs.remove(&(topic.clone(), partition));
         self.offsets.insert((topic, partition), (offset, metadata));
     }
 
     pub fn member_ids(&self) -> Vec<String> {
-        self.members.keys().cloned().collect()
+        self.members
+            .keys()
+            .chain(self.consumers.member_ids())
+            .cloned()
+            .collect()
     }
 
     /// The group as DescribeGroups reports it.
@@ -224,7 +233,9 @@ pub(super) async fn reaper(shared: Arc<Shared>) {
         let mut changed = false;
         {
             let mut st = shared.lock();
+            let session = st.consumer_timeouts.1;
             for g in st.groups.values_mut() {
+                changed |= g.consumers.expire(now, session);
                 changed |= g.expire(now);
                 changed |= g.try_complete(now);
             }
@@ -272,12 +283,12 @@ pub(super) async fn handle(
         }
         ApiKey::OFFSET_COMMIT => {
             let (c, r) = parse::<OffsetCommitRequest>(frame, version)?;
-            let resp = offset_commit(id, &mut shared.lock(), &r, forced);
+            let resp = offset_commit(id, &mut shared.lock(), &r, version, forced);
             reply::<OffsetCommitRequest>(c, version, &resp)
         }
         ApiKey::OFFSET_FETCH => {
             let (c, r) = parse::<OffsetFetchRequest>(frame, version)?;
-            let resp = offset_fetch(id, &shared.lock(), &r, forced);
+            let resp = offset_fetch(id, &mut shared.lock(), &r, forced);
             reply::<OffsetFetchRequest>(c, version, &resp)
         }
         other => Err(Error::protocol(format!("not a group API: {other}"))),
@@ -608,6 +619,7 @@ fn offset_commit(
     id: i32,
     st: &mut State,
     req: &OffsetCommitRequest,
+    version: i16,
     forced: Option<ErrorCode>,
 ) -> OffsetCommitResponse {
     let coordinator = coordinates(st, id, &req.group_id);
@@ -618,7 +630,16 @@ fn offset_commit(
         }
         if req.generation_id_or_member_epoch < 0 && req.member_id.is_empty() {
             // A simple commit (no membership), allowed unless the group has members.
-            return (!g.members.is_empty()).then_some(ErrorCode::UnknownMemberId);
+            return (!g.members.is_empty() || !g.consumers.is_empty())
+                .then_some(ErrorCode::UnknownMemberId);
+        }
+        if !g.consumers.is_empty() {
+            // KIP-848: the member epoch is the generation (OffsetCommit v9+)
+            return g.consumers.check_commit(
+                &req.member_id,
+                req.generation_id_or_member_epoch,
+                version,
+            );
         }
         if let Some(e) = g.check(&req.member_id, req.generation_id_or_member_epoch) {
             return Some(e);
@@ -635,10 +656,13 @@ fn offset_commit(
                 .iter()
                 .map(|p| {
                     if error.is_none() {
-                        g.offsets.insert(
-                            (t.name.clone(), p.partition_index),
-                            (p.committed_offset, p.committed_metadata.clone()),
-                        );
+                        let key = (t.name.clone(), p.partition_index);
+                        match p.committed_leader_epoch {
+                            e if e >= 0 => g.epochs.insert(key.clone(), e),
+                            _ => g.epochs.remove(&key),
+                        };
+                        g.offsets
+                            .insert(key, (p.committed_offset, p.committed_metadata.clone()));
                     }
                     OffsetCommitResponsePartition {
                         partition_index: p.partition_index,
@@ -658,13 +682,12 @@ fn offset_commit(
 
 fn offset_fetch(
     id: i32,
-    st: &State,
+    st: &mut State,
     req: &OffsetFetchRequest,
     forced: Option<ErrorCode>,
 ) -> OffsetFetchResponse {
     let error = forced
         .or_else(|| (!coordinates(st, id, &req.group_id)).then_some(ErrorCode::NotCoordinator));
-    let g = st.groups.get(&req.group_id);
     let wanted: Vec<(String, Vec<i32>)> = match &req.topics {
         Some(ts) => ts
             .iter()
@@ -672,6 +695,7 @@ fn offset_fetch(
             .collect(),
         None => {
             let mut all: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+            let g = st.groups.get(&req.group_id);
             for (t, p) in g.map(|g| g.offsets.keys()).into_iter().flatten() {
                 all.entry(t.clone()).or_default().push(*p);
             }
@@ -684,13 +708,22 @@ fn offset_fetch(
             partitions: parts
                 .into_iter()
                 .map(|p| {
-                    let found = g.and_then(|g| g.offsets.get(&(name.clone(), p)));
+                    let injected = match error {
+                        Some(_) => None,
+                        None => st.take_partition_error(ApiKey::OFFSET_FETCH, &name, p),
+                    };
+                    let g = st.groups.get(&req.group_id);
+                    let found = g
+                        .and_then(|g| g.offsets.get(&(name.clone(), p)))
+                        .filter(|_| injected.is_none());
                     OffsetFetchResponsePartition {
                         partition_index: p,
                         committed_offset: found.map_or(-1, |o| o.0),
-                        committed_leader_epoch: -1,
+                        committed_leader_epoch: g
+                            .and_then(|g| g.epochs.get(&(name.clone(), p)).copied())
+                            .unwrap_or(-1),
                         metadata: found.and_then(|o| o.1.clone()),
-                        error_code: error.map_or(0, ErrorCode::code),
+                        error_code: error.or(injected).map_or(0, ErrorCode::code),
                         ..OffsetFetchResponsePartition::default()
                     }
                 })

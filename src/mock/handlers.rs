@@ -90,6 +90,11 @@ pub(super) async fn handle(
             let resp = list_offsets(id, &mut shared.lock(), &r, forced);
             reply::<ListOffsetsRequest>(c, version, &resp)
         }
+        ApiKey::OFFSET_FOR_LEADER_EPOCH => {
+            let (c, r) = parse::<OffsetForLeaderEpochRequest>(frame, version)?;
+            let resp = offset_for_leader_epoch(id, &mut shared.lock(), &r, forced);
+            reply::<OffsetForLeaderEpochRequest>(c, version, &resp)
+        }
         ApiKey::CREATE_TOPICS => {
             let (c, r) = parse::<CreateTopicsRequest>(frame, version)?;
             let mut resp = create_topics(&mut shared.lock(), &r, version, forced);
@@ -177,6 +182,13 @@ pub(super) async fn handle(
         | ApiKey::LEAVE_GROUP
         | ApiKey::OFFSET_COMMIT
         | ApiKey::OFFSET_FETCH => group::handle(id, shared, api, version, frame, forced).await,
+        ApiKey::CONSUMER_GROUP_HEARTBEAT => {
+            let (c, r) = parse::<ConsumerGroupHeartbeatRequest>(frame, version)?;
+            let resp =
+                super::consumer_group::heartbeat(id, &mut shared.lock(), &r, version, forced);
+            shared.changed();
+            reply::<ConsumerGroupHeartbeatRequest>(c, version, &resp)
+        }
         other => Err(Error::protocol(format!(
             "the mock broker does not serve {other}"
         ))),
@@ -193,15 +205,15 @@ fn range<R: Request>(max: i16) -> ApiVersionRange {
 }
 
 /// The APIs and versions the mock serves. Fetch and Produce stop before topic ids
-/// (v13), OffsetFetch before the per-group layout (v8), OffsetCommit before member
-/// epochs (v9).
+/// (v13), OffsetFetch before the per-group layout (v8).
 fn supported(st: &State) -> Vec<ApiVersionRange> {
     let mut ranges = vec![
         range::<ProduceRequest>(12),
         range::<FetchRequest>(12),
         range::<ListOffsetsRequest>(i16::MAX),
+        range::<OffsetForLeaderEpochRequest>(i16::MAX),
         range::<MetadataRequest>(12),
-        range::<OffsetCommitRequest>(8),
+        range::<OffsetCommitRequest>(9),
         range::<OffsetFetchRequest>(7),
         range::<FindCoordinatorRequest>(i16::MAX),
         range::<JoinGroupRequest>(i16::MAX),
@@ -221,6 +233,7 @@ fn supported(st: &State) -> Vec<ApiVersionRange> {
         range::<AddOffsetsToTxnRequest>(i16::MAX),
         range::<TxnOffsetCommitRequest>(i16::MAX),
         range::<EndTxnRequest>(i16::MAX),
+        range::<ConsumerGroupHeartbeatRequest>(i16::MAX),
     ];
     ranges.retain(|r| !st.without.contains(&r.api_key));
     for r in &mut ranges {
@@ -339,6 +352,65 @@ fn metadata(st: &State, req: &MetadataRequest, forced: Option<ErrorCode>) -> Met
         controller_id: live.first().copied().unwrap_or(-1),
         topics,
         ..MetadataResponse::default()
+    }
+}
+
+/// A request's `current_leader_epoch` for a partition that does not match its leader
+/// epoch (KIP-320; Kafka checks it before leadership).
+fn fenced(st: &State, topic: &str, partition: i32, current: i32) -> Option<ErrorCode> {
+    st.partition(topic, partition)?.check_epoch(current)
+}
+
+/// OffsetForLeaderEpoch (KIP-320): the end offset of each asked epoch in the leader's
+/// log, after the same epoch fencing and leadership checks as Fetch.
+fn offset_for_leader_epoch(
+    id: i32,
+    st: &mut State,
+    req: &OffsetForLeaderEpochRequest,
+    forced: Option<ErrorCode>,
+) -> OffsetForLeaderEpochResponse {
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| OffsetForLeaderTopicResult {
+            topic: t.topic.clone(),
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let mut r = OffsetForLeaderEpochEndOffset {
+                        partition: p.partition,
+                        leader_epoch: -1,
+                        end_offset: -1,
+                        ..OffsetForLeaderEpochEndOffset::default()
+                    };
+                    let error = forced
+                        .or_else(|| {
+                            st.take_partition_error(
+                                ApiKey::OFFSET_FOR_LEADER_EPOCH,
+                                &t.topic,
+                                p.partition,
+                            )
+                        })
+                        .or_else(|| fenced(st, &t.topic, p.partition, p.current_leader_epoch))
+                        .or_else(|| route(st, id, &t.topic, p.partition));
+                    match (error, st.partition(&t.topic, p.partition)) {
+                        (None, Some(log)) => {
+                            (r.leader_epoch, r.end_offset) = log.end_offset_for(p.leader_epoch);
+                        }
+                        (e, _) => {
+                            r.error_code = code(e.or(Some(ErrorCode::UnknownTopicOrPartition)))
+                        }
+                    }
+                    r
+                })
+                .collect(),
+            ..OffsetForLeaderTopicResult::default()
+        })
+        .collect();
+    OffsetForLeaderEpochResponse {
+        topics,
+        ..OffsetForLeaderEpochResponse::default()
     }
 }
 
@@ -465,6 +537,7 @@ fn fetch_once(id: i32, st: &mut State, req: &FetchRequest) -> (FetchResponse, us
                         let error = st
                             .take_partition_error(ApiKey::FETCH, &name, p.partition)
                             .or(topic.as_ref().err().copied())
+                            .or_else(|| fenced(st, &name, p.partition, p.current_leader_epoch))
                             .or_else(|| route(st, id, &name, p.partition));
                         let log = st.partition(&name, p.partition);
                         match (error, log) {
@@ -598,6 +671,7 @@ fn list_offsets(
                                 p.partition_index,
                             )
                         })
+                        .or_else(|| fenced(st, &t.name, p.partition_index, p.current_leader_epoch))
                         .or_else(|| route(st, id, &t.name, p.partition_index));
                     match (error, st.partition(&t.name, p.partition_index)) {
                         (None, Some(log)) => {

@@ -87,6 +87,9 @@ struct ProducerState {
 pub(super) struct PartitionLog {
     pub leader: i32,
     pub leader_epoch: i32,
+    /// The leader epoch cache: `(epoch, start offset)` of every epoch in which a leader
+    /// was elected, in order (Kafka's `LeaderEpochFileCache`).
+    epochs: Vec<(i32, i64)>,
     pub log_start: i64,
     pub batches: Vec<StoredBatch>,
     producers: HashMap<i64, ProducerState>,
@@ -108,6 +111,7 @@ impl PartitionLog {
         PartitionLog {
             leader,
             leader_epoch: 0,
+            epochs: vec![(0, 0)],
             log_start: 0,
             batches: Vec::new(),
             producers: HashMap::new(),
@@ -125,9 +129,68 @@ impl PartitionLog {
         n
     }
 
+    /// Forget every idempotent producer's state the way Kafka >= 2.5 does (retention or
+    /// DeleteRecords removed all their batches): their next batch is taken at any
+    /// sequence. Returns how many producers were forgotten.
+    pub fn forget_producers(&mut self) -> usize {
+        let n = self.producers.len();
+        self.producers.clear();
+        n
+    }
+
     pub fn set_leader(&mut self, leader: i32) {
         self.leader = leader;
         self.leader_epoch = self.leader_epoch.saturating_add(1);
+        if leader >= 0 {
+            // an elected leader starts its epoch at its log end
+            let end = self.high_watermark();
+            self.epochs.push((self.leader_epoch, end));
+        }
+    }
+
+    /// How a request's `current_leader_epoch` compares with the partition's: `None` when it
+    /// matches or is not given (-1), `FENCED_LEADER_EPOCH` when the client's is older,
+    /// `UNKNOWN_LEADER_EPOCH` when it is newer (KIP-320).
+    pub fn check_epoch(&self, current: i32) -> Option<ErrorCode> {
+        match current {
+            c if c < 0 || c == self.leader_epoch => None,
+            c if c < self.leader_epoch => Some(ErrorCode::FencedLeaderEpoch),
+            _ => Some(ErrorCode::UnknownLeaderEpoch),
+        }
+    }
+
+    /// OffsetForLeaderEpoch: the largest epoch at or below `epoch` that the log knows, and
+    /// the end offset of that epoch (the start of the next higher one, or the log end for
+    /// the latest); `(-1, -1)` for an epoch above every known one (Kafka's
+    /// `LeaderEpochFileCache::endOffsetFor`).
+    pub fn end_offset_for(&self, epoch: i32) -> (i32, i64) {
+        if epoch < 0 {
+            return (-1, -1);
+        }
+        if self.epochs.last().is_some_and(|(e, _)| *e == epoch) {
+            return (epoch, self.high_watermark());
+        }
+        let Some(&(_, higher_start)) = self.epochs.iter().find(|(e, _)| *e > epoch) else {
+            return (-1, -1);
+        };
+        match self.epochs.iter().rev().find(|(e, _)| *e <= epoch) {
+            Some(&(floor, _)) => (floor, higher_start),
+            None => (epoch, higher_start),
+        }
+    }
+
+    /// Cut the log back to `offset` (whole batches: one holding `offset` goes too), as a
+    /// replica whose log ended there would have it, and forget the epochs that started
+    /// after. Returns the new log end.
+    pub fn truncate(&mut self, offset: i64) -> i64 {
+        let keep = offset.max(self.log_start);
+        self.batches.retain(|b| b.next <= keep);
+        let end = self.high_watermark();
+        self.epochs.retain(|(_, start)| *start < end);
+        if self.epochs.is_empty() {
+            self.epochs.push((self.leader_epoch, end));
+        }
+        end
     }
 
     pub fn high_watermark(&self) -> i64 {
@@ -186,8 +249,12 @@ impl PartitionLog {
             }
             let ok = match expected {
                 Some((epoch, seq)) if epoch == b.producer_epoch => b.base_sequence == seq,
-                // a new producer or a new epoch starts at sequence 0
-                _ => b.base_sequence == 0,
+                // a new epoch of a producer the partition knows starts at sequence 0
+                Some(_) => b.base_sequence == 0,
+                // A producer the partition has no state for (new to it, or forgotten):
+                // any sequence, as Kafka >= 2.5 takes it (`ProducerAppendInfo::
+                // checkSequence` with no current epoch; KIP-360).
+                None => true,
             };
             if !ok {
                 return Err(ErrorCode::OutOfOrderSequenceNumber);

@@ -17,7 +17,12 @@
 //! ListOffsets (earliest, latest, by timestamp, max timestamp), CreateTopics,
 //! DeleteTopics, CreatePartitions, DescribeConfigs/AlterConfigs (topics),
 //! FindCoordinator, the classic group protocol (JoinGroup with a join barrier,
-//! SyncGroup, Heartbeat, LeaveGroup, session expiry), OffsetCommit, OffsetFetch,
+//! SyncGroup, Heartbeat, LeaveGroup, session expiry), the consumer group protocol of
+//! KIP-848 (ConsumerGroupHeartbeat: member epochs, a sticky uniform target assignment,
+//! revocation before a partition moves to its next owner, fencing on session expiry and
+//! on a revocation not done within the rebalance timeout — see
+//! [`MockClusterBuilder::consumer_group_timeouts`]), OffsetCommit (v9 member epoch
+//! checks for KIP-848 groups), OffsetFetch,
 //! DescribeGroups, DeleteGroups, InitProducerId and the transaction APIs
 //! (AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn, which writes the
 //! COMMIT/ABORT markers and applies the transaction's offsets on commit; a test can also
@@ -27,7 +32,7 @@
 //! EndTxn v5 bumps the epoch (a new producer id once exhausted). Produce before v12 does
 //! not check that a transactional batch's partition was added to its transaction, and
 //! transactions never time out. Not served: SASL, DeleteRecords,
-//! IncrementalAlterConfigs, DescribeCluster and the KIP-848 group APIs — the mock does
+//! IncrementalAlterConfigs, DescribeCluster, ConsumerGroupDescribe — the mock does
 //! not advertise them and closes the connection on such a request, as Kafka does for an
 //! API it does not know. Topics are not created
 //! automatically. Every partition is replicated on every broker, so a killed leader's
@@ -58,6 +63,7 @@
 //! ```
 
 mod admin_apis;
+mod consumer_group;
 mod group;
 mod handlers;
 mod log;
@@ -212,6 +218,8 @@ struct State {
     next_topic_id: u64,
     next_member_id: u64,
     truncate_fetches: bool,
+    /// KIP-848 groups: the heartbeat interval told to members and the session timeout.
+    consumer_timeouts: (Duration, Duration),
 }
 
 impl State {
@@ -393,6 +401,7 @@ pub struct MockClusterBuilder {
     topic_ids: bool,
     without: Vec<ApiKey>,
     features: Vec<(String, i16)>,
+    consumer_timeouts: (Duration, Duration),
 }
 
 impl MockClusterBuilder {
@@ -543,6 +552,35 @@ impl MockClusterBuilder {
         self
     }
 
+    /// The heartbeat interval the coordinator tells KIP-848 members and the session
+    /// timeout after which it fences a member it has not heard from (Kafka's
+    /// `group.consumer.heartbeat.interval.ms` and `group.consumer.session.timeout.ms`;
+    /// default 5 s and 45 s, as Kafka's).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafkapipe::mock::MockCluster;
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder()
+    ///     .topic("t", 2)
+    ///     .consumer_group_timeouts(Duration::from_millis(100), Duration::from_secs(3))
+    ///     .start()
+    ///     .await?;
+    /// assert_eq!(cluster.partitions("t"), Some(2));
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    pub fn consumer_group_timeouts(
+        mut self,
+        heartbeat_interval: Duration,
+        session_timeout: Duration,
+    ) -> Self {
+        self.consumer_timeouts = (heartbeat_interval, session_timeout);
+        self
+    }
+
     /// Bind the brokers to ephemeral ports on 127.0.0.1 and start serving.
     ///
     /// Fails only if a port cannot be bound.
@@ -571,6 +609,7 @@ impl MockClusterBuilder {
                 topic_ids: self.topic_ids,
                 without: self.without,
                 features: self.features,
+                consumer_timeouts: self.consumer_timeouts,
                 ..State::default()
             }),
             tick,
@@ -672,6 +711,7 @@ impl MockCluster {
             topic_ids: true,
             without: Vec::new(),
             features: Vec::new(),
+            consumer_timeouts: (Duration::from_secs(5), Duration::from_secs(45)),
         }
     }
 
@@ -999,6 +1039,44 @@ impl MockCluster {
             .unwrap_or_default()
     }
 
+    /// The member epoch of KIP-848 member `member_id` of `group`, while it is in the
+    /// group (`None` once it left or was fenced).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafkapipe::group::GroupProtocol;
+    /// use kafkapipe::mock::MockCluster;
+    /// use kafkapipe::reader::{Reader, ReaderConfig};
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().topic("t", 1).start().await?;
+    /// let config = ReaderConfig::new(cluster.bootstrap())
+    ///     .topic("t")
+    ///     .group_id("g")
+    ///     .group_protocol(GroupProtocol::Consumer);
+    /// let mut reader = Reader::new(config).await?;
+    /// let member = loop {
+    ///     if let Some(m) = cluster.members("g").pop() {
+    ///         break m;
+    ///     }
+    ///     tokio::time::sleep(Duration::from_millis(10)).await;
+    /// };
+    /// assert!(cluster.member_epoch("g", &member).is_some());
+    /// reader.close().await;
+    /// assert_eq!(cluster.member_epoch("g", &member), None, "it left the group");
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    pub fn member_epoch(&self, group: &str, member_id: &str) -> Option<i32> {
+        self.shared
+            .lock()
+            .groups
+            .get(group)?
+            .consumers
+            .epoch(member_id)
+    }
+
     /// How many requests of `api` the brokers received (faulted ones included).
     ///
     /// ```
@@ -1096,7 +1174,7 @@ impl MockCluster {
 
     /// Answer `code` for one partition in the next `times` requests of `api` that carry
     /// it (`u32::MAX`: until [`clear_faults`](Self::clear_faults)); the request's other
-    /// partitions are served normally. For Produce, Fetch and ListOffsets.
+    /// partitions are served normally. For Produce, Fetch, ListOffsets and OffsetFetch.
     ///
     /// ```
     /// use kafkapipe::conn::{Conn, ProduceOptions};
@@ -1543,6 +1621,34 @@ impl MockCluster {
         Some(n)
     }
 
+    /// Forget the idempotent producers' state of a partition the way Kafka 2.5 and later
+    /// do when retention or DeleteRecords removes every batch of a producer: the next
+    /// batch of such a producer is taken at whatever sequence it carries (KIP-360), as
+    /// is the first batch of a producer a partition never saw. (Compare
+    /// [`expire_producers`](Self::expire_producers), the older brokers' answer.) Returns
+    /// how many producers were forgotten, or `None` for an unknown partition.
+    ///
+    /// ```
+    /// use kafkapipe::mock::MockCluster;
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().topic("t", 1).start().await?;
+    /// assert_eq!(cluster.forget_producers("t", 0), Some(0));
+    /// assert_eq!(cluster.forget_producers("t", 9), None);
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    pub fn forget_producers(&self, topic: &str, partition: i32) -> Option<usize> {
+        let n = self
+            .shared
+            .lock()
+            .partition_mut(topic, partition)?
+            .forget_producers();
+        self.shared.changed();
+        Some(n)
+    }
+
     /// Leave a partition without a leader (as while every replica is down): Metadata
     /// reports `LEADER_NOT_AVAILABLE` for it and every broker answers
     /// `NOT_LEADER_OR_FOLLOWER` until [`move_leader`](Self::move_leader).
@@ -1618,6 +1724,48 @@ impl MockCluster {
         drop(st);
         self.shared.changed();
         Ok(())
+    }
+
+    /// An unclean leader election onto a replica whose log ends at `offset`: the
+    /// partition's records from `offset` on are gone (whole batches: a batch holding
+    /// `offset` goes too) and its leader starts a new leader epoch at the new log end,
+    /// which the records produced from now on carry. Returns the new log end and leader
+    /// epoch. A consumer that had read past the new end finds out through
+    /// OffsetForLeaderEpoch (KIP-320).
+    ///
+    /// ```
+    /// use kafkapipe::mock::MockCluster;
+    /// use kafkapipe::record::Record;
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().topic("t", 1).start().await?;
+    /// cluster.produce("t", 0, &[Record::new("k", "a"), Record::new("k", "b")])?;
+    /// cluster.produce("t", 0, &[Record::new("k", "c")])?;
+    /// assert_eq!(cluster.truncate("t", 0, 2)?, (2, 1));
+    /// assert_eq!(cluster.high_watermark("t", 0), Some(2));
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `Config` if the partition does not exist.
+    pub fn truncate(&self, topic: &str, partition: i32, offset: i64) -> Result<(i64, i32)> {
+        let mut st = self.shared.lock();
+        let p = st.partition_mut(topic, partition).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                format!("mock cluster has no partition {topic}/{partition}"),
+            )
+        })?;
+        let end = p.truncate(offset);
+        let leader = p.leader;
+        p.set_leader(leader);
+        let epoch = p.leader_epoch;
+        drop(st);
+        self.shared.changed();
+        Ok((end, epoch))
     }
 
     /// Stop broker `id` as a crash would: it stops accepting, every connection to it is

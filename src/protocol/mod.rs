@@ -245,6 +245,7 @@ api_keys! {
     DELETE_TOPICS = 20, "DeleteTopics";
     DELETE_RECORDS = 21, "DeleteRecords";
     INIT_PRODUCER_ID = 22, "InitProducerId";
+    OFFSET_FOR_LEADER_EPOCH = 23, "OffsetForLeaderEpoch";
     ADD_PARTITIONS_TO_TXN = 24, "AddPartitionsToTxn";
     ADD_OFFSETS_TO_TXN = 25, "AddOffsetsToTxn";
     END_TXN = 26, "EndTxn";

@@ -246,6 +246,10 @@ pub struct ReaderConfig {
     pub group_instance_id: Option<String>,
     /// How long the coordinator waits for a heartbeat before evicting the member.
     /// Default 10 s (kafka-go `SessionTimeout`; Java `session.timeout.ms` is 45 s).
+    /// With [`GroupProtocol::Consumer`](crate::group::GroupProtocol::Consumer) the
+    /// session is the broker's; a value above 60 s (the broker's default
+    /// `group.consumer.max.session.timeout.ms`) only lengthens how long a member whose
+    /// heartbeats all fail keeps its partitions (that, plus the rebalance timeout).
     pub session_timeout: Duration,
     /// How long the coordinator waits for members to rejoin during a rebalance.
     /// Default 30 s (kafka-go `RebalanceTimeout`; Java `max.poll.interval.ms`).
@@ -303,7 +307,8 @@ pub struct ReaderConfig {
     /// [`GroupEvent`](crate::group::GroupEvent)s are the same either way. With
     /// [`GroupProtocol::Consumer`](crate::group::GroupProtocol::Consumer) the session
     /// timeout and heartbeat interval are the broker's (`group.consumer.*`), so
-    /// `session_timeout`, `heartbeat_interval` and `assignors` are not used; see
+    /// `heartbeat_interval` and `assignors` are not used (nor `session_timeout`, but
+    /// see there); see
     /// [`group_remote_assignor`](ReaderConfig::group_remote_assignor) and
     /// [`group_topic_regex`](ReaderConfig::group_topic_regex). Java `group.protocol`.
     pub group_protocol: crate::group::GroupProtocol,

@@ -213,6 +213,7 @@ impl ReaderHandle {
                     old.restart();
                     continue;
                 }
+                old.restart();
                 let at = old.committed_offset();
                 let track = g.new_track(at);
                 c.own(&tp, track.clone());
@@ -502,6 +503,7 @@ impl ReaderHandle {
                 .values()
                 .filter(|p| p.fetch == Position::Parked)
                 .count(),
+            log_truncations: c.log_truncations.load(Ordering::Relaxed),
         }
     }
 

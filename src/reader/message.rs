@@ -47,6 +47,9 @@ pub struct Message {
     /// What it counts against the reader's byte capacity while queued: its encoded record
     /// length (see [`ReaderConfig::queue_capacity_bytes`](super::ReaderConfig::queue_capacity_bytes)).
     queued: u32,
+    /// See [`Message::leader_epoch`]; -1 unknown (an `i32` beside `queued`, where an
+    /// `Option<i32>` would make every message 8 bytes larger).
+    epoch: i32,
 }
 
 impl Clone for Message {
@@ -63,6 +66,7 @@ impl Clone for Message {
             timestamp: self.timestamp,
             ack: AckToken::default(),
             queued: self.queued,
+            epoch: self.epoch,
         }
     }
 }
@@ -77,6 +81,7 @@ impl PartialEq for Message {
             && self.value == other.value
             && self.headers == other.headers
             && self.timestamp == other.timestamp
+            && self.epoch == other.epoch
     }
 }
 
@@ -88,6 +93,7 @@ impl Message {
         topic: &Arc<str>,
         partition: i32,
         high_watermark: i64,
+        leader_epoch: i32,
         r: Record,
         queued: usize,
     ) -> Self {
@@ -102,6 +108,7 @@ impl Message {
             timestamp: r.timestamp,
             ack: AckToken::default(),
             queued: u32::try_from(queued).unwrap_or(u32::MAX),
+            epoch: leader_epoch.max(-1),
         }
     }
 
@@ -126,7 +133,20 @@ impl Message {
             timestamp: -1,
             ack: AckToken::default(),
             queued: 0,
+            epoch: -1,
         }
+    }
+
+    /// The leader epoch of the partition leader that appended the record (its batch's
+    /// partition leader epoch; Java `ConsumerRecord::leaderEpoch`, KIP-320), `None` when
+    /// unknown (legacy messages, brokers without leader epochs, [`Message::new`]).
+    ///
+    /// ```
+    /// use kafkapipe::reader::Message;
+    /// assert_eq!(Message::new("t", 0, 0).leader_epoch(), None);
+    /// ```
+    pub fn leader_epoch(&self) -> Option<i32> {
+        (self.epoch >= 0).then_some(self.epoch)
     }
 
     /// This message's [`AckToken`].

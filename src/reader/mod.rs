@@ -87,6 +87,8 @@ mod message;
 pub(crate) mod retry;
 mod state;
 mod task;
+mod tracked;
+mod validate;
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -98,6 +100,8 @@ use futures::Stream;
 pub use config::{OffsetReset, ReaderConfig, StartOffset, TopicPartition};
 pub use handle::ReaderHandle;
 pub use message::Message;
+pub use tracked::{MapTracked, MessageStreamExt, ProcessConcurrent, Tracked};
+pub use validate::LogTruncation;
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -161,6 +165,11 @@ pub struct ReaderStats {
     /// batch decompressing past [`MAX_BATCH_DECOMPRESSED`](crate::record::MAX_BATCH_DECOMPRESSED)).
     /// Each was reported once as an error item.
     pub parked_partitions: usize,
+    /// Log truncations detected below what the application had been given (KIP-320: the
+    /// partition's new leader no longer has records it yielded, after an unclean leader
+    /// election): each continued per [`ReaderConfig::offset_reset`] or was yielded as a
+    /// [`LogTruncation`] error.
+    pub log_truncations: u64,
 }
 
 /// A Kafka consumer over explicit partitions: a `Stream` of messages.
@@ -272,6 +281,18 @@ impl Reader {
                 shared.cluster.clone(),
             ))
         });
+        if let Some(g) = &group {
+            // the group commits the leader epoch of the record before each offset
+            let weak = Arc::downgrade(&shared);
+            let _ = g
+                .offset_epochs
+                .set(Box::new(move |topic, partition, offset| {
+                    let shared = weak.upgrade()?;
+                    let st = shared.lock();
+                    let id = st.index.get(&TopicPartition::new(topic, partition))?;
+                    st.parts.get(id)?.epochs.epoch_of(offset)
+                }));
+        }
         let fetch = TaskEnd::spawn(task::run(shared.clone()));
         let group_task = group.clone().map(|group| {
             TaskEnd::spawn(

@@ -21,6 +21,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use super::retry::{LastError, Streak, WarnLimit};
+use super::validate::Epochs;
 use super::{Message, ReaderConfig, StartOffset, TopicPartition};
 use crate::bufpool::BufPool;
 use crate::cluster::Cluster;
@@ -56,6 +57,8 @@ pub(crate) struct Pending {
     serial: u64,
     /// The partition's high-water mark when the batch was fetched.
     high_watermark: i64,
+    /// The batch's partition leader epoch (-1 unknown).
+    leader_epoch: i32,
     /// Records and bytes of it still counted as buffered.
     n: usize,
     bytes: usize,
@@ -106,6 +109,14 @@ pub(crate) struct Part {
     pub(crate) fetch: Position,
     /// The leader's broker id, once looked up.
     pub(crate) leader: Option<i32>,
+    /// The leader epoch the leader was looked up with (-1: unknown), sent with every
+    /// fetch and offset lookup (KIP-320).
+    pub(crate) leader_epoch: i32,
+    /// The leader epochs of the records fetched (see `validate.rs`).
+    pub(crate) epochs: Epochs,
+    /// The fetch position is to be validated with OffsetForLeaderEpoch before the next
+    /// fetch: the leader or its epoch changed.
+    pub(crate) validate: bool,
     /// A fetch or lookup for this partition is in flight.
     pub(crate) busy: bool,
     pub(crate) retry_at: Option<Instant>,
@@ -143,6 +154,9 @@ impl Part {
             epoch: 0,
             fetch,
             leader: None,
+            leader_epoch: -1,
+            epochs: Epochs::default(),
+            validate: false,
             busy: false,
             retry_at: None,
             streak: Streak::default(),
@@ -519,6 +533,19 @@ impl State {
         }
     }
 
+    /// `tp` (just assigned at `offset`) continues after a record of leader epoch
+    /// `epoch` (a group's committed offset and epoch): validate the offset before
+    /// fetching (KIP-320).
+    pub(crate) fn validate_from(&mut self, tp: &TopicPartition, offset: i64, epoch: i32) {
+        let Some(p) = self.index.get(tp).and_then(|id| self.parts.get_mut(id)) else {
+            return;
+        };
+        if p.fetch == Position::Offset(offset) {
+            p.epochs.record(offset - 1, epoch);
+            p.validate = true;
+        }
+    }
+
     /// Give the messages of `tp` (assigned) tokens of `track` from now on.
     pub(crate) fn set_track(&mut self, tp: &TopicPartition, track: Option<Arc<Track>>) {
         let Some(id) = self.index.get(tp).copied() else {
@@ -562,15 +589,41 @@ impl State {
             Position::Offset(o) => o,
             _ => -1,
         };
+        p.epochs.clear();
+        p.validate = false;
         p.retry_at = None;
         p.streak.reset();
         if let Some(t) = &p.track {
-            t.restart();
+            // only the fetch position moves: what was yielded still decides the commit
+            t.seek();
         }
         p.parked_error = None;
         let (n, bytes) = p.clear();
         self.buffered = self.buffered.saturating_sub(n);
         self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
+    }
+
+    /// Partition `id`'s log was truncated after its position (nothing yielded is gone):
+    /// drop what is buffered and fetch again from the position. Unlike a
+    /// [`reset`](Self::reset), the group's track goes on: every message yielded stays
+    /// valid. Returns the position.
+    pub(crate) fn refetch(&mut self, id: u64) -> i64 {
+        let Some(position) = self.parts.get(&id).map(|p| self.position_of(id, p)) else {
+            return -1;
+        };
+        self.cancel_loan_of(id);
+        let Some(p) = self.parts.get_mut(&id) else {
+            return -1;
+        };
+        p.epoch += 1;
+        p.fetch = Position::Offset(position);
+        p.position = position;
+        p.epochs.forget_from(position);
+        p.parked_error = None;
+        let (n, bytes) = p.clear();
+        self.buffered = self.buffered.saturating_sub(n);
+        self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
+        position
     }
 
     /// Whether the prefetch buffer is full (fetching pauses). Paused partitions' buffers
@@ -719,6 +772,7 @@ impl State {
                 records,
                 serial: self.serials,
                 high_watermark,
+                leader_epoch: b.batch.partition_leader_epoch,
                 n: bn,
                 bytes: bbytes,
                 fetched_at: from,
@@ -763,13 +817,14 @@ impl State {
                     });
                 }
             }
-            let (topic, partition, hw) = (&p.topic, p.partition, b.high_watermark);
+            let (topic, partition, hw, le) =
+                (&p.topic, p.partition, b.high_watermark, b.leader_epoch);
             let buf = &mut p.buf;
             let mut size = 0;
             let (decoded, end) = match &mut b.records {
                 PendingRecords::Encoded(e) => match e.decode_next(|r, len| {
                     size = len;
-                    buf.push_back(Message::from_record(topic, partition, hw, r, len));
+                    buf.push_back(Message::from_record(topic, partition, hw, le, r, len));
                 }) {
                     Err(err) => (false, Err(err)),
                     Ok(()) if e.len() == 0 => (true, e.finish()),
@@ -778,7 +833,7 @@ impl State {
                 PendingRecords::Decoded(it) => match it.next() {
                     Some(r) => {
                         size = record_size(&r);
-                        buf.push_back(Message::from_record(topic, partition, hw, r, size));
+                        buf.push_back(Message::from_record(topic, partition, hw, le, r, size));
                         (true, Ok(()))
                     }
                     None => (false, Ok(())),
@@ -939,12 +994,10 @@ impl State {
                 continue;
             }
             // A batch is decompressed only for a track with room for its records.
-            if let (true, Some(t), Some(from)) = (
-                p.buf.is_empty(),
-                &p.track,
-                p.lazy.front().and_then(Pending::compressed_from),
-            ) {
-                if !t.has_room_from(from) {
+            let compressed_next =
+                p.buf.is_empty() && p.lazy.front().and_then(Pending::compressed_from).is_some();
+            if let (true, Some(t)) = (compressed_next, &p.track) {
+                if !t.has_room() {
                     p.in_ready = false;
                     self.blocked.push(id);
                     continue;
@@ -1083,6 +1136,8 @@ pub(crate) struct Counters {
     pub(crate) bytes: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) resets: AtomicU64,
+    /// Log truncations below the position (see `validate.rs`).
+    pub(crate) log_truncations: AtomicU64,
     /// Transient failures retried (fetch task and group task).
     pub(crate) retries: AtomicU64,
     /// The fetch task's `warn` rate limit of retried failures.

@@ -17,15 +17,20 @@ use std::time::Instant;
 use futures::future::{join_all, BoxFuture};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::retry;
-use super::state::{Position, Shared};
+use super::state::{Position, Shared, State};
+use super::validate::{self, LogTruncation, Outcome};
 use super::{OffsetReset, ReaderConfig, StartOffset};
-use crate::conn::{decode_fetch_lazy, decompress_limit, Conn, FetchedBatches};
+use crate::conn::{
+    decode_fetch_lazy, decompress_limit, Conn, FetchedBatches, IsolationLevel, EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
     FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic,
+    OffsetForLeaderEpochRequest,
 };
 use crate::protocol::ErrorCode;
 use crate::record::LazyBatch;
@@ -39,13 +44,31 @@ struct Job {
     epoch: u64,
     topic: Arc<str>,
     partition: i32,
-    /// Fetch: the offset. Lookup: what to look up (`None`: the leader only).
+    /// Fetch: the offset. Validation: the fetch offset to validate.
     offset: i64,
+    /// Lookup: what to look up (`None`: the leader only).
     start: Option<StartOffset>,
+    /// Fetch: the leader epoch the leader was looked up with (-1: unknown).
+    leader_epoch: i32,
+    /// Lookup: validate the fetch position `offset`, whose previous record was written in
+    /// this leader epoch, with OffsetForLeaderEpoch (KIP-320).
+    validate: Option<i32>,
 }
 
-/// A lookup's result: the leader's broker id and, if asked for, the start offset.
-type Lookup = Result<(i32, Option<i64>)>;
+/// A lookup's result.
+struct Found {
+    leader: i32,
+    /// The leader's epoch, -1 if the broker did not report one.
+    leader_epoch: i32,
+    /// The start offset, if asked for.
+    offset: Option<i64>,
+    /// For a validation: the leader's `(epoch, end offset)` for the job's epoch; `None`
+    /// when the position could not be validated (no epochs, or a broker without
+    /// OffsetForLeaderEpoch v2+), which lets it go on unvalidated (as Java).
+    end: Option<(i32, i64)>,
+}
+
+type Lookup = Result<Found>;
 
 enum Event {
     Fetched {
@@ -141,19 +164,40 @@ fn plan(shared: &Shared, busy_brokers: &HashSet<i32>, resolving: bool) -> Plan {
             }
             p.retry_at = None;
         }
-        let job = |offset, start| Job {
+        let job = |offset, start, validate| Job {
             id,
             epoch: p.epoch,
             topic: p.topic.clone(),
             partition: p.partition,
             offset,
             start,
+            leader_epoch: p.leader_epoch,
+            validate,
         };
+        // A new leader or leader epoch: where the last record fetched was written must
+        // still be in the leader's log before fetching on (KIP-320).
+        if p.validate {
+            match p.fetch {
+                Position::Offset(offset) => match p.epochs.epoch_of(offset - 1) {
+                    Some(e) if !resolving => {
+                        lookups.push(job(offset, None, Some(e)));
+                        p.busy = true;
+                        continue;
+                    }
+                    Some(_) => continue,
+                    None => p.validate = false,
+                },
+                _ => p.validate = false,
+            }
+        }
         match (p.leader, p.fetch) {
             (Some(broker), Position::Offset(offset))
                 if space && !busy_brokers.contains(&broker) =>
             {
-                fetches.entry(broker).or_default().push(job(offset, None));
+                fetches
+                    .entry(broker)
+                    .or_default()
+                    .push(job(offset, None, None));
                 p.busy = true;
             }
             // Waiting for buffer space or for the broker's current request.
@@ -163,7 +207,7 @@ fn plan(shared: &Shared, busy_brokers: &HashSet<i32>, resolving: bool) -> Plan {
                     Position::Start(s) => Some(s),
                     _ => None,
                 };
-                lookups.push(job(-1, start));
+                lookups.push(job(-1, start, None));
                 p.busy = true;
             }
             _ => {}
@@ -180,28 +224,52 @@ async fn resolve(shared: Arc<Shared>, jobs: Vec<Job>) -> Event {
 
 async fn resolve_one(shared: &Shared, job: &Job) -> Lookup {
     let topic = &*job.topic;
-    let leader = shared.cluster.leader_for(topic, job.partition).await?;
+    let (leader, leader_epoch) = shared
+        .cluster
+        .leader_and_epoch(topic, job.partition)
+        .await?;
+    let mut found = Found {
+        leader,
+        leader_epoch,
+        offset: None,
+        end: None,
+    };
+    if let Some(epoch) = job.validate {
+        found.end = validate(shared, job, leader, leader_epoch, epoch).await?;
+        return Ok(found);
+    }
     let Some(start) = job.start else {
-        return Ok((leader, None));
+        return Ok(found);
     };
     let conn = Conn::from_connection(shared.cluster.connection(leader).await?);
     // Read-committed readers start "at the end" from the last stable offset, so records of
     // transactions still open now are delivered once they commit.
     let isolation = shared.config.isolation_level;
+    let uncommitted = IsolationLevel::ReadUncommitted;
+    let list = |timestamp, isolation| {
+        conn.list_offset_at_epoch(topic, job.partition, timestamp, isolation, leader_epoch)
+    };
+    let not_available = || {
+        Error::kafka(ErrorCode::OffsetNotAvailable)
+            .with_topic(topic)
+            .with_partition(job.partition)
+    };
     let offset = match start {
-        StartOffset::First => conn.first_offset(topic, job.partition).await?,
-        StartOffset::Last => {
-            conn.last_offset_with(topic, job.partition, isolation)
-                .await?
-        }
+        StartOffset::First => list(EARLIEST_TIMESTAMP, uncommitted)
+            .await?
+            .ok_or_else(not_available)?,
+        StartOffset::Last => list(LATEST_TIMESTAMP, isolation)
+            .await?
+            .ok_or_else(not_available)?,
         StartOffset::At(o) => o,
-        StartOffset::AtTimestamp(ts) => match conn.offset_for_time(topic, job.partition, ts).await?
-        {
+        StartOffset::AtTimestamp(ts) if ts < 0 => {
+            return Err(Error::config("timestamp must not be negative"))
+        }
+        StartOffset::AtTimestamp(ts) => match list(ts, uncommitted).await? {
             Some(o) => o,
-            None => {
-                conn.last_offset_with(topic, job.partition, isolation)
-                    .await?
-            }
+            None => list(LATEST_TIMESTAMP, isolation)
+                .await?
+                .ok_or_else(not_available)?,
         },
     };
     debug!(
@@ -209,9 +277,49 @@ async fn resolve_one(shared: &Shared, job: &Job) -> Lookup {
         partition = job.partition,
         ?start,
         offset,
+        leader_epoch,
         "start offset resolved"
     );
-    Ok((leader, Some(offset)))
+    found.offset = Some(offset);
+    Ok(found)
+}
+
+/// OffsetForLeaderEpoch for `job`'s partition: where `epoch` ends in the log of `leader`
+/// (of `leader_epoch`). `None` when it cannot be asked (the broker reports no leader
+/// epochs, or lacks OffsetForLeaderEpoch v2+): the position goes on unvalidated, as in
+/// the Java client.
+async fn validate(
+    shared: &Shared,
+    job: &Job,
+    leader: i32,
+    leader_epoch: i32,
+    epoch: i32,
+) -> Result<Option<(i32, i64)>> {
+    if leader_epoch < 0 {
+        return Ok(None);
+    }
+    let connection = shared.cluster.connection(leader).await?;
+    if connection
+        .version_for::<OffsetForLeaderEpochRequest>()
+        .is_err()
+    {
+        debug!(topic = %job.topic, partition = job.partition, broker_id = leader, "no OffsetForLeaderEpoch v2+; position not validated");
+        return Ok(None);
+    }
+    let end = Conn::from_connection(connection)
+        .offset_for_leader_epoch(&job.topic, job.partition, leader_epoch, epoch)
+        .await?;
+    debug!(
+        topic = %job.topic,
+        partition = job.partition,
+        fetch_offset = job.offset,
+        epoch,
+        leader_epoch,
+        end_epoch = end.0,
+        end_offset = end.1,
+        "position validated"
+    );
+    Ok(Some(end))
 }
 
 /// One Fetch request to `broker` for all `jobs`.
@@ -319,7 +427,8 @@ async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<Fet
     for j in jobs {
         let part = FetchPartition {
             partition: j.partition,
-            current_leader_epoch: -1,
+            // a broker that is not the leader of this epoch refuses the fetch (KIP-320)
+            current_leader_epoch: j.leader_epoch,
             fetch_offset: j.offset,
             last_fetched_epoch: -1,
             log_start_offset: -1,
@@ -354,7 +463,10 @@ async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<Fet
     Ok(resp)
 }
 
-/// Errors after which the partition's leader must be looked up again.
+/// Errors after which the partition's leader must be looked up again. Not
+/// `UNKNOWN_LEADER_EPOCH`: the broker has not caught up with the epoch our metadata
+/// knows yet, and the same request is retried after the backoff (KIP-320, as Java).
+/// `FENCED_LEADER_EPOCH` (ours is older) does need newer metadata.
 fn needs_new_leader(e: &Error) -> bool {
     match e.kafka_code() {
         Some(code) => matches!(
@@ -363,7 +475,6 @@ fn needs_new_leader(e: &Error) -> bool {
                 | ErrorCode::LeaderNotAvailable
                 | ErrorCode::UnknownTopicOrPartition
                 | ErrorCode::FencedLeaderEpoch
-                | ErrorCode::UnknownLeaderEpoch
                 | ErrorCode::ReplicaNotAvailable
                 | ErrorCode::KafkaStorageError
                 | ErrorCode::NotCoordinator
@@ -449,7 +560,7 @@ fn on_resolved(shared: &Shared, results: Vec<(Job, Lookup)>) {
     for (job, r) in results {
         match r {
             Err(e) => fail(shared, job.id, job.epoch, e),
-            Ok((leader, offset)) => {
+            Ok(found) => {
                 let mut st = shared.lock();
                 let lent = st.is_lent(job.id);
                 let Some(p) = st.parts.get_mut(&job.id) else {
@@ -461,14 +572,116 @@ fn on_resolved(shared: &Shared, results: Vec<(Job, Lookup)>) {
                 }
                 // The run of failures goes on until a fetch succeeds: a leader that is
                 // found but does not serve the partition yet keeps backing off.
-                p.leader = Some(leader);
-                if let (Some(o), Position::Start(_)) = (offset, p.fetch) {
+                let moved = p.leader != Some(found.leader) || p.leader_epoch != found.leader_epoch;
+                p.leader = Some(found.leader);
+                p.leader_epoch = found.leader_epoch;
+                if let (Some(o), Position::Start(_)) = (found.offset, p.fetch) {
                     p.fetch = Position::Offset(o);
                     // Messages still to be yielded (buffered or on loan) set the
                     // position as they go.
                     if p.is_empty() && !lent {
                         p.position = o;
                     }
+                }
+                if job.validate.is_some() {
+                    // validated against the leader (and epoch) just found
+                    p.validate = false;
+                    if let Some(end) = found.end {
+                        validated(shared, &mut st, &job, found.leader_epoch, end);
+                    }
+                } else if moved && found.leader_epoch >= 0 {
+                    // Java validates whenever the leader or its epoch changes and the
+                    // position has an epoch (`maybeValidatePositionForCurrentLeader`)
+                    p.validate = true;
+                }
+            }
+        }
+    }
+}
+
+/// Apply the leader's answer `(end_epoch, end_offset)` to the validation `job` (see
+/// `validate.rs`).
+fn validated(
+    shared: &Shared,
+    st: &mut State,
+    job: &Job,
+    leader_epoch: i32,
+    (end_epoch, end_offset): (i32, i64),
+) {
+    let Some(p) = st.parts.get(&job.id) else {
+        return;
+    };
+    if p.fetch != Position::Offset(job.offset) {
+        return;
+    }
+    let config = &shared.config;
+    let position = st.position_of(job.id, p);
+    let (topic, partition) = (p.topic.clone(), p.partition);
+    let epoch = job.validate.unwrap_or(-1);
+    let outcome = validate::outcome(
+        config.offset_reset,
+        position,
+        job.offset,
+        end_epoch,
+        end_offset,
+    );
+    let truncation = || LogTruncation {
+        topic: topic.to_string(),
+        partition,
+        position,
+        fetch_offset: job.offset,
+        epoch,
+        divergent_offset: (end_epoch >= 0 && end_offset >= 0).then_some(end_offset),
+        divergent_epoch: (end_epoch >= 0 && end_offset >= 0).then_some(end_epoch),
+        leader_epoch,
+    };
+    match outcome {
+        Outcome::Valid => {}
+        Outcome::Refetch => {
+            let from = st.refetch(job.id);
+            info!(topic = %topic, partition, fetch_offset = job.offset, epoch, end_epoch, end_offset, leader_epoch, from, "log truncated after the position; fetching again");
+        }
+        Outcome::SeekTo(to) => {
+            shared
+                .counters
+                .log_truncations
+                .fetch_add(1, Ordering::Relaxed);
+            warn!(topic = %topic, partition, position, fetch_offset = job.offset, epoch, end_epoch, end_offset, leader_epoch, policy = ?config.offset_reset, "log truncation detected; continuing at the first offset known to diverge");
+            st.reset(job.id, Position::Offset(to));
+            if let Some(p) = st.parts.get_mut(&job.id) {
+                p.epochs.record(to - 1, end_epoch);
+            }
+        }
+        Outcome::Reset => {
+            shared
+                .counters
+                .log_truncations
+                .fetch_add(1, Ordering::Relaxed);
+            shared.counters.resets.fetch_add(1, Ordering::Relaxed);
+            warn!(topic = %topic, partition, position, fetch_offset = job.offset, epoch, leader_epoch, policy = ?config.offset_reset, "log truncation detected and the leader knows no epoch that old; resetting");
+            let to = match config.offset_reset {
+                OffsetReset::Latest => StartOffset::Last,
+                _ => StartOffset::First,
+            };
+            st.reset(job.id, Position::Start(to));
+        }
+        Outcome::Fail => {
+            shared
+                .counters
+                .log_truncations
+                .fetch_add(1, Ordering::Relaxed);
+            let t = truncation();
+            warn!(topic = %topic, partition, position, fetch_offset = job.offset, epoch, end_epoch, end_offset, leader_epoch, "log truncation detected; partition paused until a seek");
+            let err = Error::kafka(ErrorCode::OffsetOutOfRange)
+                .with_message("log truncation detected, partition paused until a seek")
+                .with_topic(&*topic)
+                .with_partition(partition)
+                .with_source(t);
+            shared.counters.last_error.set(&err);
+            // the messages still buffered before the divergent offset go first
+            if st.park(job.id, err) {
+                if let Some(w) = st.consumer.take() {
+                    w.wake();
                 }
             }
         }
@@ -517,6 +730,7 @@ fn on_fetched(
                     p.high_watermark = f.high_watermark;
                 }
                 p.fetch = Position::Offset(f.next_offset.max(j.offset));
+                p.epochs.extend(&f.epochs);
                 if p.position < 0 {
                     p.position = j.offset;
                 }
@@ -653,6 +867,8 @@ mod tests {
             partition: 0,
             offset: 0,
             start: None,
+            leader_epoch: -1,
+            validate: None,
         }
     }
 
@@ -775,8 +991,16 @@ mod tests {
             partition: 0,
             offset: -1,
             start: Some(StartOffset::Last),
+            leader_epoch: -1,
+            validate: None,
         };
-        on_resolved(&shared, vec![(job, Ok((1, Some(500))))]);
+        let found = Found {
+            leader: 1,
+            leader_epoch: -1,
+            offset: Some(500),
+            end: None,
+        };
+        on_resolved(&shared, vec![(job, Ok(found))]);
         let st = shared.lock();
         let p = &st.parts[&id];
         assert_eq!(p.fetch, Position::Offset(500));

@@ -685,9 +685,11 @@ fn the_position_after_the_last_lazily_decoded_record_is_the_next_fetch_offset() 
     }
 }
 
+/// 168 bytes until the leader epoch (KIP-320: an `i32` behind `Message::leader_epoch`)
+/// took the last 8.
 #[test]
-fn a_message_stays_168_bytes_with_its_queued_size() {
-    assert!(std::mem::size_of::<Message>() <= 168);
+fn a_message_stays_176_bytes_with_its_queued_size_and_leader_epoch() {
+    assert!(std::mem::size_of::<Message>() <= 176);
 }
 
 #[test]

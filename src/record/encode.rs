@@ -410,13 +410,9 @@ fn put_nullable(buf: &mut BytesMut, b: Option<&[u8]>) {
     }
 }
 
-/// The largest per-thread compression buffer kept after use; a larger one (after an
-/// unusually large batch) is freed rather than pinned for the thread's lifetime.
-pub(crate) const KEPT_SCRATCH: usize = 4 << 20;
-
 thread_local! {
     /// Where [`compress_in_place`] compresses to, kept per thread from batch to batch (up to
-    /// [`KEPT_SCRATCH`]).
+    /// [`KEPT_SCRATCH`](crate::bufpool::KEPT_SCRATCH)).
     pub(super) static COMPRESSED: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 

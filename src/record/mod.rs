@@ -36,7 +36,6 @@ pub(crate) use decode::{
     decode_batches_lazy, decode_batches_pooled, Decompression, EncodedRecords, LazyBatch,
 };
 pub use encode::RecordBatchBuilder;
-pub(crate) use encode::KEPT_SCRATCH;
 #[cfg(test)]
 pub(crate) use encode::VALUE_SPLICE_MIN;
 

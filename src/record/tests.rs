@@ -1,4 +1,5 @@
 use super::*;
+use crate::bufpool::KEPT_SCRATCH;
 use crate::ErrorKind;
 use bytes::BytesMut;
 use proptest::prelude::*;

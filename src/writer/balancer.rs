@@ -5,13 +5,13 @@
 //!
 //! | balancer | same partition as |
 //! | --- | --- |
-//! | [`RoundRobin`] | kafka-go `RoundRobin` (the default) |
+//! | [`RoundRobin`] | kafka-go `RoundRobin` (kafka-go's default; keys ignored) |
 //! | [`LeastBytes`] | kafka-go `LeastBytes` |
 //! | [`Hash`] | kafka-go `Hash` and Sarama's hash partitioner (FNV-1a) |
 //! | [`ReferenceHash`] | kafka-go `ReferenceHash` and Sarama's reference hash partitioner |
 //! | [`Crc32`] | librdkafka `consistent_random` (or `consistent`) |
 //! | [`Murmur2`] | the Java client's default partitioner for keyed messages, librdkafka `murmur2_random` |
-//! | [`Sticky`] | the Java client's default partitioner (keys as [`Murmur2`], messages without a key sticky) |
+//! | [`Sticky`] | the Java client's default partitioner (keys as [`Murmur2`], messages without a key sticky); the writer's default |
 //!
 //! Where the reference client picks a *random* partition for messages without a key,
 //! these balancers use round robin instead (no random number generator dependency; the

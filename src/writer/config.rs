@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Balancer, RoundRobin};
+use super::{Balancer, Sticky};
 use crate::compression::Compression;
 use crate::conn::{ConnectionConfig, RequiredAcks};
 use crate::error::{Error, Result};
@@ -39,8 +39,23 @@ pub struct WriterConfig {
     /// Topic for messages whose [`Message::topic`](super::Message::topic) is `None`.
     /// Default none: then every message must name its topic (kafka-go `Topic`).
     pub topic: Option<String>,
-    /// Chooses the partition of messages without one. Default [`RoundRobin`]
-    /// (kafka-go `Balancer`, Java `partitioner.class`).
+    /// Chooses the partition of messages without one (kafka-go `Balancer`, Java
+    /// `partitioner.class`). Default [`Sticky`]: the Java client's placement — a keyed
+    /// message goes to `murmur2(key) % partitions` (the same partition as the Java client
+    /// and librdkafka's `murmur2_random`), so each key's messages stay in order in one
+    /// partition; messages without a key go to one partition at a time
+    /// ([`Sticky::DEFAULT_SWITCH_BYTES`] before switching). kafka-go's default,
+    /// [`RoundRobin`](super::RoundRobin), ignores keys: set it explicitly to spread every
+    /// message evenly, keyed or not.
+    ///
+    /// ```
+    /// use kafkapipe::writer::{Message, RoundRobin, WriterConfig};
+    /// let config = WriterConfig::new(["127.0.0.1:9092"]);
+    /// let partitions: Vec<i32> = (0..1000).collect();
+    /// // where the Java client puts key "123456789" among 1000 partitions
+    /// assert_eq!(config.balancer.partition(&Message::keyed("123456789", "v"), &partitions), 566);
+    /// let kafka_go = config.balancer(RoundRobin::default());
+    /// ```
     pub balancer: Arc<dyn Balancer>,
     /// Most messages per partition batch. Default 100 (kafka-go `BatchSize`).
     pub batch_size: usize,
@@ -244,7 +259,7 @@ impl WriterConfig {
         WriterConfig {
             brokers: brokers.into_iter().map(Into::into).collect(),
             topic: None,
-            balancer: Arc::new(RoundRobin::default()),
+            balancer: Arc::new(Sticky::new()),
             batch_size: 100,
             batch_bytes: 1024 * 1024,
             batch_timeout: Duration::from_millis(5),

@@ -56,7 +56,9 @@
 //!   so balanced messages reach partitions added meanwhile; a message for a partition
 //!   the cached metadata lacks refreshes it first, and fails only if it is still missing.
 //! * [`Writer::deliveries`] optionally reports each message's offset or error as a
-//!   `Stream`; [`Writer::stats`] gives counters like kafka-go's `WriterStats`.
+//!   `Stream`; [`Writer::produce`] (also on [`WriterHandle`]) writes one message and
+//!   resolves to its own partition and offset, for request/response callers;
+//!   [`Writer::stats`] gives counters like kafka-go's `WriterStats`.
 //!
 //! Idempotence is on by default with `acks=all`, as in the Java client since 3.0 (see
 //! [`WriterConfig::idempotent`]; asking for `acks` 0 or 1 turns it off unless it was
@@ -609,6 +611,37 @@ impl Shared {
         self.gone.load(Ordering::Acquire)
     }
 
+    /// [`Writer::produce`]: accept `msg` once there is room, and wait for its outcome.
+    async fn produce(self: Arc<Self>, mut msg: Message) -> Result<(i32, i64)> {
+        if !self.accepting() {
+            return Err(closed_error());
+        }
+        self.clone().wait_for_space().await;
+        if !self.accepting() {
+            return Err(closed_error());
+        }
+        let group = Group::new(true);
+        let (tx, rx) = oneshot::channel();
+        group.seal(1, tx);
+        let size = msg.size();
+        self.reserve(size);
+        let one = Msg {
+            ack: HeldAck::new(std::mem::take(&mut msg.ack)),
+            msg,
+            size,
+            group: group.clone(),
+            accepted: std::time::Instant::now(),
+        };
+        if self.send(Cmd::Batch(vec![one])).is_err() {
+            self.release_messages(1, size);
+            return Err(closed_error());
+        }
+        rx.await.unwrap_or_else(|_| Err(closed_error()))?;
+        group
+            .position()
+            .ok_or_else(|| Error::protocol("message acknowledged without a position"))
+    }
+
     async fn wait_for_space(self: Arc<Self>) {
         loop {
             let notified = self.space.notified();
@@ -629,6 +662,9 @@ pub(crate) struct Group {
     /// An error was recorded and not surfaced yet: `poll_ready` asks for every message
     /// and takes the lock only then.
     unsurfaced: AtomicBool,
+    /// The group of one [`Writer::produce`] call: the task records where its message
+    /// went ([`Group::placed`], [`Group::written_at`]).
+    reports_position: bool,
 }
 
 struct GroupState {
@@ -640,10 +676,17 @@ struct GroupState {
     /// The error was already returned early by `poll_ready`.
     surfaced: bool,
     waiter: Option<oneshot::Sender<Result<()>>>,
+    /// The partition and offset of a [`Writer::produce`] call's message, as learned.
+    partition: Option<i32>,
+    offset: Option<i64>,
 }
 
 impl Group {
     fn open() -> Arc<Group> {
+        Group::new(false)
+    }
+
+    fn new(reports_position: bool) -> Arc<Group> {
         Arc::new(Group {
             state: Mutex::new(GroupState {
                 pending: 0,
@@ -651,9 +694,37 @@ impl Group {
                 error: None,
                 surfaced: false,
                 waiter: None,
+                partition: None,
+                offset: None,
             }),
             unsurfaced: AtomicBool::new(false),
+            reports_position,
         })
+    }
+
+    /// The task put a message of this group into a batch of `partition` (only recorded
+    /// for a [`Writer::produce`] call's group).
+    #[inline]
+    pub(crate) fn placed(&self, partition: i32) {
+        if self.reports_position {
+            self.lock().partition = Some(partition);
+        }
+    }
+
+    /// The broker wrote the group's first message of a batch at `offset` (-1 without
+    /// acknowledgement); only recorded for a [`Writer::produce`] call's group, before
+    /// [`done`](Self::done) answers it.
+    #[inline]
+    pub(crate) fn written_at(&self, offset: i64) {
+        if self.reports_position {
+            self.lock().offset = Some(offset);
+        }
+    }
+
+    /// Where the message of a [`Writer::produce`] call went.
+    fn position(&self) -> Option<(i32, i64)> {
+        let s = self.lock();
+        Some((s.partition?, s.offset?))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, GroupState> {
@@ -912,6 +983,27 @@ impl WriterHandle {
         !self.shared.accepting()
     }
 
+    /// Write one message and wait for its partition and offset, as
+    /// [`Writer::produce`] (which see) — from a handle, which is `Clone` and does not keep
+    /// the writer open: once every clone of the writer is closed or dropped this fails
+    /// with a closed error.
+    ///
+    /// ```no_run
+    /// use kafkapipe::writer::{Message, WriterHandle};
+    /// # async fn demo(handle: WriterHandle) -> kafkapipe::Result<()> {
+    /// let (partition, offset) = handle.produce(Message::keyed("order-7", "paid")).await?;
+    /// println!("stored at {partition}/{offset}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancellation safety
+    ///
+    /// As for [`Writer::produce`]: once the message is accepted, dropping the future
+    /// loses only its report; the message is still delivered.
+    pub async fn produce(&self, msg: Message) -> Result<(i32, i64)> {
+        self.shared.clone().produce(msg).await
+    }
+
     /// The writer's counters, over every clone.
     ///
     /// ```no_run
@@ -1086,6 +1178,56 @@ impl Writer {
             return Err(closed_error());
         }
         rx.await.unwrap_or_else(|_| Err(closed_error()))
+    }
+
+    /// Write one message and wait for its outcome: the partition and offset the broker
+    /// stored it at, or the error it failed with (for request/response services that
+    /// answer once their record is stored; rust-rdkafka's `FutureProducer::send`,
+    /// franz-go's `ProduceSync` for one record). The message is batched with everything
+    /// else the writer sends, so many concurrent calls (from `&Writer`, or from
+    /// [`WriterHandle`]s in other tasks) share batches and requests. The offset is `-1`
+    /// with [`RequiredAcks::None`](crate::conn::RequiredAcks::None). This works whether
+    /// or not [`Writer::deliveries`] is taken (the message is reported there too).
+    ///
+    /// Named `produce`, not `send`: `futures::SinkExt::send` is the `Sink`'s (it flushes
+    /// every message this clone accepted, and tells no offset).
+    ///
+    /// ```no_run
+    /// use kafkapipe::writer::{Message, Writer, WriterConfig};
+    /// # async fn demo() -> kafkapipe::Result<()> {
+    /// let writer = Writer::new(WriterConfig::new(["127.0.0.1:9092"]).topic("orders"))?;
+    /// let (partition, offset) = writer.produce(Message::keyed("order-7", "paid")).await?;
+    /// println!("stored at {partition}/{offset}");
+    /// // concurrent calls, each with its own answer
+    /// let answers = futures::future::join_all(
+    ///     (0..10).map(|i| writer.produce(Message::keyed(format!("order-{i}"), "new"))),
+    /// )
+    /// .await;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The message's own delivery error (naming topic and partition): for example
+    /// `MessageTooLarge`, an authorization failure, or the last retriable error once
+    /// [`WriterConfig::delivery_timeout`] expired. `Closed` if the writer was closed
+    /// before the message was accepted, or its task ended.
+    ///
+    /// # Cancellation safety
+    ///
+    /// The future does nothing until polled. At its first poll it waits for buffer space
+    /// (as [`Writer::write_messages`] does), then hands the message to the writer:
+    /// dropped during that wait, the message is dropped unsent (with its
+    /// [`AckToken`](crate::group::AckToken), see
+    /// [Cancellation safety](Writer#cancellation-safety)). Once handed over — at once
+    /// when there is space — the message **is delivered whether or not the future is
+    /// polled again**; dropping the future then loses only the report of where it went
+    /// (or why it failed).
+    pub async fn produce(&self, msg: Message) -> Result<(i32, i64)> {
+        if self.closed {
+            return Err(closed_error());
+        }
+        self.shared.clone().produce(msg).await
     }
 
     /// Report the outcome — offset or error — of every message accepted from now on, as a

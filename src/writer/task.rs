@@ -370,6 +370,13 @@ struct PartState {
 }
 
 impl PartState {
+    /// Idempotent writers: whether the partition's first batch under its producer id and
+    /// epoch is in flight, unacknowledged: nothing else of it goes until it is (see
+    /// [`Task::sendable`]).
+    fn awaits_first_ack(&self) -> bool {
+        self.in_flight > 0 && self.last_acked.is_none()
+    }
+
     /// Whether `seq` is the sequence number right after the last acknowledged one.
     fn is_next(&self, seq: i32) -> bool {
         match self.last_acked {
@@ -1195,9 +1202,11 @@ impl Task {
         let per_partition = self.max_in_flight_per_partition();
         let per_broker = self.cfg.max_in_flight_per_broker;
         let delivery_timeout = self.cfg.delivery_timeout;
+        let numbered = self.producer.is_some();
         let mut sealed = false;
         for (name, t) in &mut self.topics {
             for (p, ps) in &mut t.parts {
+                let first_unacked = numbered && ps.awaits_first_ack();
                 let Some(o) = ps.open.as_mut() else {
                     continue;
                 };
@@ -1206,6 +1215,7 @@ impl Task {
                 }
                 let blocked = ps.sealed.iter().any(|b| !b.in_flight)
                     || ps.in_flight >= per_partition
+                    || first_unacked
                     || self
                         .cluster
                         .cached_leader(name, *p)
@@ -1295,7 +1305,9 @@ impl Task {
     /// - a new batch goes while fewer than the partition's limit are in flight, no batch
     ///   waits to be sent again before it, no epoch bump is pending, no sequence is
     ///   unresolved, and (idempotent writers) the partition's numbering is under the
-    ///   writer's producer or can restart under it (nothing numbered is left).
+    ///   writer's producer or can restart under it (nothing numbered is left), and the
+    ///   partition's first batch under that producer is acknowledged or none is in
+    ///   flight (the first batch of a producer id and epoch goes alone).
     fn sendable(&self, ps: &PartState, now: Instant, conn: Option<&Connection>) -> Option<usize> {
         // While the epoch is exhausted and a new producer id is on its way, a partition
         // wanting the bump still counts as ready, so dispatch asks for the id (nothing
@@ -1315,6 +1327,17 @@ impl Task {
             return None;
         }
         if self.producer.is_some() && ps.producer != self.producer && i > 0 {
+            return None;
+        }
+        // Idempotent writers: a partition's first batch under a producer id and epoch
+        // goes alone, and the next only once it is acknowledged. Until then the broker
+        // may have no state for the producer there (a new partition, an epoch bump, state
+        // expired), and Kafka >= 2.5 takes any sequence as such a producer's first: a
+        // first batch refused while its partition becomes ready (NOT_LEADER_OR_FOLLOWER)
+        // would be overtaken by the batches in flight behind it, and could then only
+        // fail OUT_OF_ORDER_SEQUENCE_NUMBER. Once one is acknowledged, the broker holds
+        // the sequence and refuses any batch that is not the next.
+        if self.producer.is_some() && ps.awaits_first_ack() {
             return None;
         }
         Some(i)
@@ -2059,6 +2082,9 @@ impl Task {
             .and_then(Error::kafka_code);
         // Idempotence: errors that are retried whatever their retriability says.
         let mut recover = false;
+        // OUT_OF_ORDER_SEQUENCE_NUMBER for a batch the broker acknowledged later batches
+        // past: they are written before it, and it can no longer go where it belongs.
+        let mut overtaken = false;
         if idempotent && !expired && attempts < max_attempts {
             match code {
                 Some(ErrorCode::UnknownProducerId) => {
@@ -2074,16 +2100,21 @@ impl Task {
                     let next = seq.is_some_and(|s| ps.is_next(s));
                     // At or before the acknowledged sequence: the broker took a later
                     // batch first (it accepts any first sequence from a producer it has
-                    // no state for, e.g. this batch was refused NOT_LEADER by a partition
-                    // that became ready a moment later). Had this batch been written,
-                    // the broker would have found it among its last 5 and answered
-                    // DUPLICATE_SEQUENCE: it was not, and never will be under this
-                    // epoch. Bump and renumber it, or it is retried until it expires.
+                    // no state for: this batch was refused, say NOT_LEADER, by a
+                    // partition that had lost our state, and the batches in flight
+                    // behind it were taken). Had this batch been written, the broker
+                    // would have found it among its last 5 and answered
+                    // DUPLICATE_SEQUENCE: it was not, and written now it would land after
+                    // its successors. It fails (`overtaken`), never re-appended; its
+                    // sequence numbers lie behind the acknowledged ones, so the next
+                    // batch still follows on and no bump is needed. (A partition's first
+                    // batch under an epoch goes alone, see `sendable`, so this takes a
+                    // broker that lost the producer's state mid-stream.)
                     let behind = seq
                         .zip(ps.last_acked)
                         .is_some_and(|(s, acked)| !next && !sequence_after(s, acked));
                     match ps.unresolved {
-                        None if behind => ps.bump = true,
+                        _ if behind => overtaken = true,
                         // A batch before this one is not acknowledged yet: it goes first.
                         None if !next => {}
                         // A real gap, or the batch right after an unresolved one that
@@ -2092,12 +2123,24 @@ impl Task {
                         Some(u) if seq == Some(u) => ps.bump = true,
                         Some(_) => {}
                     }
-                    recover = true;
+                    recover = !overtaken;
                 }
                 _ => {}
             }
         }
         match outcome {
+            Err(e) if overtaken => {
+                let e = e.with_message(format!(
+                    "later batches of the partition were written before this one (the \
+                     broker had no state for the producer and took them first): its {} \
+                     messages were not written, the partition's order is broken",
+                    ps.sealed.get(i).map_or(0, |b| b.count)
+                ));
+                warn!(topic = %name, partition = p, attempts, error = %e, "produce failed: overtaken by later batches");
+                if let Some(b) = ps.sealed.remove(i) {
+                    self.finish(b, Err(&e));
+                }
+            }
             Ok(base_offset) => {
                 if let Some(last) = last_seq {
                     if ps.last_acked.map_or(true, |l| last > l) {
@@ -2272,8 +2315,19 @@ impl Task {
         } else {
             drop(acks);
         }
+        // Runs are in batch order: a run's first message is at the base + the messages
+        // before it (what a `Writer::produce` call's group learns).
+        let mut index = 0i64;
         for (g, n) in &b.runs {
+            if let Ok(base) = result {
+                g.written_at(if base >= 0 {
+                    base.saturating_add(index)
+                } else {
+                    -1
+                });
+            }
             g.done(*n, error);
+            index = index.saturating_add(*n as i64);
         }
         if let Ok(buf) = b.data.take_head().try_into_mut() {
             // Not the bytes of a compacted batch, smaller than any new batch wants.
@@ -2493,6 +2547,7 @@ fn append<M: Incoming>(
         )));
     }
     add_run(&mut open.runs, m.group());
+    m.group().placed(partition);
     if let Some(ack) = m.take_ack() {
         let index = u32::try_from(open.count).unwrap_or(u32::MAX);
         open.acks.push((index, ack));
@@ -3739,13 +3794,16 @@ mod idempotence_tests {
         );
     }
 
-    /// A new topic's partition refuses b1 (seq 0) NOT_LEADER and, ready a moment later,
-    /// takes b2 (seq 1) as the producer's first batch; b1's retry then gets
-    /// OUT_OF_ORDER_SEQUENCE forever (seen in CI: 122 attempts until the delivery
-    /// timeout). It was not written (the broker would have answered DUPLICATE_SEQUENCE):
-    /// the epoch is bumped and b1 renumbered, not finished as written.
+    /// A partition refuses b1 (seq 0) NOT_LEADER and, ready a moment later and without
+    /// state for the producer, takes b2 (seq 1) as the producer's first batch; b1's retry
+    /// then gets OUT_OF_ORDER_SEQUENCE. It was not written (the broker would have
+    /// answered DUPLICATE_SEQUENCE), and written now it would land after b2: it fails,
+    /// neither retried until its delivery timeout (seen in CI: 122 attempts) nor
+    /// renumbered under a bumped epoch and appended after b2 with success reported
+    /// (issue 26: "p0@200 key 0 after 2994"). Its sequence numbers are behind the
+    /// acknowledged ones: the partition goes on at seq 2, no bump.
     #[tokio::test]
-    async fn out_of_order_behind_the_acknowledged_sequence_bumps_and_renumbers() {
+    async fn out_of_order_behind_the_acknowledged_sequence_fails_the_batch() {
         let cfg = WriterConfig::new(["127.0.0.1:1"]);
         let cluster = Cluster::new(cfg.brokers.clone(), cfg.connection_config()).unwrap();
         let shared = Arc::new(Shared::new(cfg.max_buffered_bytes));
@@ -3780,12 +3838,16 @@ mod idempotence_tests {
             0,
             true,
         );
-        assert!(task.topics[&name].parts[&0].bump, "b1 can never be written");
-        task.maybe_bump();
         let ps = &task.topics[&name].parts[&0];
-        let left: Vec<_> = ps.sealed.iter().map(|b| (b.id, b.stamp)).collect();
-        assert_eq!(left, vec![(1, Some((7, 1, 0)))], "renumbered, not finished");
+        assert!(
+            ps.sealed.is_empty(),
+            "b1 is done: failed, not kept for a retry"
+        );
+        assert!(!ps.bump, "no epoch bump: seq 2 follows b2");
+        assert_eq!((ps.next_seq, ps.last_acked), (2, Some(1)));
         assert_eq!(shared.stats.messages.load(Ordering::Relaxed), 0);
+        assert_eq!(shared.stats.errors.load(Ordering::Relaxed), 1);
+        assert_eq!(task.producer, Some((7, 0)));
     }
 
     #[test]

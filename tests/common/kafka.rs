@@ -349,6 +349,18 @@ impl KafkaNode {
         self.process = None;
     }
 
+    /// SIGSTOP: the node freezes (no heartbeats, no replication, connections stay open)
+    /// until [`KafkaNode::resume`]; the controller fences it after
+    /// `broker.session.timeout.ms` and takes it out of every ISR.
+    pub fn suspend(&mut self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`KafkaNode::suspend`].
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+    }
+
     /// Starts the node again on its data and ports; waits until it is ready.
     pub fn restart(&mut self) {
         assert!(!self.is_running(), "restart of a running node {}", self.id);
@@ -698,6 +710,43 @@ impl TestCluster {
             .iter_mut()
             .find_map(|n| n.is_running().then(|| n.addr.clone()))
             .expect("no node running")
+    }
+
+    /// Runs Kafka's `LeaderElectionCommand` (`kafka-leader-election.sh`) for one partition
+    /// against a live node: `election` is `preferred` or `unclean` (an unclean election
+    /// picks a live replica outside the ISR when the partition has no leader, whatever
+    /// `unclean.leader.election.enable` says). Returns whether the tool succeeded, and its
+    /// output.
+    pub fn elect_leader(&mut self, election: &str, topic: &str, partition: i32) -> (bool, String) {
+        let addr = self.live_addr();
+        let out = Command::new(java())
+            .args([
+                "-Xmx256m",
+                &format!(
+                    "-Dlog4j2.configurationFile={}",
+                    self.nodes[0].dir.join("log4j2.properties").display()
+                ),
+                "-cp",
+                &classpath(),
+                "org.apache.kafka.tools.LeaderElectionCommand",
+                "--bootstrap-server",
+                &addr,
+                "--election-type",
+                election,
+                "--topic",
+                topic,
+                "--partition",
+                &partition.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run java LeaderElectionCommand");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
     }
 
     /// Creates a topic with replication factor = cluster size and waits for leaders.

@@ -520,3 +520,38 @@ where
         })
         .collect()
 }
+
+/// Produce keys `key-0..n` to `topic` on `addr` with librdkafka (confluent-kafka, through
+/// `tests/interop/produce.py`) using its `partitioner`, and return the partition each key
+/// landed in.
+pub fn librdkafka_partitions(
+    addr: &str,
+    topic: &str,
+    n: usize,
+    partitioner: &str,
+) -> Vec<(String, i32)> {
+    let out = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg(format!(
+            "{}/tests/interop/produce.py",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .args(["--broker", addr, "--topic", topic])
+        .args(["--count", &n.to_string(), "--partitioner", partitioner])
+        .output()
+        .expect("run produce.py");
+    assert!(
+        out.status.success(),
+        "librdkafka producer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json line");
+            (
+                v["key"].as_str().unwrap().to_string(),
+                v["partition"].as_i64().unwrap() as i32,
+            )
+        })
+        .collect()
+}

@@ -13,7 +13,9 @@ import json
 import sys
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException
+
+from assign_all import assign_all_from_beginning
 
 
 def enc(b):
@@ -45,19 +47,8 @@ def main() -> int:
     })
     deadline = time.monotonic() + args.timeout
     try:
-        md = None
-        while time.monotonic() < deadline:
-            md = consumer.list_topics(args.topic, timeout=5)
-            t = md.topics.get(args.topic)
-            if t is not None and t.error is None and t.partitions:
-                break
-            time.sleep(0.1)
-        t = md.topics.get(args.topic) if md else None
-        if t is None or t.error is not None or not t.partitions:
-            print(f"topic {args.topic} not found: {t.error if t else None}", file=sys.stderr)
+        if not assign_all_from_beginning(consumer, args.topic, deadline):
             return 2
-        consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING)
-                         for p in sorted(t.partitions)])
         got = 0
         while got < args.expect and time.monotonic() < deadline:
             msg = consumer.poll(min(0.5, max(0.0, deadline - time.monotonic())))

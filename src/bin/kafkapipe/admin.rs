@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use kafkapipe::admin::{Admin, ConfigResource, OffsetSpec, TopicPartition};
+use kafkapipe::admin::{Admin, ConfigResource, OffsetFetchOptions, OffsetSpec, TopicPartition};
 use kafkapipe::conn::NewTopic;
 
 use crate::{io, Fail, GroupsCmd, TopicsCmd};
@@ -132,7 +132,10 @@ pub async fn groups(
             }
             Ok(())
         }
-        GroupsCmd::Describe { group } => {
+        GroupsCmd::Describe {
+            group,
+            require_stable,
+        } => {
             // A consumer-protocol (KIP-848) group first; a classic group (or a broker
             // without ConsumerGroupDescribe) is described with DescribeGroups.
             let consumer = match admin.describe_consumer_groups(&[&group]).await {
@@ -193,7 +196,10 @@ pub async fn groups(
                     }
                 }
             }
-            let offsets = admin.fetch_group_offsets(&group, None).await?;
+            let stable = OffsetFetchOptions::new().require_stable(require_stable);
+            let offsets = admin
+                .fetch_group_offsets_with(&group, None, &stable)
+                .await?;
             let specs: Vec<(TopicPartition, OffsetSpec)> = offsets
                 .iter()
                 .map(|(tp, _)| (tp.clone(), OffsetSpec::Latest))

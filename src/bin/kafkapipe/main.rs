@@ -22,9 +22,11 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  success; also after SIGINT/SIGTERM (consume and produce stop cleanly: what was
-     printed is committed, the group is left) and when stdout is closed (| head)
-  1  the command failed (broker, network, authentication, I/O)
+  0  success; also after SIGINT/SIGTERM when the command stopped cleanly (consume: what
+     was printed is committed, the group is left; produce: every record read from stdin
+     was acknowledged) and when stdout is closed (| head)
+  1  the command failed (broker, network, authentication, I/O), or produce stopped with
+     records not delivered (their count is on stderr)
   2  usage error (bad arguments, unknown -X setting or bad value)
 
 Client settings (-X KEY=VALUE, repeatable; `-X list` shows every key):
@@ -119,6 +121,10 @@ enum GroupsCmd {
     Describe {
         /// The group.
         group: String,
+        /// Read only stable committed offsets (OffsetFetch `require_stable`): every
+        /// commit the coordinator acknowledged, also right after a coordinator failover.
+        #[arg(long)]
+        require_stable: bool,
     },
     /// Delete groups (they must have no members).
     Delete {
@@ -132,8 +138,11 @@ enum GroupsCmd {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Each stdin line is one record (a trailing \\r is dropped). Records are \
-    batched; the command exits once every record is acknowledged.\n\
-    SIGINT/SIGTERM: stop reading stdin, deliver what was read, exit 0."
+    batched; the command exits once every record is acknowledged (exit 0) or failed (exit \
+    1, the count of records not delivered on stderr).\n\
+    SIGINT/SIGTERM: stop reading stdin, wait up to 3 s for what was read to be \
+    acknowledged: exit 0 if all of it was, else exit 1 saying how many records were not \
+    delivered. A second signal exits at once."
 )]
 pub struct ProduceArgs {
     /// The topic.
@@ -142,10 +151,19 @@ pub struct ProduceArgs {
     /// value with a null key).
     #[arg(short = 'k', long = "key-delimiter", value_name = "SEP")]
     pub key_delimiter: Option<String>,
-    /// Write every record to this partition (default: by key hash, round-robin for null
-    /// keys).
+    /// Write every record to this partition (default: where --partitioner says).
     #[arg(short = 'p', long)]
     pub partition: Option<i32>,
+    /// Where records go without -p (librdkafka's `partitioner` names): sticky (default) or
+    /// murmur2_random: keys by murmur2 like the Java client, keyless records to one
+    /// partition at a time; murmur2: the same, keyless records all to one partition;
+    /// consistent_random (librdkafka's and kcat's default): keys by CRC32, keyless or
+    /// empty-key records spread; consistent: the same, those all to one partition;
+    /// random: every record to a random partition; round_robin: every record to the next
+    /// partition (kafka-go's default; keys ignored).
+    #[arg(long, value_name = "NAME", default_value = "sticky",
+          value_parser = produce::parse_partitioner)]
+    pub partitioner: produce::Partitioner,
     /// Add a header to every record (repeatable).
     #[arg(short = 'H', long = "header", value_name = "KEY=VALUE")]
     pub headers: Vec<String>,

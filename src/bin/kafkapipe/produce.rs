@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::SinkExt;
-use kafkapipe::writer::{Message, Writer, WriterConfig};
+use kafkapipe::writer::{
+    Balancer, Crc32, Message, Murmur2, RoundRobin, Sticky, Writer, WriterConfig,
+};
 
 use crate::settings::Settings;
 use crate::shutdown::Shutdown;
@@ -13,7 +15,8 @@ use crate::{Fail, ProduceArgs};
 
 /// Prints a rate line to stderr at most every two seconds.
 pub struct Progress {
-    what: &'static str,
+    /// What the count is, e.g. "produced".
+    pub what: &'static str,
     start: Instant,
     last: Instant,
     /// Records so far.
@@ -54,8 +57,13 @@ impl Progress {
     }
 }
 
-/// Run `produce`: stdin lines to records until EOF or SIGINT/SIGTERM, then deliver
-/// everything read and exit.
+/// After SIGINT/SIGTERM, how long the records already read may still take to be
+/// acknowledged before the command gives up on them.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// Run `produce`: stdin lines to records until EOF or SIGINT/SIGTERM. Succeeds only if
+/// every record read was acknowledged; after a signal, what is not acknowledged within
+/// [`STOP_GRACE`] is given up and counted.
 pub async fn run(brokers: &[String], settings: &Settings, args: &ProduceArgs) -> Result<(), Fail> {
     let mut headers = Vec::new();
     for h in &args.headers {
@@ -72,6 +80,7 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ProduceArgs) ->
     if let Some(a) = args.acks {
         config = config.required_acks(a);
     }
+    config = args.partitioner.apply(config);
     let mut shutdown = Shutdown::install().map_err(|e| Fail::Run(format!("signals: {e}")))?;
     let mut writer = Writer::new(config)?;
 
@@ -97,53 +106,98 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ProduceArgs) ->
         }
     });
 
-    let mut progress = Progress::new("produced");
-    let mut stopped = false;
-    let mut result = Ok(());
+    // Every line read from stdin counts, handed to the writer or not.
+    let mut progress = Progress::new("read");
+    let mut failure: Option<String> = None;
     'read: loop {
-        let first = tokio::select! {
+        let line = tokio::select! {
             biased;
-            _ = shutdown.wait() => { stopped = true; break 'read; }
+            _ = shutdown.wait() => break 'read,
             l = rx.recv() => l,
         };
-        let Some(first) = first else { break };
-        let mut chunk = Vec::new();
-        let mut next = Some(first);
-        while let Some(line) = next.take() {
-            match line {
-                Ok(line) => chunk.push(to_message(line, args, &headers)),
-                Err(e) => {
-                    result = Err(Fail::Run(format!("reading stdin: {e}")));
-                    break;
-                }
+        let Some(line) = line else {
+            if progress.count > writer.stats().messages {
+                eprintln!(
+                    "% end of input: {} records read, waiting for their delivery",
+                    progress.count
+                );
             }
-            if chunk.len() >= 1000 {
-                break;
-            }
-            next = rx.try_recv().ok();
-        }
-        let n = chunk.len() as u64;
-        if n > 0 {
-            if let Err(e) = writer.write_messages(chunk).await {
-                result = Err(e.into());
-                break;
-            }
-            progress.add(n);
-        }
-        if result.is_err() {
             break;
+        };
+        let msg = match line {
+            Ok(line) => to_message(line, args, &headers),
+            Err(e) => {
+                failure = Some(format!("reading stdin: {e}"));
+                break;
+            }
+        };
+        progress.add(1);
+        // `feed` waits for buffer space (a signal ends the wait; the record is then
+        // dropped unsent) and fails early once a record failed for good.
+        tokio::select! {
+            biased;
+            _ = shutdown.wait() => break 'read,
+            r = writer.feed(msg) => if let Err(e) = r {
+                failure = Some(e.to_string());
+                break 'read;
+            },
         }
     }
-    let closed = writer.close().await;
-    result?;
-    closed?;
-    let how = if stopped || shutdown.requested() {
+    if shutdown.requested() {
+        // Lines the stdin thread read ahead were read too.
+        while let Ok(Ok(_)) = rx.try_recv() {
+            progress.add(1);
+        }
+    }
+    // Deliver what was accepted: until done, unless a signal comes; then (or if it had
+    // come) for STOP_GRACE at most.
+    let flushed = if shutdown.requested() {
+        tokio::time::timeout(STOP_GRACE, writer.flush()).await.ok()
+    } else {
+        let done = tokio::select! {
+            biased;
+            r = writer.flush() => Some(r),
+            _ = shutdown.wait() => None,
+        };
+        match done {
+            Some(r) => Some(r),
+            None => tokio::time::timeout(STOP_GRACE, writer.flush()).await.ok(),
+        }
+    };
+    if let Some(Err(e)) = &flushed {
+        failure.get_or_insert_with(|| e.to_string());
+    }
+    let read = progress.count;
+    let delivered = writer.stats().messages;
+    let how = if shutdown.requested() {
         " (stopped by signal)"
     } else {
         ""
     };
-    eprintln!("% {} to {}{how}", progress.line(), args.topic);
-    Ok(())
+    if flushed.is_some() && failure.is_none() && delivered >= read {
+        writer.close().await?;
+        progress.count = delivered;
+        progress.what = "produced";
+        eprintln!("% {} to {}{how}", progress.line(), args.topic);
+        return Ok(());
+    }
+    // Not everything was acknowledged: say how much, and exit without waiting further
+    // (dropping the writer; the runtime's shutdown ends its task).
+    let lost = read.saturating_sub(delivered);
+    let why = failure.unwrap_or_else(|| {
+        format!(
+            "not acknowledged within {}s of the signal",
+            STOP_GRACE.as_secs()
+        )
+    });
+    eprintln!(
+        "% {delivered} records produced to {}, {lost} not delivered{how}",
+        args.topic
+    );
+    drop(writer);
+    Err(Fail::Run(format!(
+        "{lost} of {read} records read from stdin were not delivered: {why}"
+    )))
 }
 
 fn to_message(mut line: Vec<u8>, args: &ProduceArgs, headers: &[(String, Bytes)]) -> Message {
@@ -172,4 +226,89 @@ fn to_message(mut line: Vec<u8>, args: &ProduceArgs, headers: &[(String, Bytes)]
         msg = msg.with_header(k.clone(), v.clone());
     }
     msg
+}
+
+/// `--partitioner`: where records without `-p` go, by librdkafka's `partitioner` names
+/// (CONFIGURATION.md) plus `sticky` and `round_robin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Partitioner {
+    /// Keys by murmur2 (the Java client's partition), keyless records one partition at a
+    /// time (the Java client's default; librdkafka `murmur2_random` with its default
+    /// `sticky.partitioning.linger.ms`). The library's default, `Sticky`.
+    Sticky,
+    /// Keys by murmur2; keyless records hashed as an empty key (all to one partition).
+    Murmur2,
+    /// Keys by CRC32 (librdkafka's default); keyless records one partition at a time,
+    /// empty keys round robin (librdkafka: both sticky).
+    ConsistentRandom,
+    /// Keys by CRC32; keyless and empty-key records all to one partition.
+    Consistent,
+    /// Every record to a random partition.
+    Random,
+    /// Every record to the next partition in turn, keys ignored (kafka-go's default).
+    RoundRobin,
+}
+
+/// Parse a `--partitioner` name.
+pub fn parse_partitioner(v: &str) -> Result<Partitioner, String> {
+    Ok(match v {
+        "sticky" | "murmur2_random" => Partitioner::Sticky,
+        "murmur2" => Partitioner::Murmur2,
+        "consistent_random" => Partitioner::ConsistentRandom,
+        "consistent" => Partitioner::Consistent,
+        "random" => Partitioner::Random,
+        "round_robin" => Partitioner::RoundRobin,
+        _ => {
+            return Err(format!(
+                "partitioner: expected sticky, murmur2_random, murmur2, consistent_random, \
+                 consistent, random or round_robin, got {v:?}"
+            ))
+        }
+    })
+}
+
+impl Partitioner {
+    /// `config` with this placement as its balancer.
+    fn apply(self, config: WriterConfig) -> WriterConfig {
+        match self {
+            Partitioner::Sticky => config.balancer(Sticky::new()),
+            Partitioner::Murmur2 => config.balancer(Murmur2::consistent()),
+            Partitioner::ConsistentRandom => config.balancer(Sticky::new().keys(Crc32::default())),
+            Partitioner::Consistent => config.balancer(Crc32::consistent()),
+            Partitioner::Random => config.balancer(Random::new()),
+            Partitioner::RoundRobin => config.balancer(RoundRobin::default()),
+        }
+    }
+}
+
+/// librdkafka's `random` partitioner: each record to a partition picked at random.
+struct Random(std::sync::atomic::AtomicU64);
+
+impl Random {
+    fn new() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        // A random seed without a random number crate: std's per-process hash keys.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(0);
+        Random(std::sync::atomic::AtomicU64::new(h.finish() | 1))
+    }
+}
+
+impl Balancer for Random {
+    fn partition(&self, _msg: &Message, partitions: &[i32]) -> i32 {
+        use std::sync::atomic::Ordering;
+        // splitmix64 over an atomic counter: lock-free, and every call a fresh number.
+        let mut z = self
+            .0
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let n = partitions.len().max(1) as u64;
+        partitions
+            .get(usize::try_from(z % n).unwrap_or(0))
+            .copied()
+            .unwrap_or(0)
+    }
 }

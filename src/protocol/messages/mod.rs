@@ -21,6 +21,7 @@
 //! | DeleteTopics (20) | 1–6 | 4 |
 //! | DeleteRecords (21) | 0–2 | 2 |
 //! | InitProducerId (22) | 0–5 | 2 |
+//! | OffsetForLeaderEpoch (23) | 2–4 | 4 |
 //! | AddPartitionsToTxn (24) | 0–5 | 3 |
 //! | AddOffsetsToTxn (25) | 0–4 | 3 |
 //! | EndTxn (26) | 0–5 | 3 |
@@ -65,6 +66,7 @@ pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
@@ -147,6 +149,10 @@ pub use offset_fetch::{
     OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
     OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
     OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+pub use offset_for_leader_epoch::{
+    OffsetForLeaderEpochEndOffset, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+    OffsetForLeaderPartition, OffsetForLeaderTopic, OffsetForLeaderTopicResult,
 };
 pub use sasl_authenticate::{SaslAuthenticateRequest, SaslAuthenticateResponse};
 pub use sasl_handshake::{SaslHandshakeRequest, SaslHandshakeResponse};
