@@ -283,6 +283,8 @@ pub(crate) struct GroupShared {
     commits: Mutex<Commits>,
     /// Generation and member id of the current membership.
     member: Mutex<(i32, String)>,
+    /// Woken whenever `member` changes ([`GroupShared::set_member`]).
+    member_moved: Notify,
     events: Mutex<Events>,
     commit_lock: tokio::sync::Mutex<()>,
     /// How long a commit of revoked partitions (or on close) and the OffsetFetch of a
@@ -372,6 +374,7 @@ impl GroupShared {
             pulse: Arc::default(),
             commits: Mutex::default(),
             member: Mutex::new((-1, String::new())),
+            member_moved: Notify::new(),
             events: Mutex::default(),
             commit_lock: tokio::sync::Mutex::new(()),
             commit_timeout: config.rebalance_timeout.max(Duration::from_secs(5)),
@@ -529,10 +532,34 @@ impl GroupShared {
         }
     }
 
+    /// The membership commits are sent with: the generation (KIP-848: the member epoch)
+    /// and the member id; a generation of -1 while there is none.
+    pub(crate) fn set_member(&self, generation: i32, member_id: String) {
+        *lock(&self.member) = (generation, member_id);
+        self.member_moved.notify_waiters();
+    }
+
+    /// Resolves once the membership is no longer `(generation, member_id)`.
+    async fn membership_moved(&self, generation: i32, member_id: &str) {
+        loop {
+            let moved = self.member_moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            {
+                let m = lock(&self.member);
+                if m.0 != generation || m.1 != member_id {
+                    return;
+                }
+            }
+            moved.await;
+        }
+    }
+
     /// The commit itself, run by [`GroupShared::commit_pending_within`]'s task.
     async fn commit_now(&self, only: Option<&[TopicPartition]>, within: Duration) -> Result<()> {
         let _serial = self.commit_lock.lock().await;
         let deadline = deadline_after(within);
+        let mut abandoned = false;
         loop {
             // The tracks the offsets were taken from: the answer moves only them, never a
             // later ownership of the same partition taken while this commit was on its way.
@@ -549,6 +576,21 @@ impl GroupShared {
                 return Ok(());
             }
             let (generation, member_id) = lock(&self.member).clone();
+            if generation < 0 && abandoned {
+                // the membership ended under the abandoned commit (lost, fenced): its
+                // partitions are being dropped; commit with the next one, if they are not
+                if Instant::now() >= deadline {
+                    return Err(Error::new(
+                        crate::error::ErrorKind::Timeout,
+                        format!("group {}: no membership to commit with", self.group_id),
+                    ));
+                }
+                tokio::select! {
+                    () = self.membership_moved(generation, &member_id) => {}
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+                continue;
+            }
             let offsets: Vec<(crate::admin::TopicPartition, i64)> = due
                 .iter()
                 .map(|(tp, o)| {
@@ -584,15 +626,26 @@ impl GroupShared {
                 }
             }
             let (req, offsets) = (&req, &offsets);
-            let results = self
-                .coord
-                .call(
-                    "OffsetCommit",
-                    deadline,
-                    self.request_timeout,
-                    |c| async move { Admin::offset_commit_on(&c, req, offsets).await },
-                )
-                .await?;
+            let call = self.coord.call(
+                "OffsetCommit",
+                deadline,
+                self.request_timeout,
+                |c| async move { Admin::offset_commit_on(&c, req, offsets).await },
+            );
+            // A commit built for a membership that ended (a new member epoch, a fence, a
+            // lost or rejoined member) is abandoned, not retried: the broker refuses that
+            // generation, and waiting out its request would hold up the commits (a
+            // revocation's above all) of the membership that replaced it. Its connection
+            // is kept, so the next commit queues behind the abandoned request on it and
+            // the broker still answers them in order.
+            let results = tokio::select! {
+                r = call => r?,
+                () = self.membership_moved(generation, &member_id) => {
+                    debug!(group = %self.group_id, generation, "the membership this commit was built for ended; committing with the current one");
+                    abandoned = true;
+                    continue;
+                }
+            };
             let mut first_err = None;
             let mut stale = false;
             {
@@ -923,7 +976,7 @@ impl GroupTask {
                 }
             };
             generation = new_generation;
-            *lock(&g.member) = (generation, member_id.clone());
+            g.set_member(generation, member_id.clone());
             // Eager: nothing is owned here, so everything assigned is added.
             let revoked: Vec<TopicPartition> = owned
                 .iter()
