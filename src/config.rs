@@ -152,6 +152,10 @@ pub const IGNORED_KEYS: &[(&str, &str)] = &[
 pub struct Properties {
     bootstrap: Vec<String>,
     conn: ConnectionConfig,
+    /// `client.id` and `socket.connection.setup.timeout.ms` as given (also in `conn`), so
+    /// that `apply_to_*` leaves a config's own values alone when they were not.
+    client_id: Option<String>,
+    connect_timeout: Option<Duration>,
     request_timeout: Option<Duration>,
     metadata_max_age: Option<Duration>,
     max_in_flight: Option<usize>,
@@ -805,7 +809,10 @@ impl Properties {
                         return Err(bad(k, "names no broker"));
                     }
                 }
-                "client.id" => p.conn.client_id = v.to_string(),
+                "client.id" => {
+                    p.conn.client_id = v.to_string();
+                    p.client_id = s();
+                }
                 "security.protocol" => protocol = v.to_ascii_lowercase(),
                 "sasl.mechanism" | "sasl.mechanisms" => {
                     sasl.mechanism = Some(v.to_ascii_uppercase())
@@ -831,7 +838,10 @@ impl Properties {
                 "ssl.key.password" => tls.key_password = s(),
                 "ssl.endpoint.identification.algorithm" => tls.endpoint_identification = s(),
                 "ssl.server.name" => tls.server_name = s(),
-                "socket.connection.setup.timeout.ms" => p.conn.connect_timeout = millis(k, v)?,
+                "socket.connection.setup.timeout.ms" => {
+                    p.conn.connect_timeout = millis(k, v)?;
+                    p.connect_timeout = Some(p.conn.connect_timeout);
+                }
                 "request.timeout.ms" => p.request_timeout = Some(millis(k, v)?),
                 "max.in.flight.requests.per.connection" | "max.in.flight" => {
                     let n: usize = number(k, v)?;
@@ -1081,8 +1091,12 @@ impl Properties {
     /// ```
     pub fn apply_to_reader(&self, mut c: ReaderConfig) -> ReaderConfig {
         let s = &self.consumer;
-        c.client_id = self.conn.client_id.clone();
-        c.connect_timeout = self.conn.connect_timeout;
+        if let Some(id) = &self.client_id {
+            c.client_id = id.clone();
+        }
+        if let Some(d) = self.connect_timeout {
+            c.connect_timeout = d;
+        }
         if let Some(t) = self.request_timeout {
             c.request_timeout = t;
         }
@@ -1207,8 +1221,12 @@ impl Properties {
     /// ```
     pub fn apply_to_writer(&self, mut c: WriterConfig) -> WriterConfig {
         let s = &self.producer;
-        c.client_id = self.conn.client_id.clone();
-        c.connect_timeout = self.conn.connect_timeout;
+        if let Some(id) = &self.client_id {
+            c.client_id = id.clone();
+        }
+        if let Some(d) = self.connect_timeout {
+            c.connect_timeout = d;
+        }
         if let Some(t) = self.request_timeout {
             c = c.write_timeout(t);
         }

@@ -177,6 +177,16 @@ fn unset_settings_keep_the_defaults() {
         .apply_to_reader(ReaderConfig::new(["x:1"]))
         .group_id
         .is_none());
+    // A config's own values stay where the properties say nothing.
+    let w = p.apply_to_writer(
+        WriterConfig::new(["x:1"])
+            .client_id("mine")
+            .connect_timeout(Duration::from_secs(2)),
+    );
+    assert_eq!(w.client_id, "mine");
+    assert_eq!(w.connect_timeout, Duration::from_secs(2));
+    let r = p.apply_to_reader(ReaderConfig::new(["x:1"]).client_id("mine"));
+    assert_eq!(r.client_id, "mine");
 }
 
 #[test]
