@@ -890,7 +890,7 @@ async fn large_values_waiting_to_be_encoded_keep_order_and_flush() {
         let p = d.message.partition.unwrap();
         let last = offsets.insert(p, offset);
         assert!(
-            last.map_or(true, |l| l < offset),
+            last.is_none_or(|l| l < offset),
             "reports of {p} out of order"
         );
     }

@@ -102,7 +102,7 @@ impl Admin {
                     Ok(res
                         .configs
                         .iter()
-                        .filter(|c| keys.map_or(true, |k| k.contains(&c.name.as_str())))
+                        .filter(|c| keys.is_none_or(|k| k.contains(&c.name.as_str())))
                         .map(|c| ConfigEntry {
                             name: c.name.clone(),
                             value: c.value.clone(),

@@ -434,7 +434,7 @@ impl Assignor for CooperativeStickyAssignor {
         let (mut out, owners) = Self::sticky(members, partitions);
         // Withhold partitions whose owner changes (KIP-429): the old owner revokes first.
         for (member, v) in out.iter_mut() {
-            v.retain(|tp| owners.get(tp).map_or(true, |o| o == member));
+            v.retain(|tp| owners.get(tp).is_none_or(|o| o == member));
         }
         out
     }

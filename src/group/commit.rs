@@ -136,7 +136,7 @@ impl Commits {
             for (p, track) in ps {
                 if let Some(o) = track.due() {
                     let tp = TopicPartition::new(t.clone(), *p);
-                    if only.map_or(true, |only| only.contains(&tp)) {
+                    if only.is_none_or(|only| only.contains(&tp)) {
                         v.push((tp, o));
                     }
                 }
@@ -165,7 +165,7 @@ impl Commits {
                 total += n;
                 if let Some((offset, at)) = front {
                     let age = at.elapsed();
-                    if oldest.as_ref().map_or(true, |o| age > o.age) {
+                    if oldest.as_ref().is_none_or(|o| age > o.age) {
                         oldest = Some(Unacked {
                             topic: t.clone(),
                             partition: *p,

@@ -458,7 +458,7 @@ impl GroupShared {
         }
         let c = self.commits();
         match c.get(&o.topic, o.partition) {
-            Some(t) if o.assignment().map_or(true, |a| a == t.id) => {
+            Some(t) if o.assignment().is_none_or(|a| a == t.id) => {
                 t.ack_offset(o.offset);
             }
             Some(_) => debug!(

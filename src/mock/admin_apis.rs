@@ -81,7 +81,7 @@ pub(super) fn describe_configs(
                         .filter(|c| {
                             r.configuration_keys
                                 .as_ref()
-                                .map_or(true, |keys| keys.contains(&c.name))
+                                .is_none_or(|keys| keys.contains(&c.name))
                         })
                         .collect();
                 }
@@ -146,7 +146,7 @@ fn group_error(
         .or_else(|| st.take_partition_error(api, group, super::GROUP_PARTITION))
         .or_else(|| {
             st.coordinator(group)
-                .map_or(true, |b| b.id != id)
+                .is_none_or(|b| b.id != id)
                 .then_some(ErrorCode::NotCoordinator)
         })
 }

@@ -343,7 +343,7 @@ impl State {
         let i = self
             .faults
             .iter()
-            .position(|f| f.api == api && f.broker.map_or(true, |b| b == broker))?;
+            .position(|f| f.api == api && f.broker.is_none_or(|b| b == broker))?;
         let rule = &mut self.faults[i];
         let fault = rule.fault.clone();
         if rule.remaining != u32::MAX {

@@ -102,7 +102,7 @@ pub(super) fn init(st: &mut State, tid: &str) -> (i64, i16) {
 
 /// Why `tid` with this producer cannot act, if it cannot.
 fn check(st: &State, id: i32, tid: &str, producer_id: i64, epoch: i16) -> Option<ErrorCode> {
-    if st.coordinator(tid).map_or(true, |b| b.id != id) {
+    if st.coordinator(tid).is_none_or(|b| b.id != id) {
         return Some(ErrorCode::NotCoordinator);
     }
     match st.transactions.get(tid) {

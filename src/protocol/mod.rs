@@ -104,7 +104,7 @@ impl Splices {
 
     /// Record `bytes`, belonging at `offset` of the buffer. Offsets must not decrease.
     pub fn push(&mut self, offset: usize, bytes: Bytes) {
-        debug_assert!(self.parts.last().map_or(true, |(at, _)| *at <= offset));
+        debug_assert!(self.parts.last().is_none_or(|(at, _)| *at <= offset));
         self.len += bytes.len();
         self.parts.push((offset, bytes));
     }

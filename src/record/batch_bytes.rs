@@ -37,7 +37,7 @@ impl BatchBytes {
     /// decrease and lie within `head`).
     pub(crate) fn spliced(head: Bytes, spliced: Vec<(usize, Bytes)>) -> Self {
         debug_assert!(spliced.windows(2).all(|w| w[0].0 <= w[1].0));
-        debug_assert!(spliced.last().map_or(true, |(at, _)| *at <= head.len()));
+        debug_assert!(spliced.last().is_none_or(|(at, _)| *at <= head.len()));
         let len = head.len() + spliced.iter().map(|(_, b)| b.len()).sum::<usize>();
         BatchBytes { head, spliced, len }
     }

@@ -108,7 +108,7 @@ impl Balancer for LeastBytes {
             + msg.value.as_ref().map_or(0, |v| v.len())) as u64;
         let mut best: Option<&mut (i32, u64)> = None;
         for c in counters.iter_mut() {
-            if best.as_ref().map_or(true, |b| c.1 < b.1) {
+            if best.as_ref().is_none_or(|b| c.1 < b.1) {
                 best = Some(c);
             }
         }

@@ -495,9 +495,9 @@ impl ExactlyOnceSink {
             let Some(begun) = self.begun else {
                 return Poll::Ready(Ok(()));
             };
-            let changed = self.deferred.map_or(true, |(m, polls)| {
-                m != self.messages || polls != self.group.pulse.polls()
-            });
+            let changed = self
+                .deferred
+                .is_none_or(|(m, polls)| m != self.messages || polls != self.group.pulse.polls());
             let due = self.messages >= self.config.commit_every_messages
                 || begun.elapsed() >= self.config.commit_interval;
             match mode {

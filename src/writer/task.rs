@@ -813,7 +813,7 @@ impl Task {
             for recheck in [false, true] {
                 let list = if recheck { &t.recheck } else { &t.waiting };
                 // Only when the earliest message is due: no scan on every wake.
-                if !list.earliest.is_some_and(|a| msg_expiry(&cfg, t, a) <= now) {
+                if list.earliest.is_none_or(|a| msg_expiry(&cfg, t, a) > now) {
                     continue;
                 }
                 let list = if recheck {
@@ -974,7 +974,7 @@ impl Task {
                         rejected.push((m.into_msg(), e));
                         continue;
                     };
-                    if !cur.as_ref().is_some_and(|(k, _)| **k == *name) {
+                    if cur.as_ref().is_none_or(|(k, _)| **k != *name) {
                         let key: Arc<str> = match topics.get_key_value(name) {
                             Some((k, _)) => k.clone(),
                             None => {
@@ -1246,7 +1246,7 @@ impl Task {
             let first = t.meta.is_none() && !t.waiting.is_empty();
             if (first || !t.recheck.is_empty())
                 && !t.meta_pending
-                && t.meta_retry_at.map_or(true, |at| at <= now)
+                && t.meta_retry_at.is_none_or(|at| at <= now)
             {
                 wanted.push((name.clone(), !first));
             }
@@ -1378,7 +1378,7 @@ impl Task {
                         .push((name.clone(), *p));
                 }
             }
-            if leaderless && !t.meta_pending && t.meta_retry_at.map_or(true, |at| at <= now) {
+            if leaderless && !t.meta_pending && t.meta_retry_at.is_none_or(|at| at <= now) {
                 need_meta.push(name.clone());
             }
         }
@@ -2143,7 +2143,7 @@ impl Task {
             }
             Ok(base_offset) => {
                 if let Some(last) = last_seq {
-                    if ps.last_acked.map_or(true, |l| last > l) {
+                    if ps.last_acked.is_none_or(|l| last > l) {
                         ps.last_acked = Some(last);
                     }
                 }
@@ -2416,7 +2416,7 @@ fn place<M: Incoming>(
         Some(p) if t.ids.binary_search(&p).is_ok() => p,
         // The partition may have been added since the metadata was asked for: look
         // again before failing the message.
-        Some(_) if t.meta_asked.map_or(true, |asked| asked < m.accepted()) => {
+        Some(_) if t.meta_asked.is_none_or(|asked| asked < m.accepted()) => {
             t.recheck.push(m.into_msg());
             return Ok(());
         }

@@ -1248,9 +1248,9 @@ pub(crate) async fn add_partitions(
                         .with_topic(t.name.clone())
                         .with_partition(p.partition_index)
                         .with_broker(c.broker());
-                    let better = first.as_ref().map_or(true, |f| {
-                        f.kafka_code() == Some(ErrorCode::OperationNotAttempted)
-                    });
+                    let better = first
+                        .as_ref()
+                        .is_none_or(|f| f.kafka_code() == Some(ErrorCode::OperationNotAttempted));
                     if better {
                         first = Some(e);
                     }
