@@ -94,10 +94,14 @@
 //! # Ok(()) }
 //! ```
 
+mod accumulator;
 mod balancer;
 mod config;
 mod eos;
 mod message;
+mod metadata;
+mod producer;
+mod sender;
 mod task;
 mod txn;
 // The transactional writer's unit tests run against MockCluster.
@@ -122,7 +126,8 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::group::coordinator::Coordinator;
 use crate::group::HeldAck;
-use task::{Cmd, Msg, Task};
+use accumulator::Msg;
+use task::{Cmd, Task};
 
 /// What [`WriterConfig::max_buffered_bytes`] counts for each message beyond its
 /// [`Message::size`]: the memory of the message itself, so that the bound is one on memory

@@ -29,9 +29,10 @@ use std::time::{Duration, Instant};
 use std::{future::Future, pin::Pin};
 
 use tokio::sync::oneshot;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, trace, warn};
 
-use super::task::Cmd;
+use super::accumulator::take_idle;
+use super::task::{Cmd, Event, Task};
 use super::{closed_error, Message, TransactionProtocol, Writer, WriterConfig, WriterStats};
 use crate::admin::TopicPartition;
 use crate::cluster::Cluster;
@@ -1288,6 +1289,119 @@ impl futures::Sink<Message> for TransactionalWriter {
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_close(cx)
+    }
+}
+
+// The writer task's side of a transaction (see `task.rs`).
+
+/// A transactional writer's side of the transaction in the task.
+pub(super) struct TaskTxn {
+    pub(super) shared: Arc<TxnShared>,
+    coordinator: Arc<Coordinator>,
+    /// Partitions added to the open transaction.
+    pub(super) added: std::collections::HashSet<(Arc<str>, i32)>,
+    /// An AddPartitionsToTxn is under way.
+    pub(super) adding: bool,
+    /// Callers waiting for a drain.
+    pub(super) drains: Vec<oneshot::Sender<()>>,
+}
+
+/// The task's side of a transaction: the produce half of the transaction manager.
+impl Task {
+    /// Make the task transactional: producer ids come from the handle
+    /// ([`Cmd::Producer`]), partitions join the transaction before their first batch, and
+    /// failures are reported to `shared`.
+    pub(crate) fn set_txn(&mut self, shared: Arc<TxnShared>, coordinator: Arc<Coordinator>) {
+        self.txn = Some(TaskTxn {
+            shared,
+            coordinator,
+            added: std::collections::HashSet::new(),
+            adding: false,
+            drains: Vec::new(),
+        });
+    }
+
+    /// Answer the drain waiters once nothing is left to deliver.
+    pub(super) fn check_drains(&mut self) {
+        let drained = self.idle();
+        let Some(txn) = self.txn.as_mut() else {
+            return;
+        };
+        if txn.drains.is_empty() {
+            return;
+        }
+        if drained {
+            for w in txn.drains.drain(..) {
+                let _ = w.send(());
+            }
+        } else {
+            // Messages assigned since the drain began (they waited for metadata) are
+            // sealed at once.
+            self.seal_all();
+        }
+    }
+
+    /// A transactional writer's message failed with `err`: the transaction is abortable
+    /// (or the writer fenced).
+    pub(super) fn txn_failed(&mut self, err: &Error) {
+        if let Some(txn) = &self.txn {
+            txn.shared.lock().fail(err);
+        }
+    }
+
+    /// Transactions v1: add `parts` to the transaction (AddPartitionsToTxn) in the
+    /// background, answered by an `Event::Added`.
+    pub(super) fn spawn_add_partitions(
+        &mut self,
+        producer: (i64, i16),
+        parts: Vec<(Arc<str>, i32)>,
+    ) {
+        let Some(txn) = self.txn.as_mut() else {
+            return;
+        };
+        txn.adding = true;
+        let coordinator = txn.coordinator.clone();
+        let id = txn.shared.id.clone();
+        let cfg = self.cfg.clone();
+        let tx = self.events_tx.clone();
+        tokio::spawn(async move {
+            let result = add_partitions(&coordinator, &cfg, &id, producer, &parts).await;
+            let _ = tx.send(Event::Added { parts, result });
+        });
+    }
+
+    /// The answer to AddPartitionsToTxn for `parts`: they join the transaction, or their
+    /// batches fail and so does the transaction.
+    pub(super) fn on_added(&mut self, parts: Vec<(Arc<str>, i32)>, result: Result<()>) {
+        let Some(txn) = self.txn.as_mut() else {
+            return;
+        };
+        txn.adding = false;
+        match result {
+            Ok(()) => {
+                txn.shared.lock().touch();
+                trace!(
+                    partitions = parts.len(),
+                    "partitions added to the transaction"
+                );
+                txn.added.extend(parts);
+            }
+            Err(e) => {
+                warn!(error = %e, "AddPartitionsToTxn failed");
+                let e = txn.shared.lock().fail(&e);
+                let mut failed = Vec::new();
+                for (name, p) in parts {
+                    if let Some(ps) = self.topics.get_mut(&name).and_then(|t| t.parts.get_mut(&p)) {
+                        failed.extend(take_idle(ps).into_iter().map(|b| (name.clone(), p, b)));
+                        ps.retry_at = None;
+                    }
+                }
+                for (name, p, b) in failed {
+                    let e = e.clone().with_topic(&*name).with_partition(p);
+                    self.give_up(&name, p, b, &e, true);
+                }
+            }
+        }
     }
 }
 
