@@ -103,6 +103,7 @@ mod metadata;
 mod producer;
 mod sender;
 mod task;
+mod transactional;
 mod txn;
 // The transactional writer's unit tests run against MockCluster.
 #[cfg(all(test, feature = "mock"))]
@@ -120,7 +121,8 @@ pub use balancer::{Balancer, Crc32, Hash, LeastBytes, Murmur2, ReferenceHash, Ro
 pub use config::{TransactionProtocol, WriterConfig};
 pub use eos::{ExactlyOnceSink, PipelineConfig, PipelineStats};
 pub use message::Message;
-pub use txn::{GroupMetadata, TransactionState, TransactionalWriter};
+pub use transactional::{GroupMetadata, TransactionalWriter};
+pub use txn::TransactionState;
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
