@@ -269,7 +269,7 @@ struct Shared {
     waiting: AtomicUsize,
     /// Writer clones not closed or dropped yet.
     writers: AtomicUsize,
-    /// Bytes of the task's batches sealed and not done yet (kept by `task::Encoded`).
+    /// Bytes of the task's batches sealed and not done yet (kept by `accumulator::Encoded`).
     encoded: AtomicUsize,
 }
 
