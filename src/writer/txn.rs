@@ -63,7 +63,7 @@ pub(super) const V2_TXN_OFFSET_COMMIT_VERSION: i16 = 5;
 /// The finalized feature level of `transaction.version` that enables transactions v2.
 const V2_FEATURE_LEVEL: i16 = 2;
 
-/// Where a [`TransactionalWriter`] is in its life.
+/// Where a [`TransactionalWriter`](super::TransactionalWriter) is in its life.
 ///
 /// ```no_run
 /// use kafkapipe::writer::TransactionState;
@@ -75,9 +75,13 @@ const V2_FEATURE_LEVEL: i16 = 2;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransactionState {
-    /// Created; [`TransactionalWriter::init_transactions`] not done yet.
+    /// Created;
+    /// [`TransactionalWriter::init_transactions`](super::TransactionalWriter::init_transactions)
+    /// not done yet.
     Uninitialized,
-    /// Initialized, no transaction open: [`TransactionalWriter::begin_transaction`] next.
+    /// Initialized, no transaction open:
+    /// [`TransactionalWriter::begin_transaction`](super::TransactionalWriter::begin_transaction)
+    /// next.
     Ready,
     /// A transaction is open: messages and offsets may be sent.
     InTransaction,
@@ -86,7 +90,8 @@ pub enum TransactionState {
     /// An abort is under way (or was interrupted: call abort again).
     Aborting,
     /// Something in the open transaction failed (a produce, an offset commit): only
-    /// [`TransactionalWriter::abort_transaction`] is allowed.
+    /// [`TransactionalWriter::abort_transaction`](super::TransactionalWriter::abort_transaction)
+    /// is allowed.
     AbortableError,
     /// The writer is fenced by a newer one with the same transactional id, or not
     /// authorized: every call fails; make a new writer.
