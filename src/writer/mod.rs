@@ -94,11 +94,16 @@
 //! # Ok(()) }
 //! ```
 
+mod accumulator;
 mod balancer;
 mod config;
 mod eos;
 mod message;
+mod metadata;
+mod producer;
+mod sender;
 mod task;
+mod transactional;
 mod txn;
 // The transactional writer's unit tests run against MockCluster.
 #[cfg(all(test, feature = "mock"))]
@@ -116,13 +121,15 @@ pub use balancer::{Balancer, Crc32, Hash, LeastBytes, Murmur2, ReferenceHash, Ro
 pub use config::{TransactionProtocol, WriterConfig};
 pub use eos::{ExactlyOnceSink, PipelineConfig, PipelineStats};
 pub use message::Message;
-pub use txn::{GroupMetadata, TransactionState, TransactionalWriter};
+pub use transactional::{GroupMetadata, TransactionalWriter};
+pub use txn::TransactionState;
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::group::coordinator::Coordinator;
 use crate::group::HeldAck;
-use task::{Cmd, Msg, Task};
+use accumulator::Msg;
+use task::{Cmd, Task};
 
 /// What [`WriterConfig::max_buffered_bytes`] counts for each message beyond its
 /// [`Message::size`]: the memory of the message itself, so that the bound is one on memory
@@ -262,7 +269,7 @@ struct Shared {
     waiting: AtomicUsize,
     /// Writer clones not closed or dropped yet.
     writers: AtomicUsize,
-    /// Bytes of the task's batches sealed and not done yet (kept by `task::Encoded`).
+    /// Bytes of the task's batches sealed and not done yet (kept by `accumulator::Encoded`).
     encoded: AtomicUsize,
 }
 
