@@ -405,7 +405,7 @@ impl Task {
                         rejected.push((m.into_msg(), e));
                         continue;
                     };
-                    if !cur.as_ref().is_some_and(|(k, _)| **k == *name) {
+                    if cur.as_ref().is_none_or(|(k, _)| **k != *name) {
                         let key: Arc<str> = match topics.get_key_value(name) {
                             Some((k, _)) => k.clone(),
                             None => {
@@ -651,7 +651,7 @@ fn place<M: Incoming>(
         Some(p) if t.ids.binary_search(&p).is_ok() => p,
         // The partition may have been added since the metadata was asked for: look
         // again before failing the message.
-        Some(_) if t.meta_asked.map_or(true, |asked| asked < m.accepted()) => {
+        Some(_) if t.meta_asked.is_none_or(|asked| asked < m.accepted()) => {
             t.recheck.push(m.into_msg());
             return Ok(());
         }

@@ -117,7 +117,7 @@ impl Task {
             let first = t.meta.is_none() && !t.waiting.is_empty();
             if (first || !t.recheck.is_empty())
                 && !t.meta_pending
-                && t.meta_retry_at.map_or(true, |at| at <= now)
+                && t.meta_retry_at.is_none_or(|at| at <= now)
             {
                 wanted.push((name.clone(), !first));
             }

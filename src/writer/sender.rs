@@ -139,7 +139,7 @@ impl Task {
                         .push((name.clone(), *p));
                 }
             }
-            if leaderless && !t.meta_pending && t.meta_retry_at.map_or(true, |at| at <= now) {
+            if leaderless && !t.meta_pending && t.meta_retry_at.is_none_or(|at| at <= now) {
                 need_meta.push(name.clone());
             }
         }
@@ -533,7 +533,7 @@ impl Task {
             }
             Ok(base_offset) => {
                 if let Some(last) = last_seq {
-                    if ps.last_acked.map_or(true, |l| last > l) {
+                    if ps.last_acked.is_none_or(|l| last > l) {
                         ps.last_acked = Some(last);
                     }
                 }

@@ -410,7 +410,7 @@ impl Task {
             for recheck in [false, true] {
                 let list = if recheck { &t.recheck } else { &t.waiting };
                 // Only when the earliest message is due: no scan on every wake.
-                if !list.earliest.is_some_and(|a| msg_expiry(&cfg, t, a) <= now) {
+                if list.earliest.is_none_or(|a| msg_expiry(&cfg, t, a) > now) {
                     continue;
                 }
                 let list = if recheck {
