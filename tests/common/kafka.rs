@@ -36,8 +36,20 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The Kafka version pinned in `testing/kafka/pom.xml`.
+/// The Kafka version the tests run against: `KAFKAPIPE_KAFKA_VERSION` when set (the version
+/// matrix, `scripts/matrix.sh`), else the one pinned in `testing/kafka/pom.xml`.
 pub fn kafka_version() -> String {
+    if let Some(v) = std::env::var("KAFKAPIPE_KAFKA_VERSION")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        return v.trim().to_string();
+    }
+    pom_kafka_version()
+}
+
+/// The Kafka version pinned in `testing/kafka/pom.xml` (the suite's default broker).
+pub fn pom_kafka_version() -> String {
     let pom = std::fs::read_to_string(repo_root().join("testing/kafka/pom.xml"))
         .expect("read testing/kafka/pom.xml");
     pom.split("<kafka.version>")
@@ -78,6 +90,7 @@ fn install_libs(dir: &Path) {
         .args([
             "dependency:copy-dependencies",
             "-DincludeScope=runtime",
+            &format!("-Dkafka.version={}", kafka_version()),
             &format!("-DoutputDirectory={}", tmp.display()),
         ])
         .stdin(Stdio::null())
