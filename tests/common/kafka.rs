@@ -60,6 +60,37 @@ pub fn pom_kafka_version() -> String {
         .to_string()
 }
 
+/// `(major, minor)` of [`kafka_version`], e.g. `(3, 9)` for 3.9.2.
+pub fn version_major_minor() -> (u32, u32) {
+    let v = kafka_version();
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// For a test (or part of one) that needs Kafka `at_least` (`(major, minor)`): `true`, with
+/// a line on stderr naming what is skipped and why, when the broker under test is older
+/// (only under `KAFKAPIPE_KAFKA_VERSION`, i.e. `scripts/matrix.sh`); `false` when it runs.
+/// Panics if the suite's own broker (the pom's version, what CI runs) were too old: a
+/// version-gated test never skips there.
+pub fn skip_before(at_least: (u32, u32), what: &str) -> bool {
+    if version_major_minor() >= at_least {
+        return false;
+    }
+    let version = kafka_version();
+    assert!(
+        version != pom_kafka_version(),
+        "{what} needs Kafka {}.{}+, but the suite's broker (testing/kafka/pom.xml) is {version}",
+        at_least.0,
+        at_least.1
+    );
+    eprintln!(
+        "SKIPPED {what}: needs Kafka {}.{}+, the broker under test is {version} \
+         (KAFKAPIPE_KAFKA_VERSION)",
+        at_least.0, at_least.1
+    );
+    true
+}
+
 /// The directory holding the broker's jars: `KAFKAPIPE_KAFKA_LIBS`, else
 /// `$HOME/.cache/kafkapipe/kafka-VERSION` (what `scripts/lib/kafka.sh` fills). Collected
 /// with Maven here if it is missing, so a plain `cargo test` works too.
