@@ -75,7 +75,9 @@ async fn consumer_group_protocol_joins_or_is_refused_with_the_reason() {
     let topic = topic("ver-kip848", 1).await;
     let group = common::unique_topic("ver-kip848-g");
     let mut w = kafkapipe::writer::Writer::new(WriterConfig::new([addr()]).topic(&topic)).unwrap();
-    futures::SinkExt::send(&mut w, Message::new("one")).await.unwrap();
+    futures::SinkExt::send(&mut w, Message::new("one"))
+        .await
+        .unwrap();
     futures::SinkExt::close(&mut w).await.unwrap();
     let mut r = Reader::new(
         ReaderConfig::new([addr()])
@@ -110,7 +112,9 @@ async fn consumer_group_protocol_joins_or_is_refused_with_the_reason() {
             assert!(text.contains(want), "{want:?} missing from: {text}");
         }
         // No retries: the stream ends after the error instead of yielding it again
-        // every join_backoff.
+        // every join_backoff (the joins sent are counted in group::kip848_tests; the
+        // reader's retry counter also counts FindCoordinator while __consumer_offsets
+        // is created).
         let started = Instant::now();
         let rest = tokio::time::timeout(Duration::from_secs(10), r.next())
             .await
@@ -121,7 +125,6 @@ async fn consumer_group_protocol_joins_or_is_refused_with_the_reason() {
             started.elapsed(),
             rest.map(|r| r.map(|m| m.offset).map_err(|e| e.to_string()))
         );
-        assert_eq!(r.stats().retries, 0);
     }
     r.close().await;
 }
