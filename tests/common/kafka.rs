@@ -83,10 +83,15 @@ pub fn skip_before(at_least: (u32, u32), what: &str) -> bool {
         at_least.0,
         at_least.1
     );
-    eprintln!(
+    // Straight to stderr: libtest captures eprintln! of a passing test, and a skip must
+    // show in the matrix's output.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
         "SKIPPED {what}: needs Kafka {}.{}+, the broker under test is {version} \
          (KAFKAPIPE_KAFKA_VERSION)",
-        at_least.0, at_least.1
+        at_least.0,
+        at_least.1
     );
     true
 }
