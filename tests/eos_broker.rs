@@ -249,7 +249,13 @@ async fn count_uncommitted(topic: &str) -> usize {
 }
 
 async fn committed_offsets(group: &str, topic: &str) -> BTreeMap<i32, i64> {
-    let admin = Admin::connect([addr()]).unwrap();
+    // The group coordinator may still be loading its partitions while 13 scenarios start
+    // at once on a fresh broker: in the full suite on Kafka 4.4, OffsetFetch answered
+    // COORDINATOR_LOAD_IN_PROGRESS past the admin's default 4 attempts (0.7 s) in two
+    // scenarios. Ride it out, as the readers do.
+    let admin = Admin::connect([addr()])
+        .unwrap()
+        .with_retries(40, Duration::from_millis(100));
     admin
         .fetch_group_offsets(group, Some(&[topic]))
         .await

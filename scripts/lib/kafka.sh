@@ -3,6 +3,7 @@
 # (testing/kafka/pom.xml). Source this file; it defines functions only and changes no shell
 # options.
 #
+#   kafka_version       -> the broker version: KAFKAPIPE_KAFKA_VERSION, else the pom's
 #   kafka_ensure        -> collects the broker's jars from Maven Central into
 #                          KAFKAPIPE_KAFKA_LIBS (default ~/.cache/kafkapipe/kafka-VERSION)
 #                          unless they are there; exports KAFKAPIPE_KAFKA_LIBS
@@ -17,7 +18,17 @@
 
 _kafka_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
+# The broker version: KAFKAPIPE_KAFKA_VERSION when set (the version matrix, scripts/matrix.sh),
+# else the one pinned in testing/kafka/pom.xml.
 kafka_version() {
+    if [[ -n "${KAFKAPIPE_KAFKA_VERSION:-}" ]]; then
+        echo "${KAFKAPIPE_KAFKA_VERSION}"
+        return
+    fi
+    kafka_pom_version
+}
+
+kafka_pom_version() {
     sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "${_kafka_repo}/testing/kafka/pom.xml"
 }
 
@@ -33,7 +44,7 @@ kafka_ensure() {
         log="$(mktemp)"
         for attempt in 1 2 3; do
             if mvn -B -f "${_kafka_repo}/testing/kafka/pom.xml" dependency:copy-dependencies \
-                -DincludeScope=runtime -DoutputDirectory="$tmp" >"$log" 2>&1; then
+                -Dkafka.version="$(kafka_version)" -DincludeScope=runtime -DoutputDirectory="$tmp" >"$log" 2>&1; then
                 break
             fi
             echo "maven attempt ${attempt} failed:" >&2

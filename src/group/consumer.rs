@@ -50,7 +50,7 @@ use crate::protocol::messages::{
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatRequestTopicPartitions,
     ConsumerGroupHeartbeatResponse,
 };
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiKey, ErrorCode};
 use crate::reader::retry::Streak;
 use crate::reader::TopicPartition;
 
@@ -134,6 +134,10 @@ pub(crate) enum Step {
     /// A failure the application must see (yielded by the reader): retry after
     /// `join_backoff`, membership kept.
     Fatal(Error),
+    /// The broker does not offer the consumer group protocol (no ConsumerGroupHeartbeat,
+    /// or UNSUPPORTED_VERSION to a join): retrying cannot help, so the error is yielded
+    /// and the stream ends after it.
+    Refused(Error),
 }
 
 /// The membership state of one consumer-protocol member.
@@ -233,6 +237,10 @@ impl Member {
     pub(crate) fn on_response(&mut self, r: Result<ConsumerGroupHeartbeatResponse>) -> Step {
         let resp = match r {
             Ok(resp) => resp,
+            // a join the broker cannot serve (see `GroupTask::consumer_heartbeat`)
+            Err(e) if e.kind() == ErrorKind::UnsupportedVersion && !self.joined() => {
+                return Step::Refused(e)
+            }
             Err(e) if coordinator_retriable(&e) => return Step::Retry(e),
             Err(e) => return Step::Fatal(e),
         };
@@ -648,6 +656,13 @@ impl GroupTask {
                     self.report(e);
                     next_beat = Instant::now() + config.join_backoff;
                 }
+                Step::Refused(e) => {
+                    warn!(group = %g.group_id, error = %e, "the broker refuses the consumer group protocol; yielding the error and ending the stream");
+                    self.reader.counters.last_error.set(&e);
+                    self.report(e);
+                    self.end_stream();
+                    break;
+                }
             }
         }
         // closing: commit what was processed with the current epoch, then leave
@@ -817,16 +832,7 @@ impl GroupTask {
         let c = coord.connection(Lane::Membership).await?;
         let version = c
             .version_for::<ConsumerGroupHeartbeatRequest>()
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::UnsupportedVersion,
-                    format!(
-                        "group {}: broker {} does not offer ConsumerGroupHeartbeat (the KIP-848 consumer group protocol needs Kafka 4.0+); use GroupProtocol::Classic ({e})",
-                        self.group.group_id,
-                        c.broker()
-                    ),
-                )
-            })?;
+            .map_err(|_| kip848_refused(&self.group.group_id, &c, "no usable version"))?;
         let req = m.request(version)?;
         let send_timeout = self.config().request_timeout.min(Duration::from_secs(15));
         let r = match tokio::time::timeout(send_timeout, c.send_version(&req, version)).await {
@@ -840,6 +846,19 @@ impl GroupTask {
             )
             .with_broker(c.broker())),
         };
+        if let Ok(resp) = &r {
+            if resp.error_code == ErrorCode::UnsupportedVersion.code() && !m.joined() {
+                // Kafka 3.x lists ConsumerGroupHeartbeat but refuses it unless `consumer`
+                // is in its group.coordinator.rebalance.protocols
+                let says = resp
+                    .error_message
+                    .as_deref()
+                    .map(|s| format!(", broker: {s}"))
+                    .unwrap_or_default();
+                let why = format!("it answered the join with UNSUPPORTED_VERSION{says}");
+                return Err(kip848_refused(&self.group.group_id, &c, &why));
+            }
+        }
         let lost = match &r {
             Err(e) => coordinator_lost(e),
             Ok(resp) => ErrorCode::non_zero(resp.error_code)
@@ -876,6 +895,40 @@ impl GroupTask {
             Err(_) => warn!(group = %g.group_id, "leaving the group timed out"),
         }
     }
+}
+
+/// The error for a broker that does not serve the KIP-848 consumer group protocol: names
+/// the broker, `why`, and what its ApiVersions answer says (ConsumerGroupHeartbeat's
+/// range, the finalized `metadata.version` and its release, `group.version`).
+fn kip848_refused(group: &str, c: &crate::conn::Connection, why: &str) -> Error {
+    let evidence = match c.api_versions() {
+        None => "no ApiVersions answer".to_string(),
+        Some(v) => {
+            let api = match v.range(ApiKey::CONSUMER_GROUP_HEARTBEAT) {
+                Some((min, max)) => format!("ConsumerGroupHeartbeat v{min}..=v{max}"),
+                None => "no ConsumerGroupHeartbeat".to_string(),
+            };
+            let level = v.finalized_level("metadata.version");
+            let release = v
+                .metadata_version()
+                .map_or_else(|| "unknown release".to_string(), |r| format!("Kafka {r}"));
+            format!(
+                "{api}, metadata.version {level} ({release}), group.version {}",
+                v.finalized_level("group.version")
+            )
+        }
+    };
+    Error::new(
+        ErrorKind::UnsupportedVersion,
+        format!(
+            "group {group}: broker {} does not support KIP-848 consumer groups \
+             (GroupProtocol::Consumer): {why}; its ApiVersions lists {evidence} (the consumer \
+             group protocol needs Kafka 4.0+, or `consumer` in the broker's \
+             group.coordinator.rebalance.protocols); use GroupProtocol::Classic",
+            c.broker()
+        ),
+    )
+    .with_broker(c.broker())
 }
 
 /// Stop an interrupted reconciliation step and record in `m` what it finished.

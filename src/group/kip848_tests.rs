@@ -385,3 +385,70 @@ async fn fenced_member_loses_its_partitions_without_committing() {
     stop.store(true, Ordering::SeqCst);
     ta.await.unwrap();
 }
+
+/// The consumer group protocol on a broker that refuses it: the error names KIP-848 and
+/// what ApiVersions said, and the stream ends after it — no join is tried again.
+async fn refused(mock: MockCluster, why: &str) {
+    mock.capture(ApiKey::CONSUMER_GROUP_HEARTBEAT);
+    let mut reader = Reader::new(config(&mock)).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), reader.next())
+        .await
+        .expect("an error in time, not a hang")
+        .expect("the stream yields the error")
+        .expect_err("the protocol is refused");
+    let text = e.to_string();
+    assert_eq!(e.kind(), crate::ErrorKind::UnsupportedVersion, "{text}");
+    for want in [
+        "does not support KIP-848 consumer groups",
+        why,
+        "metadata.version 21 (Kafka 3.9-IV0)",
+        "GroupProtocol::Classic",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from: {text}");
+    }
+    let rest = tokio::time::timeout(Duration::from_secs(5), reader.next())
+        .await
+        .expect("the stream ends after the refusal");
+    assert!(
+        rest.is_none(),
+        "{:?}",
+        rest.map(|r| r.map(|m| m.offset).map_err(|e| e.to_string()))
+    );
+    let joins = mock
+        .captured::<crate::protocol::messages::ConsumerGroupHeartbeatRequest>()
+        .len();
+    assert!(joins <= 1, "{joins} joins sent");
+    reader.close().await;
+}
+
+/// Kafka 3.9 lists ConsumerGroupHeartbeat v0 but, without `consumer` in its
+/// group.coordinator.rebalance.protocols (the default), answers a join with
+/// UNSUPPORTED_VERSION.
+#[tokio::test]
+async fn unsupported_version_to_a_join_is_refused_once_and_ends_the_stream() {
+    let mock = MockCluster::builder()
+        .topic("t", 1)
+        .finalized_feature("metadata.version", 21)
+        .start()
+        .await
+        .unwrap();
+    mock.fault(
+        ApiKey::CONSUMER_GROUP_HEARTBEAT,
+        crate::mock::Fault::Error(ErrorCode::UnsupportedVersion),
+        u32::MAX,
+    );
+    refused(mock, "answered the join with UNSUPPORTED_VERSION").await;
+}
+
+/// A broker that does not list ConsumerGroupHeartbeat at all (Kafka before 3.7).
+#[tokio::test]
+async fn a_broker_without_consumer_group_heartbeat_is_refused_and_ends_the_stream() {
+    let mock = MockCluster::builder()
+        .topic("t", 1)
+        .finalized_feature("metadata.version", 21)
+        .without_api(ApiKey::CONSUMER_GROUP_HEARTBEAT)
+        .start()
+        .await
+        .unwrap();
+    refused(mock, "no ConsumerGroupHeartbeat").await;
+}

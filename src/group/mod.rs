@@ -906,6 +906,19 @@ impl GroupTask {
         }
     }
 
+    /// End the reader's stream after what it already queued (the errors yielded first):
+    /// the group cannot go on.
+    fn end_stream(&self) {
+        let waker = {
+            let mut st = self.reader.lock();
+            st.ended = true;
+            st.consumer.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
     /// The group task: join, read, rejoin, until the reader closes — with the membership
     /// engine of the configured [`GroupProtocol`].
     pub(crate) async fn run(self) {

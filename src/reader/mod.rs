@@ -774,6 +774,9 @@ impl Reader {
         // before the consumer could wait.
         let freed =
             (was_full || st.lent.starved.load(Ordering::Relaxed)) && !st.full(&shared.config);
+        if item.is_none() && st.ended {
+            return Poll::Ready(None);
+        }
         if item.is_none() {
             match &st.consumer {
                 Some(w) if w.will_wake(cx.waker()) => {}

@@ -233,6 +233,9 @@ pub(crate) struct State {
     pub(crate) buffered_bytes: usize,
     pub(crate) consumer: Option<Waker>,
     pub(crate) closed: bool,
+    /// The group cannot go on (the broker refuses its protocol): the stream ends once
+    /// the queued errors and messages are out.
+    pub(crate) ended: bool,
     /// What the consumer reads of its current [`Loan`] without the lock, and the
     /// generation that tells it to come back to the lock.
     pub(crate) lent: Arc<Lent>,

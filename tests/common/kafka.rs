@@ -36,8 +36,20 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The Kafka version pinned in `testing/kafka/pom.xml`.
+/// The Kafka version the tests run against: `KAFKAPIPE_KAFKA_VERSION` when set (the version
+/// matrix, `scripts/matrix.sh`), else the one pinned in `testing/kafka/pom.xml`.
 pub fn kafka_version() -> String {
+    if let Some(v) = std::env::var("KAFKAPIPE_KAFKA_VERSION")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        return v.trim().to_string();
+    }
+    pom_kafka_version()
+}
+
+/// The Kafka version pinned in `testing/kafka/pom.xml` (the suite's default broker).
+pub fn pom_kafka_version() -> String {
     let pom = std::fs::read_to_string(repo_root().join("testing/kafka/pom.xml"))
         .expect("read testing/kafka/pom.xml");
     pom.split("<kafka.version>")
@@ -46,6 +58,42 @@ pub fn kafka_version() -> String {
         .expect("<kafka.version> in testing/kafka/pom.xml")
         .trim()
         .to_string()
+}
+
+/// `(major, minor)` of [`kafka_version`], e.g. `(3, 9)` for 3.9.2.
+pub fn version_major_minor() -> (u32, u32) {
+    let v = kafka_version();
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// For a test (or part of one) that needs Kafka `at_least` (`(major, minor)`): `true`, with
+/// a line on stderr naming what is skipped and why, when the broker under test is older
+/// (only under `KAFKAPIPE_KAFKA_VERSION`, i.e. `scripts/matrix.sh`); `false` when it runs.
+/// Panics if the suite's own broker (the pom's version, what CI runs) were too old: a
+/// version-gated test never skips there.
+pub fn skip_before(at_least: (u32, u32), what: &str) -> bool {
+    if version_major_minor() >= at_least {
+        return false;
+    }
+    let version = kafka_version();
+    assert!(
+        version != pom_kafka_version(),
+        "{what} needs Kafka {}.{}+, but the suite's broker (testing/kafka/pom.xml) is {version}",
+        at_least.0,
+        at_least.1
+    );
+    // Straight to stderr: libtest captures eprintln! of a passing test, and a skip must
+    // show in the matrix's output.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {what}: needs Kafka {}.{}+, the broker under test is {version} \
+         (KAFKAPIPE_KAFKA_VERSION)",
+        at_least.0,
+        at_least.1
+    );
+    true
 }
 
 /// The directory holding the broker's jars: `KAFKAPIPE_KAFKA_LIBS`, else
@@ -78,6 +126,7 @@ fn install_libs(dir: &Path) {
         .args([
             "dependency:copy-dependencies",
             "-DincludeScope=runtime",
+            &format!("-Dkafka.version={}", kafka_version()),
             &format!("-DoutputDirectory={}", tmp.display()),
         ])
         .stdin(Stdio::null())

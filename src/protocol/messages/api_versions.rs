@@ -160,6 +160,46 @@ impl ApiVersionsResponse {
             .find(|r| r.api_key == key)
             .map(|r| (r.min_version, r.max_version))
     }
+
+    /// The release of the cluster's finalized `metadata.version` (KRaft), such as
+    /// `"3.9-IV0"`: the closest thing ApiVersions says to the broker's version. `None`
+    /// before ApiVersions v3, on a ZooKeeper cluster, or for a level this crate does not
+    /// know (see [`metadata_version_release`]).
+    ///
+    /// ```
+    /// use kafkapipe::protocol::messages::ApiVersionsResponse;
+    /// assert_eq!(ApiVersionsResponse::default().metadata_version(), None);
+    /// ```
+    pub fn metadata_version(&self) -> Option<&'static str> {
+        metadata_version_release(self.finalized_level("metadata.version"))
+    }
+}
+
+/// Apache Kafka's `metadata.version` feature levels and the releases that introduced
+/// them (`org.apache.kafka.server.common.MetadataVersion`, read from Kafka 4.4.0).
+const METADATA_VERSIONS: &[&str] = &[
+    "3.0-IV1", "3.1-IV0", "3.2-IV0", "3.3-IV0", "3.3-IV1", "3.3-IV2", "3.3-IV3", "3.4-IV0",
+    "3.5-IV0", "3.5-IV1", "3.5-IV2", "3.6-IV0", "3.6-IV1", "3.6-IV2", "3.7-IV0", "3.7-IV1",
+    "3.7-IV2", "3.7-IV3", "3.7-IV4", "3.8-IV0", "3.9-IV0", "4.0-IV0", "4.0-IV1", "4.0-IV2",
+    "4.0-IV3", "4.1-IV0", "4.1-IV1", "4.2-IV0", "4.2-IV1", "4.3-IV0", "4.4-IV0", "4.4-IV1",
+    "4.4-IV2",
+];
+
+/// The release name of `metadata.version` feature level `level` (1 = `"3.0-IV1"`,
+/// 21 = `"3.9-IV0"`, 22 = `"4.0-IV0"`, 33 = `"4.4-IV2"`), or `None` for 0 (not finalized)
+/// and levels newer than this crate knows.
+///
+/// ```
+/// use kafkapipe::protocol::messages::metadata_version_release;
+/// assert_eq!(metadata_version_release(21), Some("3.9-IV0"));
+/// assert_eq!(metadata_version_release(27), Some("4.1-IV1"));
+/// assert_eq!(metadata_version_release(0), None);
+/// ```
+pub fn metadata_version_release(level: i16) -> Option<&'static str> {
+    usize::try_from(level)
+        .ok()
+        .and_then(|l| l.checked_sub(1))
+        .and_then(|i| METADATA_VERSIONS.get(i).copied())
 }
 
 impl Encode for ApiVersionsResponse {

@@ -74,7 +74,8 @@ pub mod sync_group;
 pub mod txn_offset_commit;
 
 pub use api_versions::{
-    ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, FinalizedFeature,
+    metadata_version_release, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse,
+    FinalizedFeature,
 };
 pub use create_topics::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig, CreatableTopicConfigs,
