@@ -23,6 +23,7 @@ LAYERS = [
     (["record"], None),
     (["conn", "tls", "sasl"], "TLS and SASL are steps of a connection's handshake and run over it"),
     (["cluster"], None),
+    (["metrics"], None),  # feature `metrics`: latency counters and the publishing loop
     (["admin"], None),
     (["writer"], None),
     (["group"], None),

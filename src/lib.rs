@@ -41,6 +41,7 @@
 //! | [`record`] | RecordBatch v2 encode/decode, legacy MessageSet v0/v1 decode |
 //! | [`compression`] | gzip, snappy, lz4, zstd codecs |
 //! | [`protocol`] | the wire codec: primitives, headers, one module per API, error codes |
+//! | `metrics` | the metrics published through the `metrics` facade, and their collectors (feature `metrics`) |
 //! | `mock` | `MockCluster`, an in-process Kafka cluster with fault hooks for tests (feature `mock`) |
 //!
 //! `DESIGN.md` in the repository has the layers, the file map, and how a request and a
@@ -56,6 +57,8 @@ pub mod compression;
 pub mod conn;
 mod error;
 pub mod group;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;
 pub mod protocol;

@@ -456,7 +456,11 @@ async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<Fet
         ..Default::default()
     };
     shared.counters.fetches.fetch_add(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    let started = Instant::now();
     let resp = conn.send_version(&req, version).await?;
+    #[cfg(feature = "metrics")]
+    shared.counters.fetch_latency.record(started.elapsed());
     if resp.error_code != 0 {
         return Err(Error::kafka(ErrorCode::from(resp.error_code)).with_broker(conn.broker()));
     }

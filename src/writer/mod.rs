@@ -98,6 +98,8 @@ mod balancer;
 mod config;
 mod eos;
 mod message;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod task;
 mod txn;
 // The transactional writer's unit tests run against MockCluster.
@@ -1072,7 +1074,22 @@ impl Writer {
             task.set_txn(txn, coordinator.clone());
             coordinator
         });
-        handle.spawn(task.run());
+        #[cfg(feature = "metrics")]
+        let task = {
+            // the collector publishes a last time when the task has ended
+            let (ended, done) = tokio::sync::oneshot::channel::<()>();
+            metrics::spawn(&shared, &cluster, &config, async move {
+                let _ = done.await;
+            });
+            let run = task.run();
+            async move {
+                run.await;
+                drop(ended);
+            }
+        };
+        #[cfg(not(feature = "metrics"))]
+        let task = task.run();
+        handle.spawn(task);
         Ok((Writer::attach(shared), cluster, coordinator))
     }
 
