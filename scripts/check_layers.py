@@ -17,7 +17,7 @@ import sys
 
 # Lowest first. A layer is (modules, reason they may use each other or None).
 LAYERS = [
-    (["util", "bufpool"], None),
+    (["util", "bufpool", "trace_context"], None),
     (["error", "protocol"], "crate::Error carries the protocol's ErrorCode, and the codec returns crate::Error"),
     (["compression"], None),
     (["record"], None),

@@ -102,7 +102,7 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use tokio::sync::Notify;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 pub use ack::{AckToken, SharedAck};
 pub(crate) use ack::{HeldAck, Pulse, Track};
@@ -657,6 +657,12 @@ impl GroupShared {
             // the broker still answers them in order.
             #[cfg(feature = "metrics")]
             let started = Instant::now();
+            let call = call.instrument(tracing::debug_span!(
+                "commit",
+                group = %self.group_id,
+                generation,
+                partitions = due.len()
+            ));
             let results = tokio::select! {
                 r = call => {
                     let r = r?;
@@ -1081,6 +1087,7 @@ impl GroupTask {
         let started = Instant::now();
         let r = self
             .join_and_sync_on(&conn, member_id, owned, generation, watched)
+            .instrument(tracing::debug_span!("rebalance", group = %self.group.group_id, generation))
             .await;
         #[cfg(feature = "metrics")]
         if r.is_ok() {

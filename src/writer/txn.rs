@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use std::{future::Future, pin::Pin};
 
 use tokio::sync::oneshot;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use super::task::Cmd;
 use super::{closed_error, Message, TransactionProtocol, Writer, WriterConfig, WriterStats};
@@ -1062,6 +1062,13 @@ impl TransactionalWriter {
                 Ok(Some((resp.producer_id, resp.producer_epoch)))
             },
         )
+        .instrument(tracing::debug_span!(
+            "end_txn",
+            transactional_id = %self.txn.id,
+            producer_id,
+            epoch = producer_epoch,
+            commit
+        ))
         .await
     }
 
