@@ -17,12 +17,13 @@ import sys
 
 # Lowest first. A layer is (modules, reason they may use each other or None).
 LAYERS = [
-    (["util", "bufpool"], None),
+    (["util", "bufpool", "trace_context"], None),
     (["error", "protocol"], "crate::Error carries the protocol's ErrorCode, and the codec returns crate::Error"),
     (["compression"], None),
     (["record"], None),
     (["conn", "tls", "sasl"], "TLS and SASL are steps of a connection's handshake and run over it"),
     (["cluster"], None),
+    (["metrics"], None),  # feature `metrics`: latency counters and the publishing loop
     (["admin"], None),
     (["writer"], None),
     (["group"], None),

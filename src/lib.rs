@@ -42,6 +42,8 @@
 //! | [`record`] | RecordBatch v2 encode/decode, legacy MessageSet v0/v1 decode |
 //! | [`compression`] | gzip, snappy, lz4, zstd codecs |
 //! | [`protocol`] | the wire codec: primitives, headers, one module per API, error codes |
+//! | `metrics` | the metrics published through the `metrics` facade, and their collectors (feature `metrics`) |
+//! | `trace_context` | W3C `traceparent` in record headers: `TraceContext` (feature `trace-context`) |
 //! | `mock` | `MockCluster`, an in-process Kafka cluster with fault hooks for tests (feature `mock`) |
 //!
 //! `DESIGN.md` in the repository has the layers, the file map, and how a request and a
@@ -58,6 +60,8 @@ pub mod config;
 pub mod conn;
 mod error;
 pub mod group;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;
 pub mod protocol;
@@ -66,6 +70,8 @@ pub mod record;
 pub mod sasl;
 #[cfg(feature = "tls")]
 pub mod tls;
+#[cfg(feature = "trace-context")]
+pub mod trace_context;
 mod util;
 pub mod writer;
 

@@ -154,11 +154,17 @@ fn main() -> Result<()> {
         eprintln!("{USAGE}");
         return Ok(());
     };
+    // Built with feature `metrics` (the cost comparison in BENCHMARKS.md): the clients
+    // publish into a real Prometheus recorder, rendered once at the end as a scrape would.
+    #[cfg(feature = "metrics")]
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| Error::config(format!("installing the metrics recorder: {e}")))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::io("starting the Tokio runtime", e))?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         match opts.mode.as_str() {
             "produce" => produce(&opts).await,
             "consume" => consume(&opts).await,
@@ -182,7 +188,13 @@ fn main() -> Result<()> {
             }
             other => Err(Error::config(format!("unknown mode {other:?}\n{USAGE}"))),
         }
-    })
+    });
+    #[cfg(feature = "metrics")]
+    eprintln!(
+        "metrics: {} bytes of exposition text",
+        prometheus.render().len()
+    );
+    result
 }
 
 /// Wait (at most 10 s) until metadata lists every partition of a new topic with a leader,

@@ -102,7 +102,7 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use tokio::sync::Notify;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 pub use ack::{AckToken, SharedAck};
 pub(crate) use ack::{HeldAck, Pulse, Track};
@@ -310,6 +310,9 @@ pub(crate) struct GroupShared {
     /// The leader epoch of a partition's record at an offset, as the reader fetched it
     /// (set by the reader): committed with the offset after it (KIP-320).
     pub(crate) offset_epochs: std::sync::OnceLock<OffsetEpochs>,
+    /// Commit and join timings, for the metrics collector.
+    #[cfg(feature = "metrics")]
+    pub(crate) timings: crate::metrics::GroupTimings,
 }
 
 /// See [`GroupShared::offset_epochs`]: `(topic, partition, offset)` → leader epoch.
@@ -387,6 +390,8 @@ impl GroupShared {
             hook_lock: tokio::sync::Mutex::new(()),
             hook_timeout: config.rebalance_timeout,
             offset_epochs: std::sync::OnceLock::new(),
+            #[cfg(feature = "metrics")]
+            timings: Default::default(),
         }
     }
 
@@ -535,8 +540,20 @@ impl GroupShared {
     /// The membership commits are sent with: the generation (KIP-848: the member epoch)
     /// and the member id; a generation of -1 while there is none.
     pub(crate) fn set_member(&self, generation: i32, member_id: String) {
-        *lock(&self.member) = (generation, member_id);
+        let mut member = lock(&self.member);
+        #[cfg(feature = "metrics")]
+        if generation >= 0 && member.0 != generation {
+            self.timings.joined.fetch_add(1, Ordering::Relaxed);
+        }
+        *member = (generation, member_id);
+        drop(member);
         self.member_moved.notify_waiters();
+    }
+
+    /// The current generation (KIP-848: member epoch), -1 while there is none.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn generation(&self) -> i32 {
+        lock(&self.member).0
     }
 
     /// Resolves once the membership is no longer `(generation, member_id)`.
@@ -638,8 +655,21 @@ impl GroupShared {
             // revocation's above all) of the membership that replaced it. Its connection
             // is kept, so the next commit queues behind the abandoned request on it and
             // the broker still answers them in order.
+            #[cfg(feature = "metrics")]
+            let started = Instant::now();
+            let call = call.instrument(tracing::debug_span!(
+                "commit",
+                group = %self.group_id,
+                generation,
+                partitions = due.len()
+            ));
             let results = tokio::select! {
-                r = call => r?,
+                r = call => {
+                    let r = r?;
+                    #[cfg(feature = "metrics")]
+                    self.timings.commit.record(started.elapsed());
+                    r
+                }
                 () = self.membership_moved(generation, &member_id) => {
                     debug!(group = %self.group_id, generation, "the membership this commit was built for ended; committing with the current one");
                     abandoned = true;
@@ -1066,9 +1096,16 @@ impl GroupTask {
         watched: &mut Watched,
     ) -> Result<(i32, Vec<TopicPartition>)> {
         let conn = self.group.coord.connection(Lane::Membership).await?;
+        #[cfg(feature = "metrics")]
+        let started = Instant::now();
         let r = self
             .join_and_sync_on(&conn, member_id, owned, generation, watched)
+            .instrument(tracing::debug_span!("rebalance", group = %self.group.group_id, generation))
             .await;
+        #[cfg(feature = "metrics")]
+        if r.is_ok() {
+            self.group.timings.rebalance.record(started.elapsed());
+        }
         if let Err(e) = &r {
             if coordinator_lost(e) {
                 self.group.coord.mark_unknown(&conn, e);

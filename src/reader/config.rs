@@ -219,6 +219,10 @@ pub struct ReaderConfig {
     pub retry_timeout: Duration,
     /// Client id sent to brokers. Default `"kafkapipe"` (Java `client.id`).
     pub client_id: String,
+    /// How often the metrics collector publishes this client's counters to the
+    /// `metrics` facade (feature `metrics`; see the `kafkapipe::metrics` module); it publishes once
+    /// more when the client has closed. Default 1 s. Without the feature it is unused.
+    pub metrics_interval: Duration,
     /// How long establishing a broker connection may take. Default 10 s (kafka-go
     /// `Dialer.Timeout`, Java `socket.connection.setup.timeout.ms`).
     pub connect_timeout: Duration,
@@ -359,6 +363,7 @@ impl ReaderConfig {
             isolation_level: IsolationLevel::ReadUncommitted,
             retry_timeout: Duration::from_secs(5 * 60),
             client_id: "kafkapipe".to_string(),
+            metrics_interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             #[cfg(feature = "tls")]
@@ -521,6 +526,19 @@ impl ReaderConfig {
     /// ```
     pub fn retry_timeout(mut self, d: Duration) -> Self {
         self.retry_timeout = d;
+        self
+    }
+
+    /// Set [`ReaderConfig::metrics_interval`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = kafkapipe::reader::ReaderConfig::new(["localhost:9092"])
+    ///     .metrics_interval(Duration::from_millis(250));
+    /// assert_eq!(config.metrics_interval, Duration::from_millis(250));
+    /// ```
+    pub fn metrics_interval(mut self, d: Duration) -> Self {
+        self.metrics_interval = d;
         self
     }
 

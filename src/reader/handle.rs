@@ -34,6 +34,12 @@ impl TaskEnd {
             done: task.map(|_| ()).boxed().shared(),
         }
     }
+
+    /// Resolves when the task has ended.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn ended(&self) -> SharedFuture<BoxFuture<'static, ()>> {
+        self.done.clone()
+    }
 }
 
 /// The reader's background tasks.

@@ -174,6 +174,27 @@ impl Message {
         std::mem::take(&mut self.ack)
     }
 
+    /// The W3C trace context its producer attached: the first `traceparent` header that
+    /// parses (feature `trace-context`; see [`crate::trace_context`]). Messages from the
+    /// Java client's or librdkafka's OpenTelemetry instrumentation read the same way.
+    ///
+    /// ```
+    /// use kafkapipe::reader::Message;
+    /// use kafkapipe::record::Header;
+    /// let mut m = Message::new("t", 0, 0);
+    /// assert!(m.trace_context().is_none());
+    /// m.headers.push(Header::new("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+    /// assert_eq!(m.trace_context().unwrap().trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    /// ```
+    #[cfg(feature = "trace-context")]
+    pub fn trace_context(&self) -> Option<crate::trace_context::TraceContext> {
+        use crate::trace_context::{TraceContext, TRACEPARENT};
+        self.headers
+            .iter()
+            .filter(|h| h.key == TRACEPARENT)
+            .find_map(|h| h.value.as_deref().and_then(TraceContext::from_header))
+    }
+
     /// The bytes it counts against the reader's byte capacity while queued.
     #[inline]
     pub(crate) fn queued_size(&self) -> usize {

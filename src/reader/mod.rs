@@ -84,6 +84,8 @@
 mod config;
 mod handle;
 mod message;
+#[cfg(feature = "metrics")]
+mod metrics;
 pub(crate) mod retry;
 mod state;
 mod task;
@@ -303,6 +305,17 @@ impl Reader {
                 .run(),
             )
         });
+        #[cfg(feature = "metrics")]
+        {
+            let fetch_end = fetch.ended();
+            let group_end = group_task.as_ref().map(TaskEnd::ended);
+            metrics::spawn(&shared, group.as_ref(), async move {
+                fetch_end.await;
+                if let Some(g) = group_end {
+                    g.await;
+                }
+            });
+        }
         Ok(Reader {
             handle: ReaderHandle {
                 shared,

@@ -17,7 +17,7 @@ use std::time::Instant;
 use futures::future::{join_all, BoxFuture};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use super::retry;
 use super::state::{Position, Shared, State};
@@ -456,7 +456,17 @@ async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<Fet
         ..Default::default()
     };
     shared.counters.fetches.fetch_add(1, Ordering::Relaxed);
-    let resp = conn.send_version(&req, version).await?;
+    #[cfg(feature = "metrics")]
+    let started = Instant::now();
+    let span = match jobs {
+        [j] => {
+            tracing::debug_span!("fetch", broker_id = broker, topic = %j.topic, partition = j.partition, offset = j.offset, epoch = j.leader_epoch)
+        }
+        _ => tracing::debug_span!("fetch", broker_id = broker, partitions = jobs.len()),
+    };
+    let resp = conn.send_version(&req, version).instrument(span).await?;
+    #[cfg(feature = "metrics")]
+    shared.counters.fetch_latency.record(started.elapsed());
     if resp.error_code != 0 {
         return Err(Error::kafka(ErrorCode::from(resp.error_code)).with_broker(conn.broker()));
     }

@@ -125,6 +125,10 @@ pub struct WriterConfig {
     pub compression: Compression,
     /// Client id sent to brokers. Default `"kafkapipe"` (Java `client.id`).
     pub client_id: String,
+    /// How often the metrics collector publishes this client's counters to the
+    /// `metrics` facade (feature `metrics`; see the `kafkapipe::metrics` module); it publishes once
+    /// more when the client has closed. Default 1 s. Without the feature it is unused.
+    pub metrics_interval: Duration,
     /// Most produce requests in flight per broker. Each request carries at most one batch
     /// per partition; a partition has at most
     /// [`max_in_flight_per_partition`](Self::max_in_flight_per_partition) batches in
@@ -230,6 +234,7 @@ impl fmt::Debug for WriterConfig {
             .field("write_timeout", &self.write_timeout)
             .field("compression", &self.compression)
             .field("client_id", &self.client_id)
+            .field("metrics_interval", &self.metrics_interval)
             .field("max_in_flight_per_broker", &self.max_in_flight_per_broker)
             .field("max_request_bytes", &self.max_request_bytes)
             .field("connect_timeout", &self.connect_timeout)
@@ -272,6 +277,7 @@ impl WriterConfig {
             write_timeout: Duration::from_secs(10),
             compression: Compression::None,
             client_id: "kafkapipe".to_string(),
+            metrics_interval: Duration::from_secs(1),
             max_in_flight_per_broker: 5,
             max_request_bytes: 64 * 1024 * 1024,
             connect_timeout: Duration::from_secs(10),
@@ -422,6 +428,19 @@ impl WriterConfig {
     /// Set [`WriterConfig::compression`].
     pub fn compression(mut self, c: Compression) -> Self {
         self.compression = c;
+        self
+    }
+
+    /// Set [`WriterConfig::metrics_interval`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = kafkapipe::writer::WriterConfig::new(["localhost:9092"])
+    ///     .metrics_interval(Duration::from_millis(250));
+    /// assert_eq!(config.metrics_interval, Duration::from_millis(250));
+    /// ```
+    pub fn metrics_interval(mut self, d: Duration) -> Self {
+        self.metrics_interval = d;
         self
     }
 

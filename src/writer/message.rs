@@ -181,6 +181,26 @@ impl Message {
         self
     }
 
+    /// Set the W3C `traceparent` header (replacing one already there) to `cx`, so the
+    /// consumer can link its span to the producer's (feature `trace-context`; see
+    /// [`crate::trace_context`]).
+    ///
+    /// ```
+    /// use kafkapipe::trace_context::TraceContext;
+    /// use kafkapipe::writer::Message;
+    /// let cx = TraceContext::new([7; 16], [9; 8], 1).unwrap();
+    /// let m = Message::new("v").with_trace_context(&cx).with_trace_context(&cx);
+    /// assert_eq!(m.headers.len(), 1);
+    /// assert_eq!(m.headers[0].key, "traceparent");
+    /// ```
+    #[cfg(feature = "trace-context")]
+    pub fn with_trace_context(mut self, cx: &crate::trace_context::TraceContext) -> Self {
+        use crate::trace_context::TRACEPARENT;
+        self.headers.retain(|h| h.key != TRACEPARENT);
+        self.headers.push(Header::new(TRACEPARENT, cx.to_string()));
+        self
+    }
+
     /// Set the value.
     ///
     /// ```

@@ -102,6 +102,8 @@ mod message;
 mod metadata;
 mod producer;
 mod sender;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod task;
 mod transactional;
 mod txn;
@@ -1079,7 +1081,22 @@ impl Writer {
             task.set_txn(txn, coordinator.clone());
             coordinator
         });
-        handle.spawn(task.run());
+        #[cfg(feature = "metrics")]
+        let task = {
+            // the collector publishes a last time when the task has ended
+            let (ended, done) = tokio::sync::oneshot::channel::<()>();
+            metrics::spawn(&shared, &cluster, &config, async move {
+                let _ = done.await;
+            });
+            let run = task.run();
+            async move {
+                run.await;
+                drop(ended);
+            }
+        };
+        #[cfg(not(feature = "metrics"))]
+        let task = task.run();
+        handle.spawn(task);
         Ok((Writer::attach(shared), cluster, coordinator))
     }
 

@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use tokio::sync::oneshot;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use super::task::Cmd;
 use super::txn::{
@@ -647,6 +647,13 @@ impl TransactionalWriter {
                 Ok(Some((resp.producer_id, resp.producer_epoch)))
             },
         )
+        .instrument(tracing::debug_span!(
+            "end_txn",
+            transactional_id = %self.txn.id,
+            producer_id,
+            epoch = producer_epoch,
+            commit
+        ))
         .await
     }
 

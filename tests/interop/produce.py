@@ -2,10 +2,10 @@
 """Produce N messages to a topic with confluent-kafka (librdkafka), for interop tests.
 
     produce.py --broker 127.0.0.1:PORT --topic T --count N [--compression none|gzip|snappy|lz4|zstd]
-               [--partition P] [--prefix STR] [--partitioner NAME]
+               [--partition P] [--prefix STR] [--partitioner NAME] [--header KEY=VALUE ...]
 
 Message i has key "<prefix>key-i", value "<prefix>value-i" and headers
-[("h-index", b"i"), ("h-bin", bytes([i % 256, 0, 255]))]. Exits non-zero if any delivery fails.
+[("h-index", b"i"), ("h-bin", bytes([i % 256, 0, 255]))], then each --header. Exits non-zero if any delivery fails.
 Prints one JSON line per delivered message: partition, offset, key, value, timestamp.
 """
 import argparse
@@ -27,7 +27,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--partitioner", default=None,
                     help="librdkafka partitioner (consistent, consistent_random, murmur2, ...)")
+    ap.add_argument("--header", action="append", default=[],
+                    help="KEY=VALUE: one more header on every message (e.g. traceparent)")
     args = ap.parse_args()
+    extra_headers = [(k, v.encode()) for k, v in (h.split("=", 1) for h in args.header)]
 
     extra = {"partitioner": args.partitioner} if args.partitioner else {}
     producer = Producer({
@@ -62,7 +65,8 @@ def main() -> int:
             args.topic,
             key=f"{args.prefix}key-{i}".encode(),
             value=f"{args.prefix}value-{i}".encode(),
-            headers=[("h-index", str(i).encode()), ("h-bin", bytes([i % 256, 0, 255]))],
+            headers=[("h-index", str(i).encode()), ("h-bin", bytes([i % 256, 0, 255]))]
+            + extra_headers,
             on_delivery=on_delivery,
             **kw,
         )

@@ -1,0 +1,130 @@
+//! The writer's metrics collector (feature `metrics`): publishes the counters behind
+//! [`WriterStats`](super::WriterStats) to the `metrics` facade. The list is in
+//! [`crate::metrics`].
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use metrics::{counter, gauge, Counter, Gauge};
+
+use super::{Shared, WriterConfig};
+use crate::cluster::Cluster;
+use crate::metrics::{ms, Connections, Window};
+
+/// The metric handles of one writer, registered once.
+struct Published {
+    records: Counter,
+    bytes: Counter,
+    errors: Counter,
+    retries: Counter,
+    requests: Counter,
+    batches: Counter,
+    latency_avg: Gauge,
+    latency_max: Gauge,
+    latency_window: Window,
+    batch_size_avg: Gauge,
+    batch_size_max: Gauge,
+    batch_window: Window,
+    per_request_avg: Gauge,
+    per_request_window: Window,
+    compression_avg: Gauge,
+    compression_window: Window,
+    available: Gauge,
+    total: Gauge,
+    queued: Gauge,
+    connections: Connections,
+}
+
+impl Published {
+    fn new(client_id: &str) -> Self {
+        let id = || client_id.to_string();
+        Published {
+            records: counter!("kafka_producer_record_send_total", "client_id" => id()),
+            bytes: counter!("kafka_producer_byte_total", "client_id" => id()),
+            errors: counter!("kafka_producer_record_error_total", "client_id" => id()),
+            retries: counter!("kafka_producer_record_retry_total", "client_id" => id()),
+            requests: counter!("kafka_producer_request_total", "client_id" => id()),
+            batches: counter!("kafka_producer_batch_total", "client_id" => id()),
+            latency_avg: gauge!("kafka_producer_request_latency_avg", "client_id" => id()),
+            latency_max: gauge!("kafka_producer_request_latency_max", "client_id" => id()),
+            latency_window: Window::default(),
+            batch_size_avg: gauge!("kafka_producer_batch_size_avg", "client_id" => id()),
+            batch_size_max: gauge!("kafka_producer_batch_size_max", "client_id" => id()),
+            batch_window: Window::default(),
+            per_request_avg: gauge!("kafka_producer_records_per_request_avg", "client_id" => id()),
+            per_request_window: Window::default(),
+            compression_avg: gauge!("kafka_producer_compression_rate_avg", "client_id" => id()),
+            compression_window: Window::default(),
+            available: gauge!("kafka_producer_buffer_available_bytes", "client_id" => id()),
+            total: gauge!("kafka_producer_buffer_total_bytes", "client_id" => id()),
+            queued: gauge!("kafka_producer_queued_records", "client_id" => id()),
+            connections: Connections::new("kafka_producer", client_id),
+        }
+    }
+
+    /// One look at the writer; `false` once it is gone.
+    fn publish(&mut self, shared: &Weak<Shared>, cluster: &Cluster) -> bool {
+        let Some(shared) = shared.upgrade() else {
+            self.connections.closed();
+            return false;
+        };
+        let c = &shared.stats;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let (messages, bytes, writes, batches) = (
+            load(&c.messages),
+            load(&c.bytes),
+            load(&c.writes),
+            load(&c.batches),
+        );
+        let batch_bytes = load(&c.batch_bytes_total);
+        self.records.absolute(messages);
+        self.bytes.absolute(bytes);
+        self.errors.absolute(load(&c.errors));
+        self.retries.absolute(load(&c.retries));
+        self.requests.absolute(writes);
+        self.batches.absolute(batches);
+        if let Some(mean) = self
+            .latency_window
+            .mean(load(&c.answered), load(&c.write_micros))
+        {
+            self.latency_avg.set(ms(mean));
+        }
+        self.latency_max.set(ms(load(&c.write_micros_max) as f64));
+        if let Some(mean) = self.batch_window.mean(batches, batch_bytes) {
+            self.batch_size_avg.set(mean);
+        }
+        self.batch_size_max.set(load(&c.batch_bytes_max) as f64);
+        if let Some(mean) = self.per_request_window.mean(writes, messages) {
+            self.per_request_avg.set(mean);
+        }
+        // encoded bytes per record byte: the record bytes are the "count" of this window
+        if let Some(rate) = self.compression_window.mean(bytes, batch_bytes) {
+            self.compression_avg.set(rate);
+        }
+        let buffered = shared.buffered.load(Ordering::Relaxed);
+        self.available
+            .set(shared.max_buffered.saturating_sub(buffered) as f64);
+        self.total.set(shared.max_buffered as f64);
+        self.queued.set(load(&c.queued) as f64);
+        self.connections.publish(cluster);
+        true
+    }
+}
+
+/// Spawn the collector of a writer; it publishes a last time when `done` resolves (the
+/// writer's task ended).
+pub(super) fn spawn(
+    shared: &Arc<Shared>,
+    cluster: &Cluster,
+    config: &WriterConfig,
+    done: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let mut published = Published::new(&config.client_id);
+    let weak = Arc::downgrade(shared);
+    let cluster = cluster.clone();
+    tokio::spawn(crate::metrics::collect(
+        config.metrics_interval,
+        done,
+        move || published.publish(&weak, &cluster),
+    ));
+}
