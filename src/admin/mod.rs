@@ -156,7 +156,8 @@ impl Admin {
     }
 
     /// The broker-side timeout sent with topic, partition and record changes (default
-    /// 30 s).
+    /// 30 s); also how long a call waits for a coordinator that is still loading its
+    /// groups (`COORDINATOR_LOAD_IN_PROGRESS`) beyond the retry attempts.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -178,18 +179,29 @@ impl Admin {
             .min(self.max_backoff)
     }
 
+    /// Whether `e` is a coordinator still loading its groups and the call, `started`
+    /// then, is still within the timeout: waited for beyond the retry attempts.
+    fn still_loading(&self, e: &Error, started: std::time::Instant) -> bool {
+        e.kafka_code() == Some(ErrorCode::CoordinatorLoadInProgress)
+            && started.elapsed() < self.timeout
+    }
+
     /// Run `f` until it succeeds, fails with a non-retriable error, or the attempts are
-    /// used up.
+    /// used up (a coordinator still loading is waited for within the timeout).
     async fn retry<T, F, Fut>(&self, op: &'static str, mut f: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
         let mut attempt = 0;
+        let started = std::time::Instant::now();
         loop {
             match f().await {
                 Ok(v) => return Ok(v),
-                Err(e) if e.is_retriable() && attempt + 1 < self.attempts => {
+                Err(e)
+                    if e.is_retriable()
+                        && (attempt + 1 < self.attempts || self.still_loading(&e, started)) =>
+                {
                     let delay = self.delay(attempt);
                     debug!(
                         op,
@@ -302,6 +314,7 @@ impl Admin {
         let mut results: Vec<Option<Result<V>>> = items.iter().map(|_| None).collect();
         let mut pending: Vec<usize> = (0..items.len()).collect();
         let mut attempt = 0;
+        let started = std::time::Instant::now();
         while !pending.is_empty() {
             let last = attempt + 1 >= self.attempts;
             let mut outcome: Vec<(usize, Result<V>)> = Vec::new();
@@ -351,7 +364,7 @@ impl Admin {
             pending = deferred;
             for (i, r) in outcome {
                 match r {
-                    Err(e) if e.is_retriable() && !last => {
+                    Err(e) if e.is_retriable() && (!last || self.still_loading(&e, started)) => {
                         let key = &items[i].0;
                         debug!(op, key = %key, error = %e, "retrying");
                         forget(key);

@@ -280,3 +280,25 @@ async fn stable_offset_fetch_sends_require_stable_and_retries_unstable_partition
     assert_eq!(sent.len(), 3 + 4, "4 attempts");
     assert!(sent[3..].iter().all(|r| !r.require_stable));
 }
+
+/// A coordinator still loading its groups (`COORDINATOR_LOAD_IN_PROGRESS`, e.g. a fresh
+/// broker loading `__consumer_offsets`) is waited for within the admin's timeout, as
+/// Java's admin does, not given up after the retry attempts (4 here).
+#[tokio::test]
+async fn a_loading_coordinator_is_waited_for_beyond_the_attempts() {
+    let cluster = MockCluster::builder().topic("t", 1).start().await.unwrap();
+    admin(&cluster)
+        .commit_group_offsets("g", &[(TopicPartition::new("t", 0), 0)])
+        .await
+        .unwrap();
+    let describes = cluster.requests(ApiKey::DESCRIBE_GROUPS);
+    cluster.fault_group(
+        ApiKey::DESCRIBE_GROUPS,
+        "g",
+        ErrorCode::CoordinatorLoadInProgress,
+        8,
+    );
+    let r = admin(&cluster).describe_groups(&["g"]).await.unwrap();
+    assert_eq!(r[0].1.as_ref().unwrap().state, "Empty");
+    assert_eq!(cluster.requests(ApiKey::DESCRIBE_GROUPS) - describes, 9);
+}

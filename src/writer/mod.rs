@@ -100,10 +100,10 @@ mod config;
 mod eos;
 mod message;
 mod metadata;
-mod producer;
-mod sender;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod producer;
+mod sender;
 mod task;
 mod transactional;
 mod txn;
