@@ -33,12 +33,18 @@ use futures::future::BoxFuture;
 
 use crate::error::{Error, ErrorKind, Result};
 
+#[cfg(feature = "oidc")]
+mod http;
 mod oauthbearer;
+#[cfg(feature = "oidc")]
+mod oidc;
 mod plain;
 #[cfg(feature = "scram")]
 mod scram;
 
-pub use oauthbearer::{OAuthBearer, OAuthToken, TokenProvider};
+pub use oauthbearer::{CachedTokenProvider, OAuthBearer, OAuthToken, TokenProvider};
+#[cfg(feature = "oidc")]
+pub use oidc::ClientCredentials;
 pub use plain::Plain;
 #[cfg(feature = "scram")]
 pub use scram::{Scram, ScramAlgorithm};
@@ -94,6 +100,27 @@ pub trait Session: Send {
     /// A malformed or failed server message, or a server that fails to prove itself (SCRAM
     /// server signature). The connection attempt then ends with that error.
     fn next(&mut self, challenge: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// What the client knows that explains a failure the broker reported (OAUTHBEARER:
+    /// the broker's error challenge and the token's claims, never the token), appended to
+    /// the authentication error. `None` by default.
+    ///
+    /// ```
+    /// use kafkapipe::sasl::Session;
+    /// struct S;
+    /// impl Session for S {
+    ///     fn next(&mut self, _: &[u8]) -> kafkapipe::Result<Option<Vec<u8>>> {
+    ///         Ok(None)
+    ///     }
+    ///     fn describe_failure(&self) -> Option<String> {
+    ///         Some("credentials issued for realm X".into())
+    ///     }
+    /// }
+    /// assert!(S.describe_failure().is_some());
+    /// ```
+    fn describe_failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A client-side authentication failure (bad server message, signature mismatch).

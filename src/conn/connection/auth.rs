@@ -133,11 +133,14 @@ impl Connection {
             if resp.error_code != 0 {
                 let code = ErrorCode::from(resp.error_code);
                 let detail = resp.error_message.as_deref().unwrap_or("no details");
+                let client_side = session
+                    .describe_failure()
+                    .map(|d| format!("; {d}"))
+                    .unwrap_or_default();
                 warn!(broker = %broker, mechanism = %name, error = %code, "SASL authentication failed");
-                return Err(self.err(
-                    Error::kafka(code)
-                        .with_message(format!("SASL {name} authentication failed: {detail}")),
-                ));
+                return Err(self.err(Error::kafka(code).with_message(format!(
+                    "SASL {name} authentication failed: {detail}{client_side}"
+                ))));
             }
             match session.next(&resp.auth_bytes) {
                 Ok(Some(next)) => message = next,
