@@ -133,6 +133,10 @@ where
 /// `sasl.login.refresh.window.jitter`), then the next caller fetches a fresh one. Callers
 /// queue behind one fetch, so many connections cost one request to the identity provider.
 ///
+/// A token is also refreshed once less than 5 s (or half its lifetime, if shorter) is left,
+/// so a connection authenticating with it gets a session long enough to re-authenticate
+/// (brokers refuse a re-authentication within 1 s of the previous one).
+///
 /// If a refresh fails while the cached token has not expired yet, the cached token is
 /// handed out (and the failure logged); the refresh is tried again on the next call after
 /// a short pause. Tokens without [`OAuthToken::expires_at`] are not cached.
@@ -158,6 +162,9 @@ pub struct CachedTokenProvider {
     window: f64,
     jitter: f64,
 }
+
+/// A cached token is replaced once less than this (or half its lifetime) is left.
+const MIN_LEFT: Duration = Duration::from_secs(5);
 
 struct Cached {
     token: OAuthToken,
@@ -246,15 +253,21 @@ impl TokenProvider for CachedTokenProvider {
                         .and_then(|exp| exp.duration_since(SystemTime::now()).ok())
                         .filter(|left| !left.is_zero());
                     *state = left.map(|left| {
-                        let share = self.refresh_share();
+                        // Keep at least min(5 s, half the lifetime) in hand: a broker
+                        // grants a session no longer than the token lives, and refuses a
+                        // re-authentication within 1 s of the previous one, so a token
+                        // handed out just before expiry would cost the connection.
+                        let refresh_in = left
+                            .mul_f64(self.refresh_share())
+                            .min(left - MIN_LEFT.min(left / 2));
                         debug!(
                             lifetime_ms = left.as_millis() as u64,
-                            refresh_in_ms = left.mul_f64(share).as_millis() as u64,
+                            refresh_in_ms = refresh_in.as_millis() as u64,
                             "OAUTHBEARER token fetched"
                         );
                         Cached {
                             token: token.clone(),
-                            refresh_at: now + left.mul_f64(share),
+                            refresh_at: now + refresh_in,
                             expires: now + left,
                         }
                     });
@@ -506,6 +519,24 @@ mod tests {
         p.token().await.unwrap();
         p.token().await.unwrap();
         assert_eq!(n.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn short_lived_tokens_are_refreshed_with_time_to_spare() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = Arc::clone(&calls);
+        let p = CachedTokenProvider::new(move || {
+            let n = c.fetch_add(1, Ordering::SeqCst);
+            async move {
+                Ok(OAuthToken::new(format!("t{n}"))
+                    .with_expiry(SystemTime::now() + Duration::from_secs(4)))
+            }
+        })
+        .refresh_jitter(0.0);
+        assert_eq!(p.token().await.unwrap().token(), "t0");
+        // 80% would be 3.2 s, leaving 0.8 s: too little for a broker session.
+        tokio::time::advance(Duration::from_millis(2100)).await;
+        assert_eq!(p.token().await.unwrap().token(), "t1");
     }
 
     #[test]
