@@ -33,6 +33,8 @@ use futures::future::BoxFuture;
 
 use crate::error::{Error, ErrorKind, Result};
 
+#[cfg(feature = "aws-msk-iam")]
+mod aws_msk_iam;
 #[cfg(feature = "oidc")]
 mod http;
 mod oauthbearer;
@@ -42,6 +44,8 @@ mod plain;
 #[cfg(feature = "scram")]
 mod scram;
 
+#[cfg(feature = "aws-msk-iam")]
+pub use aws_msk_iam::{AwsCredentials, MskIamTokenProvider};
 pub use oauthbearer::{CachedTokenProvider, OAuthBearer, OAuthToken, TokenProvider};
 #[cfg(feature = "oidc")]
 pub use oidc::ClientCredentials;
