@@ -396,14 +396,16 @@ mod tests {
     const DATE: &str = "20150830T123600Z";
     const EMPTY: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
-    /// (name, query params, headers, canonical request, string-to-sign hash, signature)
-    fn vectors() -> Vec<(
+    /// (name, query params, headers, canonical request, signature)
+    type Vector = (
         &'static str,
         Vec<(String, String)>,
         Vec<(&'static str, &'static str)>,
         &'static str,
         &'static str,
-    )> {
+    );
+
+    fn vectors() -> Vec<Vector> {
         let p = |k: &str, v: &str| (k.to_string(), v.to_string());
         vec![
             (

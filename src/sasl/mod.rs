@@ -8,8 +8,11 @@
 //! broker's answer to [`Session::next`] until the session says it is done.
 //!
 //! Built in: [`Plain`] (PLAIN), [`Scram`] (SCRAM-SHA-256 and SCRAM-SHA-512, cargo feature
-//! `scram`, on by default) and [`OAuthBearer`] (OAUTHBEARER with a user-supplied async
-//! token provider). Set one on [`ConnectionConfig::sasl`](crate::conn::ConnectionConfig::sasl):
+//! `scram`, on by default) and [`OAuthBearer`] (OAUTHBEARER with an async
+//! [`TokenProvider`]: your own, `ClientCredentials` for an OIDC token endpoint (KIP-768,
+//! feature `oidc`), or `MskIamTokenProvider` for AWS MSK IAM (feature `aws-msk-iam`);
+//! [`CachedTokenProvider`] reuses tokens until 80% of their lifetime). Sessions the broker
+//! limits (`connections.max.reauth.ms`, token expiry) are re-authenticated (KIP-368). Set one on [`ConnectionConfig::sasl`](crate::conn::ConnectionConfig::sasl):
 //!
 //! ```no_run
 //! use std::sync::Arc;
