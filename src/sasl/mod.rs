@@ -108,9 +108,10 @@ pub trait Session: Send {
     /// server signature). The connection attempt then ends with that error.
     fn next(&mut self, challenge: &[u8]) -> Result<Option<Vec<u8>>>;
 
-    /// What the client knows that explains a failure the broker reported (OAUTHBEARER:
-    /// the broker's error challenge and the token's claims, never the token), appended to
-    /// the authentication error. `None` by default.
+    /// What the client knows that explains a failure the broker reported with
+    /// `broker_message` (OAUTHBEARER: the broker's error challenge, unless the message
+    /// already is it, and the token's claims, never the token), appended to the
+    /// authentication error. `None` by default.
     ///
     /// ```
     /// use kafkapipe::sasl::Session;
@@ -119,13 +120,14 @@ pub trait Session: Send {
     ///     fn next(&mut self, _: &[u8]) -> kafkapipe::Result<Option<Vec<u8>>> {
     ///         Ok(None)
     ///     }
-    ///     fn describe_failure(&self) -> Option<String> {
+    ///     fn describe_failure(&self, _broker_message: Option<&str>) -> Option<String> {
     ///         Some("credentials issued for realm X".into())
     ///     }
     /// }
-    /// assert!(S.describe_failure().is_some());
+    /// assert!(S.describe_failure(None).is_some());
     /// ```
-    fn describe_failure(&self) -> Option<String> {
+    fn describe_failure(&self, broker_message: Option<&str>) -> Option<String> {
+        let _ = broker_message;
         None
     }
 }

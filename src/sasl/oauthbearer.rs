@@ -394,10 +394,12 @@ impl Session for OAuthSession {
         Ok(Some(vec![1]))
     }
 
-    fn describe_failure(&self) -> Option<String> {
+    fn describe_failure(&self, broker_message: Option<&str>) -> Option<String> {
         let mut parts = Vec::new();
         if let Some(e) = &self.server_error {
-            parts.push(format!("broker's error challenge {e}"));
+            if broker_message != Some(e.as_str()) {
+                parts.push(format!("broker's error challenge {e}"));
+            }
         }
         if let Some(t) = &self.token_summary {
             parts.push(format!("the token sent: {t}"));
@@ -464,6 +466,10 @@ mod tests {
         assert_eq!(s.next(challenge).unwrap(), Some(vec![1]));
         let e = s.next(b"").unwrap_err();
         assert!(e.to_string().contains("invalid_token"), "{e}");
+        let challenge_text = String::from_utf8_lossy(challenge).into_owned();
+        assert!(s.describe_failure(None).unwrap().contains("invalid_token"));
+        // Kafka's error message is the challenge itself: not said twice.
+        assert_eq!(s.describe_failure(Some(&challenge_text)), None);
     }
 
     #[test]

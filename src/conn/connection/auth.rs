@@ -138,7 +138,7 @@ impl Connection {
                 let code = ErrorCode::from(resp.error_code);
                 let detail = resp.error_message.as_deref().unwrap_or("no details");
                 let client_side = session
-                    .describe_failure()
+                    .describe_failure(resp.error_message.as_deref())
                     .map(|d| format!("; {d}"))
                     .unwrap_or_default();
                 warn!(broker = %broker, mechanism = %name, error = %code, "SASL authentication failed");
