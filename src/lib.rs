@@ -34,9 +34,10 @@
 //! | [`group`] | consumer groups (classic and KIP-848), rebalance events, ack tokens, the [`Committer`](group::Committer) sink, offset stores |
 //! | [`writer`] | the producer: [`writer::Writer`], balancers, idempotence, transactions and the exactly-once pipeline sink |
 //! | [`admin`] | the admin client: topics, partitions, configs, groups, offsets, records, cluster |
+//! | [`config`] | client settings by their Java / librdkafka property names ([`config::Properties`]) |
 //! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
 //! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the kafka-go style [`Conn`](conn::Conn) API |
-//! | `tls` | TLS settings (rustls; feature `tls`, on by default) |
+//! | `tls` | TLS settings (rustls; feature `tls`, on by default): system roots by default, PEM and PKCS#12 stores |
 //! | [`sasl`] | SASL mechanisms: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER (own provider, OIDC client credentials, AWS MSK IAM) |
 //! | [`record`] | RecordBatch v2 encode/decode, legacy MessageSet v0/v1 decode |
 //! | [`compression`] | gzip, snappy, lz4, zstd codecs |
@@ -53,6 +54,7 @@ pub mod admin;
 mod bufpool;
 pub mod cluster;
 pub mod compression;
+pub mod config;
 pub mod conn;
 mod error;
 pub mod group;

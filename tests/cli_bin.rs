@@ -58,6 +58,23 @@ fn run_raw(args: &[&str], stdin: &str) -> Run {
     }
 }
 
+/// Runs `kafkapipe ARGS` with extra environment variables and no stdin.
+fn run_env(args: &[&str], env: &[(&str, &std::path::Path)]) -> Run {
+    let out = Command::new(exe())
+        .args(args)
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code(),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// Runs `kafkapipe -b BROKER ARGS`.
 fn run(args: &[&str], stdin: &str) -> Run {
     let a = addr();
@@ -744,8 +761,14 @@ fn version_help_and_usage_errors() {
             "request.timeout.ms",
         ),
         (
-            &["-X", "security.protocol=ssl", "topics"],
-            "ssl.ca.location",
+            &[
+                "-X",
+                "security.protocol=ssl",
+                "-X",
+                "ssl.keystore.type=JKS",
+                "topics",
+            ],
+            "ssl.keystore.type",
         ),
         (
             &[
@@ -1096,6 +1119,27 @@ async fn security_settings_pass_through() {
         "mTLS: {}",
         r.err
     );
+}
+
+/// `-X security.protocol=ssl` with no CA setting trusts the system roots: here a private
+/// trust directory holding the test CA, named by `SSL_CERT_DIR`. The brokers come from
+/// `-X bootstrap.servers` (no `-b`).
+#[test]
+fn ssl_without_a_ca_setting_uses_the_system_trust_store() {
+    let b = common::shared();
+    let trust = common::temp_dir("cli-system-trust");
+    std::fs::write(trust.join("test-ca.pem"), &b.pki.ca_pem).unwrap();
+    let bootstrap = format!("bootstrap.servers={}", b.ssl_addr);
+    let args = ["-X", &bootstrap, "-X", "security.protocol=SSL", "cluster"];
+    let r = run_env(&args, &[("SSL_CERT_DIR", &trust)]);
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    assert!(r.out.starts_with("cluster "), "{}", r.out);
+    // Without the CA in the trust store: exit 1, the unknown issuer named.
+    let empty = common::temp_dir("cli-system-trust-other");
+    std::fs::write(empty.join("other-ca.pem"), &b.pki.other_ca_pem).unwrap();
+    let r = run_env(&args, &[("SSL_CERT_DIR", &empty)]);
+    assert_eq!(r.code, Some(1), "{}", r.err);
+    assert!(r.err.contains("UnknownIssuer"), "{}", r.err);
 }
 
 /// SIGTERM in the middle of a backlog: the member stops early, and its commit is exactly

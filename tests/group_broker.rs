@@ -1828,6 +1828,190 @@ async fn rebalance_pause_comparison() {
     assert!(eager.idle > Duration::ZERO, "{rows:?}");
 }
 
+/// A stage for the pre-revoke hook scenarios: buffers every message `reader` yields
+/// (holding their tokens) and acks them all only when the hook asks it to flush — never
+/// at the end of the stream. Returns the reader's handle, the hook and how many
+/// messages the stage buffered so far.
+#[allow(clippy::type_complexity)]
+fn buffering_stage(
+    config: ReaderConfig,
+) -> (
+    ReaderConfig,
+    impl FnOnce(
+        Reader,
+    ) -> (
+        Arc<std::sync::atomic::AtomicUsize>,
+        tokio::task::JoinHandle<()>,
+    ),
+) {
+    use tokio::sync::{mpsc, oneshot};
+    let (flush_tx, mut flush_rx) = mpsc::channel::<oneshot::Sender<()>>(1);
+    let config = config.on_revoke(move |_partitions: Vec<TopicPartition>| {
+        let flush_tx = flush_tx.clone();
+        async move {
+            let (done, flushed) = oneshot::channel();
+            if flush_tx.send(done).await.is_ok() {
+                let _ = flushed.await;
+            }
+        }
+    });
+    let start = move |mut reader: Reader| {
+        let buffered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = buffered.clone();
+        let task = tokio::spawn(async move {
+            let mut buf: Vec<Message> = Vec::new();
+            let mut open = true;
+            loop {
+                tokio::select! {
+                    m = reader.next(), if open => match m {
+                        Some(Ok(m)) => {
+                            buf.push(m);
+                            count.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Some(Err(e)) => panic!("reader error: {e}"),
+                        None => open = false,
+                    },
+                    done = flush_rx.recv() => {
+                        let Some(done) = done else { return };
+                        for mut m in buf.drain(..) {
+                            m.take_ack_token().ack();
+                        }
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
+        (buffered, task)
+    };
+    (config, start)
+}
+
+/// Issue 26 item 7a: a kafkapipe member whose stage buffers 100 messages (2 partitions
+/// of 50) shares a classic group with a librdkafka member that joins. The pre-revoke
+/// hook makes the stage flush, so the group's committed offsets cover the 100 messages
+/// before the partitions are given up, and the librdkafka member never receives them.
+async fn revoke_hook_flushes_before_a_librdkafka_member_takes_over() {
+    let topic = new_topic("group-revoke-hook", 2).await;
+    let group = common::unique_topic("group-revoke-hook-g");
+    produce(&topic, 2, 0, 50).await;
+    let (config, start) = buffering_stage(group_config(&group, &topic));
+    let k = Reader::new(config).await.unwrap();
+    let handle = k.handle();
+    let mut events = k.events().unwrap();
+    let (buffered, stage) = start(k);
+    wait_until(
+        "the stage to buffer 100 messages",
+        Duration::from_secs(20),
+        || buffered.load(Ordering::SeqCst) == 100,
+    )
+    .await;
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!(
+        "{}/tests/interop/group_member.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let child = tokio::process::Command::new(python)
+        .args([
+            &script,
+            "--broker",
+            &common::shared().addr,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--duration",
+            "8",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run group_member.py");
+    let revoked = loop {
+        match next_event(&mut events, Duration::from_secs(20)).await {
+            GroupEvent::Revoked { partitions } => break partitions,
+            GroupEvent::Assigned { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(revoked.len(), 2, "eager: everything is revoked");
+    let expected: BTreeMap<i32, i64> = [(0, 50), (1, 50)].into();
+    assert_eq!(
+        committed(&group, &topic).await,
+        expected,
+        "the flushed messages are committed before the partitions are given up"
+    );
+    // one more message per partition, for whoever owns it next
+    produce(&topic, 2, 50, 1).await;
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "librdkafka member failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read: Vec<(i64, i64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json line"))
+        .filter_map(|l| Some((l.get("partition")?.as_i64()?, l.get("offset")?.as_i64()?)))
+        .collect();
+    assert!(
+        !read.is_empty(),
+        "the librdkafka member read its partition's new message"
+    );
+    assert!(
+        read.iter().all(|(_, o)| *o >= 50),
+        "the librdkafka member read flushed messages again: {read:?}"
+    );
+    handle.close().await;
+    stage.abort();
+}
+
+/// The same with the KIP-848 protocol and kafkapipe members: the hook runs in the
+/// reconciliation's revocation (the shared `give_up`), before its commit.
+async fn kip848_revoke_hook_flushes_before_the_partitions_move() {
+    let topic = new_topic("kip848-revoke-hook", 2).await;
+    let group = common::unique_topic("kip848-revoke-hook-g");
+    produce(&topic, 2, 0, 50).await;
+    let (config, start) = buffering_stage(
+        kip848_config(&group, &topic).commit_mode(CommitMode::Interval(Duration::from_secs(3600))),
+    );
+    let a = Reader::new(config).await.unwrap();
+    let handle = a.handle();
+    let mut events = a.events().unwrap();
+    let (buffered, stage) = start(a);
+    wait_until(
+        "the stage to buffer 100 messages",
+        Duration::from_secs(20),
+        || buffered.load(Ordering::SeqCst) == 100,
+    )
+    .await;
+    let mut b = Reader::new(kip848_config(&group, &topic)).await.unwrap();
+    let revoked = loop {
+        match next_event(&mut events, Duration::from_secs(30)).await {
+            GroupEvent::Revoked { partitions } => break partitions,
+            GroupEvent::Assigned { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(revoked.len(), 1, "one of the two partitions moves");
+    let p = revoked[0].partition;
+    assert_eq!(
+        committed(&group, &topic).await.get(&p),
+        Some(&50),
+        "the flushed messages of {p} are committed before it is given up"
+    );
+    produce(&topic, 2, 50, 1).await;
+    let m = next(&mut b, Duration::from_secs(30)).await;
+    assert_eq!(
+        (m.partition, m.offset),
+        (p, 50),
+        "the new owner starts after the flushed messages"
+    );
+    b.close().await;
+    handle.close().await;
+    stage.abort();
+}
+
 /// The scenarios above, all at once: they mostly wait on the broker (session timeouts,
 /// rebalances), and the test harness would run only as many
 /// tests at a time as there are CPUs. Each runs in its own task on its own topic and
@@ -1916,6 +2100,14 @@ async fn group_scenarios() {
         (
             "rebalance_pause_comparison",
             Box::pin(rebalance_pause_comparison()),
+        ),
+        (
+            "revoke_hook_flushes_before_a_librdkafka_member_takes_over",
+            Box::pin(revoke_hook_flushes_before_a_librdkafka_member_takes_over()),
+        ),
+        (
+            "kip848_revoke_hook_flushes_before_the_partitions_move",
+            Box::pin(kip848_revoke_hook_flushes_before_the_partitions_move()),
         ),
         (
             "kip848_unsupported_assignor_surfaces_in_the_stream",

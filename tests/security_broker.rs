@@ -2,15 +2,21 @@
 //! (`tests/common/kafka.rs`): SSL, SSL with required client certificates (mTLS),
 //! SASL_PLAINTEXT and SASL_SSL with PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER
 //! (Kafka's unsecured JWS validator). Certificates come from the CA in `tests/common/pki.rs`.
+//! Also: the system trust roots (`SSL_CERT_DIR` / `SSL_CERT_FILE`, in a subprocess), the
+//! hostname check and its opt-out, PKCS#12 stores written by OpenSSL and Java's keytool,
+//! and a client configured from a Java property map (`kafkapipe::config::Properties`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::kafka::USER512;
 use common::{PASSWORD, USER};
+use kafkapipe::config::Properties;
 use kafkapipe::conn::{Conn, ConnectionConfig, FetchOptions, ProduceOptions};
 use kafkapipe::protocol::ErrorCode;
 use kafkapipe::reader::{Reader, ReaderConfig};
@@ -584,4 +590,304 @@ async fn writer_to_reader_over_mtls() {
     }
     assert_eq!(got, ["m-1", "m-2"]);
     reader.close().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// TLS out of the box: system roots, hostname verification, PKCS#12
+
+/// Set in the environment of the subprocess `system_roots_child` runs in: the broker to
+/// dial with a `TlsConfig` given no CA.
+const CHILD_ADDR: &str = "KAFKAPIPE_TEST_SYSTEM_ROOTS_ADDR";
+
+/// Runs in a subprocess of `no_ca_setting_trusts_the_system_roots`, whose environment
+/// (`SSL_CERT_DIR` / `SSL_CERT_FILE`) is the system trust store under test: environment
+/// variables cannot be set safely in a multi-threaded test binary.
+#[tokio::test]
+#[ignore = "run as a subprocess by no_ca_setting_trusts_the_system_roots"]
+async fn system_roots_child() {
+    let addr = std::env::var(CHILD_ADDR).expect("run by no_ca_setting_trusts_the_system_roots");
+    let tls = TlsConfig::builder().build().unwrap(); // no CA: the system roots
+    let conn = Conn::connect_with(&addr, config(Some(tls), None))
+        .await
+        .unwrap_or_else(|e| panic!("CHILD-ERROR {e}"));
+    conn.metadata(None).await.unwrap();
+    conn.close().await;
+}
+
+/// `system_roots_child` with `env`; its success and output.
+fn system_roots_child_run(addr: &str, env: &[(&str, &Path)]) -> (bool, String) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "system_roots_child", "--ignored", "--nocapture"])
+        .env(CHILD_ADDR, addr)
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+async fn no_ca_setting_trusts_the_system_roots() {
+    let b = common::shared();
+    // A private trust directory holding the test CA, as `SSL_CERT_DIR` (what OpenSSL and
+    // rustls-native-certs read): the client is given no CA at all.
+    let trust_dir = common::temp_dir("system-trust");
+    let ca_file = trust_dir.join("kafkapipe-test-ca.pem");
+    std::fs::write(&ca_file, &b.pki.ca_pem).unwrap();
+    let (ok, out) = system_roots_child_run(&b.ssl_addr, &[("SSL_CERT_DIR", &trust_dir)]);
+    assert!(ok && out.contains("1 passed"), "SSL_CERT_DIR:\n{out}");
+    let (ok, out) = system_roots_child_run(&b.ssl_addr, &[("SSL_CERT_FILE", &ca_file)]);
+    assert!(ok && out.contains("1 passed"), "SSL_CERT_FILE:\n{out}");
+    // A trust store without the test CA: refused, so the roots came from the variable.
+    let other_dir = common::temp_dir("system-trust-other");
+    std::fs::write(other_dir.join("other-ca.pem"), &b.pki.other_ca_pem).unwrap();
+    let (ok, out) = system_roots_child_run(&b.ssl_addr, &[("SSL_CERT_DIR", &other_dir)]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("CHILD-ERROR") && out.contains("UnknownIssuer"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn hostname_mismatch_says_so_and_the_opt_out_still_checks_the_chain() {
+    let b = common::shared();
+    // (Not `refused`: its 5 s bound is about retry loops, which the other TLS tests
+    // cover; this one is about what the error says.)
+    let err = Conn::connect_with(
+        &b.ssl_addr,
+        config(Some(trusted().with_server_name("kafka.example.com")), None),
+    )
+    .await
+    .unwrap_err();
+    assert!(!err.is_retriable(), "{err}");
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("hostname mismatch"), "{text}");
+    assert!(text.contains("kafka.example.com"), "{text}");
+    assert_eq!(err.broker(), Some(b.ssl_addr.as_str()), "{err}");
+
+    // The loudly named opt-out connects under the same wrong name...
+    let lax = |ca: &str| {
+        TlsConfig::builder()
+            .ca_pem(ca.as_bytes())
+            .unwrap()
+            .server_name("kafka.example.com")
+            .danger_accept_invalid_hostnames(true)
+            .build()
+            .unwrap()
+    };
+    let t = topic("any-hostname");
+    let conn = Conn::connect_with(&b.ssl_addr, config(Some(lax(&b.pki.ca_pem)), None))
+        .await
+        .unwrap();
+    produce_consume(&conn, &t, "any-hostname").await;
+    conn.close().await;
+    // ...and still refuses a certificate that does not chain to a trusted root.
+    let err = Conn::connect_with(&b.ssl_addr, config(Some(lax(&b.pki.other_ca_pem)), None))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+    assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+}
+
+/// Runs a tool that writes a key store; panics with its output if it fails.
+fn store_tool(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} (from openssl / the JDK) is needed: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A client keystore written by OpenSSL 3 (its default PKCS#12: PBES2/AES-256-CBC,
+/// HMAC-SHA-256, as Java writes them too) and a truststore written by Java's keytool:
+/// mTLS to the listener that requires client certificates.
+#[tokio::test]
+async fn pkcs12_keystore_and_truststore_work_for_mtls() {
+    let b = common::shared();
+    let dir = common::temp_dir("pkcs12");
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    std::fs::write(path("client.pem"), &b.pki.client_cert_pem).unwrap();
+    std::fs::write(path("client.key"), &b.pki.client_key_pem).unwrap();
+    std::fs::write(path("ca.pem"), &b.pki.ca_pem).unwrap();
+    store_tool(
+        "openssl",
+        &[
+            "pkcs12",
+            "-export",
+            "-in",
+            &path("client.pem"),
+            "-inkey",
+            &path("client.key"),
+            "-certfile",
+            &path("ca.pem"),
+            "-name",
+            "client",
+            "-passout",
+            "pass:ks-secret",
+            "-out",
+            &path("client.p12"),
+        ],
+    );
+    store_tool(
+        "keytool",
+        &[
+            "-importcert",
+            "-noprompt",
+            "-alias",
+            "test-ca",
+            "-file",
+            &path("ca.pem"),
+            "-keystore",
+            &path("truststore.p12"),
+            "-storetype",
+            "PKCS12",
+            "-storepass",
+            "ts-secret",
+        ],
+    );
+    let tls = TlsConfig::builder()
+        .truststore_file(path("truststore.p12"), "ts-secret")
+        .unwrap()
+        .keystore_file(path("client.p12"), "ks-secret")
+        .unwrap()
+        .build()
+        .unwrap();
+    let t = topic("pkcs12");
+    let conn = Conn::connect_with(&b.mtls_addr, config(Some(tls), None))
+        .await
+        .unwrap();
+    produce_consume(&conn, &t, "over-pkcs12").await;
+    conn.close().await;
+
+    // The same stores from properties, as a Java client's configuration names them.
+    let props = Properties::from_pairs([
+        ("bootstrap.servers", b.mtls_addr.as_str()),
+        ("security.protocol", "SSL"),
+        ("ssl.truststore.location", &path("truststore.p12")),
+        ("ssl.truststore.password", "ts-secret"),
+        ("ssl.truststore.type", "PKCS12"),
+        ("ssl.keystore.location", &path("client.p12")),
+        ("ssl.keystore.password", "ks-secret"),
+        ("ssl.key.password", "ks-secret"),
+        ("ssl.keystore.type", "PKCS12"),
+    ])
+    .unwrap();
+    let topics = props.admin().unwrap().list_topics().await.unwrap();
+    assert!(topics.iter().any(|l| l.name == t), "{t} not listed");
+    // A wrong keystore password is a configuration error naming the key and the file.
+    let err = Properties::from_pairs([
+        ("security.protocol", "SSL"),
+        ("ssl.keystore.location", &path("client.p12")),
+        ("ssl.keystore.password", "not-the-secret"),
+    ])
+    .unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(
+        text.contains("ssl.keystore.location") && text.contains("client.p12"),
+        "{text}"
+    );
+    assert!(!text.contains("not-the-secret"), "{text}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Property maps
+
+/// A Java-style property map (SASL_SSL, SCRAM-SHA-512 through `sasl.jaas.config`, the
+/// test CA as `ssl.ca.location`) configures a Writer, a group Reader and an Admin.
+#[tokio::test]
+async fn property_map_connects_over_sasl_ssl() {
+    let b = common::shared();
+    let t = topic("props");
+    let group = common::unique_topic("props-group");
+    let jaas = format!(
+        "org.apache.kafka.common.security.scram.ScramLoginModule required \
+         username=\"{USER}\" password=\"{PASSWORD}\";"
+    );
+    let props = Properties::from_pairs([
+        ("bootstrap.servers", b.sasl_ssl_addr.as_str()),
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.mechanism", "SCRAM-SHA-512"),
+        ("sasl.jaas.config", &jaas),
+        ("ssl.ca.location", b.pki.ca_file.to_str().unwrap()),
+        ("client.id", "props-test"),
+        ("acks", "all"),
+        ("enable.idempotence", "true"),
+        ("linger.ms", "5"),
+        ("compression.type", "zstd"),
+        ("group.id", &group),
+        ("auto.offset.reset", "earliest"),
+        ("isolation.level", "read_committed"),
+        ("session.timeout.ms", "10000"),
+        (
+            "key.serializer",
+            "org.apache.kafka.common.serialization.StringSerializer",
+        ),
+    ])
+    .unwrap();
+    let writer = Writer::new(props.writer_config().unwrap().topic(&t)).unwrap();
+    writer
+        .write_messages([Message::new("prop-1"), Message::new("prop-2")])
+        .await
+        .unwrap();
+    drop(writer);
+    let mut reader = Reader::new(props.reader_config().unwrap().topic(&t))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(30), reader.next_message())
+            .await
+            .expect("group reader from properties timed out")
+            .unwrap();
+        got.push(String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).to_string());
+    }
+    assert_eq!(got, ["prop-1", "prop-2"]);
+    reader.close().await;
+    let admin = props.admin().unwrap();
+    assert!(admin
+        .list_topics()
+        .await
+        .unwrap()
+        .iter()
+        .any(|l| l.name == t));
+    admin.close().await;
+
+    // PLAIN from sasl.username / sasl.password; a wrong password is a final auth error.
+    let plain = |password: &str| {
+        Properties::from_pairs([
+            ("bootstrap.servers", b.sasl_ssl_addr.as_str()),
+            ("security.protocol", "sasl_ssl"),
+            ("sasl.mechanisms", "PLAIN"),
+            ("sasl.username", USER),
+            ("sasl.password", password),
+            ("ssl.truststore.location", b.pki.ca_file.to_str().unwrap()),
+            ("ssl.truststore.type", "PEM"),
+        ])
+        .unwrap()
+    };
+    let admin = plain(PASSWORD).admin().unwrap();
+    assert!(admin
+        .list_topics()
+        .await
+        .unwrap()
+        .iter()
+        .any(|l| l.name == t));
+    admin.close().await;
+    let admin = plain("not-the-password").admin().unwrap();
+    let err = admin.list_topics().await.unwrap_err();
+    assert!(err.is_authentication(), "{err}");
+    admin.close().await;
 }

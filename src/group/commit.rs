@@ -245,11 +245,15 @@ type CommitFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 /// # Cancellation safety
 ///
 /// Dropping a pending `flush`/`send`/`close` loses no offset: it stays pending and is
-/// committed by the next commit, the interval tick or the reader's close. The commit a
-/// sink flush started is kept in the `Committer` and resumed by its next `flush` or
-/// `close`; the commit request in flight may still reach the broker. A `send` dropped
-/// before the sink took its message drops the message, whose dropped
-/// [`AckToken`](super::AckToken) counts as processed all the same (see there).
+/// committed by the next commit, the interval tick or the reader's close. A commit, once
+/// started, is never abandoned: it runs in a task of its own until the broker answered
+/// (or its retries gave up), and the sink's future only waits for its result (a sink
+/// flush's wait is kept in the `Committer` and resumed by its next `flush` or `close`).
+/// Commits of one group go out one at a time, each only after the previous one was
+/// answered, so a commit whose caller went away can never be applied after a newer one
+/// and move the committed offset back. A `send` dropped before the sink took its
+/// message drops the message, whose dropped [`AckToken`](super::AckToken) counts as
+/// processed all the same (see there).
 pub struct Committer {
     shared: Arc<GroupShared>,
     /// The commit `poll_flush` drives; in a mutex (only ever used through `get_mut`, so
@@ -305,7 +309,10 @@ impl Committer {
     ///
     /// # Cancellation safety
     ///
-    /// As for the sink: nothing pending is lost.
+    /// Cancel safe: dropping this future (a `timeout` or `select!` around it) stops only
+    /// the waiting. The commit runs to its end in a task of its own, and the next commit
+    /// of the group is sent only after it was answered, so it is never applied after a
+    /// newer one; offsets it did not get committed stay pending.
     pub async fn commit(&self) -> Result<()> {
         self.shared.commit_pending(None).await
     }

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use super::coordinator::{coordinator_lost, coordinator_retriable, Lane};
-use super::{lock, AbortOnDrop, CommitMode, GroupTask};
+use super::{AbortOnDrop, CommitMode, GroupTask};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatRequestTopicPartitions,
@@ -584,7 +584,7 @@ impl GroupTask {
             match m.on_response(r) {
                 Step::Beat => {
                     last_ok = Instant::now();
-                    *lock(&g.member) = (m.epoch, m.member_id.clone());
+                    g.set_member(m.epoch, m.member_id.clone());
                     if inflight.as_ref().is_some_and(|c| c.epoch != m.epoch) {
                         // built for an epoch that ended: the broker refuses it
                         // (STALE_MEMBER_EPOCH); the next tick commits with this one
@@ -609,7 +609,7 @@ impl GroupTask {
                             settle(j, &mut m, &mut names).await;
                         }
                         let lost = m.lose();
-                        *lock(&g.member) = (-1, m.member_id.clone());
+                        g.set_member(-1, m.member_id.clone());
                         let tps = to_partitions(&names, flatten(&lost).into_iter());
                         if !tps.is_empty() {
                             self.give_up(&tps, true).await;
@@ -632,7 +632,7 @@ impl GroupTask {
                         None => lost,
                     };
                     warn!(group = %g.group_id, error = %e, partitions = flatten(&lost).len(), "membership lost; rejoining");
-                    *lock(&g.member) = (-1, m.member_id.clone());
+                    g.set_member(-1, m.member_id.clone());
                     let tps = to_partitions(&names, flatten(&lost).into_iter());
                     if !tps.is_empty() {
                         self.give_up(&tps, true).await;

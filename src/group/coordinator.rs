@@ -7,7 +7,10 @@
 //! A coordinator that fails (connection error or timeout, `NOT_COORDINATOR`,
 //! `COORDINATOR_NOT_AVAILABLE`) is marked unknown: its connection is closed at once
 //! (failing whatever else was in flight on it) and the next call finds the coordinator
-//! again. The membership (generation, member id) is untouched by that.
+//! again — except the offsets connection when another connection failed: it is let go
+//! of, and closes once the commit in flight on it (if any) was answered, so an older
+//! commit is never applied after a newer one sent over a new connection. The
+//! membership (generation, member id) is untouched by that.
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -170,20 +173,27 @@ impl Coordinator {
         Ok(conn)
     }
 
-    /// The coordinator `node` is gone: close every connection to it.
+    /// The coordinator `node` is gone: close every connection to it — except that the
+    /// offsets connection is only let go of, not closed: an OffsetCommit on its way
+    /// over it keeps it open until the broker answered, so its outcome is known before a
+    /// newer commit goes out over a new connection (a broker still applies a request it
+    /// read from a connection closed meanwhile, and it would then apply the older
+    /// commit after the newer one). With no request in flight it closes with its last
+    /// handle, at once.
     fn forget(&self, node: i32) {
         *self.last_node() = Some(node);
-        let old = {
+        let (membership, offsets) = {
             let mut st = self.state();
             if st.node != Some(node) {
                 return;
             }
             st.node = None;
-            [st.conns[0].take(), st.conns[1].take()]
+            (st.conns[0].take(), st.conns[1].take())
         };
-        for c in old.into_iter().flatten() {
+        if let Some(c) = membership {
             close(c);
         }
+        drop(offsets);
     }
 
     fn last_node(&self) -> std::sync::MutexGuard<'_, Option<i32>> {
@@ -313,8 +323,13 @@ impl Coordinator {
         let mut backoff = Duration::from_millis(100);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
+            // the connection this attempt uses, to drop if it times out
+            let used: Mutex<Option<Connection>> = Mutex::new(None);
             let step = async {
                 let c = self.connection(Lane::Offsets).await?;
+                *used
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(c.clone());
                 let r = f(c.clone()).await;
                 if let Err(e) = &r {
                     if coordinator_lost(e) {
@@ -327,7 +342,10 @@ impl Coordinator {
                 Ok(r) => r,
                 Err(_) => {
                     let e = Error::new(ErrorKind::Timeout, format!("{op} timed out"));
-                    if let Some(c) = self.cached(Lane::Offsets) {
+                    let used = used
+                        .into_inner()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if let Some(c) = used {
                         self.mark_unknown(&c, &e);
                     }
                     Err(e)

@@ -272,3 +272,118 @@ async fn a_stale_member_epoch_commit_is_sent_again() {
     assert_eq!(mock.requests(ApiKey::OFFSET_COMMIT), before + 2);
     reader.close().await;
 }
+
+/// Read `n` messages and ack each.
+async fn read_and_ack(reader: &mut Reader, committer: &crate::group::Committer, n: usize) {
+    for _ in 0..n {
+        let m = tokio::time::timeout(Duration::from_secs(10), reader.next_message())
+            .await
+            .expect("a message in time")
+            .unwrap();
+        committer.ack(&m);
+    }
+}
+
+/// Issue 26 item 3: a commit whose caller gave up (a `timeout` around
+/// `Committer::commit`) is still on its way to a slow coordinator when the coordinator
+/// is forgotten (a heartbeat answered NOT_COORDINATOR) and a newer commit follows. The
+/// broker must never apply the older commit after the newer one: the committed offset,
+/// sampled all along, only grows and ends at the newer commit.
+#[tokio::test]
+async fn a_cancelled_commit_is_never_applied_after_a_newer_one() {
+    let mock = std::sync::Arc::new(mock().await);
+    mock.set_coordinator("g", Some(1));
+    let records: Vec<_> = (0..30)
+        .map(|i| crate::record::Record::new("k", format!("v{i}")))
+        .collect();
+    mock.produce("t", 0, &records).unwrap();
+    let mut reader = Reader::new(
+        ReaderConfig::new(mock.bootstrap())
+            .group_id("g")
+            .topic("t")
+            .commit_mode(crate::group::CommitMode::Interval(Duration::from_secs(
+                3600,
+            )))
+            .heartbeat_interval(Duration::from_millis(100))
+            .session_timeout(Duration::from_secs(6))
+            .rebalance_timeout(Duration::from_secs(6)),
+    )
+    .await
+    .unwrap();
+    let committer = reader.committer().unwrap();
+    read_and_ack(&mut reader, &committer, 10).await;
+    // Sample the committed offset from now on.
+    let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+    let sampler = {
+        let (mock, samples) = (mock.clone(), samples.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Some(o) = mock.committed("g", "t", 0) {
+                    let mut s = samples.lock().unwrap();
+                    if s.last() != Some(&o) {
+                        s.push(o);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    // The coordinator holds the next OffsetCommit for a while; the caller gives up on it
+    // as soon as it reached the broker.
+    const DELAY: Duration = Duration::from_millis(800);
+    mock.fault(ApiKey::OFFSET_COMMIT, Fault::Delay(DELAY), 1);
+    let commits = mock.requests(ApiKey::OFFSET_COMMIT);
+    let sent_at = Instant::now();
+    let reached = async {
+        while mock.requests(ApiKey::OFFSET_COMMIT) == commits {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    let first = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            r = committer.commit() => Some(r),
+            () = reached => None,
+        }
+    })
+    .await
+    .expect("the commit reached the coordinator");
+    assert!(
+        first.is_none(),
+        "the delayed commit finished early: {first:?}"
+    );
+    // The coordinator is lost (its connections dropped) and found again.
+    let lookups = mock.requests(ApiKey::FIND_COORDINATOR);
+    mock.fault(
+        ApiKey::HEARTBEAT,
+        Fault::Error(ErrorCode::NotCoordinator),
+        1,
+    );
+    let t0 = Instant::now();
+    while mock.requests(ApiKey::FIND_COORDINATOR) == lookups {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "coordinator not looked up again"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A newer commit.
+    read_and_ack(&mut reader, &committer, 10).await;
+    tokio::time::timeout(Duration::from_secs(10), committer.commit())
+        .await
+        .expect("the second commit in time")
+        .unwrap();
+    // Give the held commit time to be applied (or not), then look at what happened.
+    let settle = sent_at + DELAY + Duration::from_millis(700);
+    while Instant::now() < settle {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sampler.abort();
+    let seen = samples.lock().unwrap().clone();
+    let final_offset = mock.committed("g", "t", 0);
+    reader.close().await;
+    assert!(
+        seen.windows(2).all(|w| w[0] <= w[1]),
+        "the committed offset went backwards: {seen:?}"
+    );
+    assert_eq!(final_offset, Some(20), "committed offsets seen: {seen:?}");
+}

@@ -80,9 +80,13 @@ mod commit;
 mod consumer;
 pub(crate) mod coordinator;
 mod offset_store;
+mod revoke_hook;
 // Coordinator faults, against MockCluster.
 #[cfg(all(test, feature = "mock"))]
 mod coordinator_tests;
+// The pre-revoke hook, against MockCluster.
+#[cfg(all(test, feature = "mock"))]
+mod revoke_tests;
 // The KIP-848 engine through coordinator faults, against MockCluster.
 #[cfg(all(test, feature = "mock"))]
 mod kip848_tests;
@@ -111,6 +115,8 @@ pub use commit::{CommitMode, Committer, Offset, Unacked};
 use coordinator::{coordinator_lost, coordinator_retriable, Coordinator, Lane};
 pub use offset_store::OffsetStore;
 pub(crate) use offset_store::SharedStore;
+pub use revoke_hook::RevokeHook;
+pub(crate) use revoke_hook::SharedRevokeHook;
 
 use crate::admin::Admin;
 use crate::conn::Connection;
@@ -277,6 +283,8 @@ pub(crate) struct GroupShared {
     commits: Mutex<Commits>,
     /// Generation and member id of the current membership.
     member: Mutex<(i32, String)>,
+    /// Woken whenever `member` changes ([`GroupShared::set_member`]).
+    member_moved: Notify,
     events: Mutex<Events>,
     commit_lock: tokio::sync::Mutex<()>,
     /// How long a commit of revoked partitions (or on close) and the OffsetFetch of a
@@ -293,6 +301,12 @@ pub(crate) struct GroupShared {
     pub(crate) wake: Notify,
     /// The exactly-once pipeline that owns this group's commits, if one took over.
     pub(crate) txn: txn_link::TxnLink,
+    /// [`ReaderConfig::on_revoke`](crate::reader::ReaderConfig::on_revoke).
+    on_revoke: Option<SharedRevokeHook>,
+    /// Keeps the hook's calls (a revoke, the close) from overlapping.
+    hook_lock: tokio::sync::Mutex<()>,
+    /// How long the hook may take: the rebalance timeout.
+    hook_timeout: Duration,
     /// The leader epoch of a partition's record at an offset, as the reader fetched it
     /// (set by the reader): committed with the offset after it (KIP-320).
     pub(crate) offset_epochs: std::sync::OnceLock<OffsetEpochs>,
@@ -360,6 +374,7 @@ impl GroupShared {
             pulse: Arc::default(),
             commits: Mutex::default(),
             member: Mutex::new((-1, String::new())),
+            member_moved: Notify::new(),
             events: Mutex::default(),
             commit_lock: tokio::sync::Mutex::new(()),
             commit_timeout: config.rebalance_timeout.max(Duration::from_secs(5)),
@@ -368,8 +383,55 @@ impl GroupShared {
             closing: AtomicBool::new(false),
             wake: Notify::new(),
             txn: txn_link::TxnLink::default(),
+            on_revoke: config.on_revoke.clone(),
+            hook_lock: tokio::sync::Mutex::new(()),
+            hook_timeout: config.rebalance_timeout,
             offset_epochs: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Run the pre-revoke hook ([`ReaderConfig::on_revoke`](crate::reader::ReaderConfig::on_revoke))
+    /// with `partitions`, if there is one, and wait for it at most the rebalance timeout:
+    /// what it gets processed is committed by the commit that follows.
+    pub(crate) async fn before_revoke(&self, partitions: &[TopicPartition]) {
+        let Some(hook) = &self.on_revoke else {
+            return;
+        };
+        if partitions.is_empty() {
+            return;
+        }
+        let _serial = self.hook_lock.lock().await;
+        let started = Instant::now();
+        debug!(group = %self.group_id, partitions = partitions.len(), "running the revoke hook");
+        match tokio::time::timeout(self.hook_timeout, hook.0.revoking(partitions.to_vec())).await {
+            Ok(()) => {
+                debug!(group = %self.group_id, partitions = partitions.len(), took_ms = started.elapsed().as_millis() as u64, "revoke hook done")
+            }
+            Err(_) => warn!(
+                group = %self.group_id,
+                partitions = partitions.len(),
+                timeout_ms = self.hook_timeout.as_millis() as u64,
+                "the revoke hook did not finish within the rebalance timeout; committing what was processed"
+            ),
+        }
+    }
+
+    /// The reader closes: run the pre-revoke hook with every partition still owned.
+    pub(crate) async fn before_close(&self) {
+        if self.on_revoke.is_none() {
+            return;
+        }
+        let owned: Vec<TopicPartition> = {
+            let c = self.commits();
+            let mut v: Vec<TopicPartition> = c
+                .parts
+                .iter()
+                .flat_map(|(t, ps)| ps.keys().map(|p| TopicPartition::new(t.clone(), *p)))
+                .collect();
+            v.sort();
+            v
+        };
+        self.before_revoke(&owned).await;
     }
 
     pub(crate) fn commits(&self) -> MutexGuard<'_, Commits> {
@@ -423,7 +485,10 @@ impl GroupShared {
     /// Commit every pending offset (of `only`, if given) and wait for the broker,
     /// retrying coordinator failures for [`ReaderConfig::retry_timeout`] (for `only`:
     /// revoked partitions, the rebalance timeout).
-    pub(crate) async fn commit_pending(&self, only: Option<&[TopicPartition]>) -> Result<()> {
+    pub(crate) async fn commit_pending(
+        self: &Arc<Self>,
+        only: Option<&[TopicPartition]>,
+    ) -> Result<()> {
         let within = match only {
             Some(_) => self.commit_timeout,
             None => self.retry_timeout,
@@ -432,8 +497,14 @@ impl GroupShared {
     }
 
     /// [`GroupShared::commit_pending`], retrying coordinator failures for `within`.
+    ///
+    /// The commit runs in a task of its own and the caller only waits for its result:
+    /// dropping this future never abandons an OffsetCommit mid-flight. Commits are
+    /// serialised by `commit_lock`, held by that task until the broker answered (or the
+    /// commit gave up), so a newer commit is never sent while an older one may still be
+    /// applied after it.
     async fn commit_pending_within(
-        &self,
+        self: &Arc<Self>,
         only: Option<&[TopicPartition]>,
         within: Duration,
     ) -> Result<()> {
@@ -444,8 +515,51 @@ impl GroupShared {
                 self.group_id
             )));
         }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            // not on a Tokio runtime: nothing to spawn on, commit in the caller's future
+            return self.commit_now(only, within).await;
+        };
+        let (me, only) = (self.clone(), only.map(<[TopicPartition]>::to_vec));
+        match rt
+            .spawn(async move { me.commit_now(only.as_deref(), within).await })
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => Err(Error::new(
+                crate::error::ErrorKind::Closed,
+                format!("group {}: the commit task ended: {e}", self.group_id),
+            )),
+        }
+    }
+
+    /// The membership commits are sent with: the generation (KIP-848: the member epoch)
+    /// and the member id; a generation of -1 while there is none.
+    pub(crate) fn set_member(&self, generation: i32, member_id: String) {
+        *lock(&self.member) = (generation, member_id);
+        self.member_moved.notify_waiters();
+    }
+
+    /// Resolves once the membership is no longer `(generation, member_id)`.
+    async fn membership_moved(&self, generation: i32, member_id: &str) {
+        loop {
+            let moved = self.member_moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            {
+                let m = lock(&self.member);
+                if m.0 != generation || m.1 != member_id {
+                    return;
+                }
+            }
+            moved.await;
+        }
+    }
+
+    /// The commit itself, run by [`GroupShared::commit_pending_within`]'s task.
+    async fn commit_now(&self, only: Option<&[TopicPartition]>, within: Duration) -> Result<()> {
         let _serial = self.commit_lock.lock().await;
         let deadline = deadline_after(within);
+        let mut abandoned = false;
         loop {
             // The tracks the offsets were taken from: the answer moves only them, never a
             // later ownership of the same partition taken while this commit was on its way.
@@ -462,6 +576,21 @@ impl GroupShared {
                 return Ok(());
             }
             let (generation, member_id) = lock(&self.member).clone();
+            if generation < 0 && abandoned {
+                // the membership ended under the abandoned commit (lost, fenced): its
+                // partitions are being dropped; commit with the next one, if they are not
+                if Instant::now() >= deadline {
+                    return Err(Error::new(
+                        crate::error::ErrorKind::Timeout,
+                        format!("group {}: no membership to commit with", self.group_id),
+                    ));
+                }
+                tokio::select! {
+                    () = self.membership_moved(generation, &member_id) => {}
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+                continue;
+            }
             let offsets: Vec<(crate::admin::TopicPartition, i64)> = due
                 .iter()
                 .map(|(tp, o)| {
@@ -497,15 +626,26 @@ impl GroupShared {
                 }
             }
             let (req, offsets) = (&req, &offsets);
-            let results = self
-                .coord
-                .call(
-                    "OffsetCommit",
-                    deadline,
-                    self.request_timeout,
-                    |c| async move { Admin::offset_commit_on(&c, req, offsets).await },
-                )
-                .await?;
+            let call = self.coord.call(
+                "OffsetCommit",
+                deadline,
+                self.request_timeout,
+                |c| async move { Admin::offset_commit_on(&c, req, offsets).await },
+            );
+            // A commit built for a membership that ended (a new member epoch, a fence, a
+            // lost or rejoined member) is abandoned, not retried: the broker refuses that
+            // generation, and waiting out its request would hold up the commits (a
+            // revocation's above all) of the membership that replaced it. Its connection
+            // is kept, so the next commit queues behind the abandoned request on it and
+            // the broker still answers them in order.
+            let results = tokio::select! {
+                r = call => r?,
+                () = self.membership_moved(generation, &member_id) => {
+                    debug!(group = %self.group_id, generation, "the membership this commit was built for ended; committing with the current one");
+                    abandoned = true;
+                    continue;
+                }
+            };
             let mut first_err = None;
             let mut stale = false;
             {
@@ -836,7 +976,7 @@ impl GroupTask {
                 }
             };
             generation = new_generation;
-            *lock(&g.member) = (generation, member_id.clone());
+            g.set_member(generation, member_id.clone());
             // Eager: nothing is owned here, so everything assigned is added.
             let revoked: Vec<TopicPartition> = owned
                 .iter()
@@ -1240,6 +1380,10 @@ impl GroupTask {
             }
         }
         self.reader.wake_task.notify_one();
+        if !lost {
+            // the pre-revoke hook: stages flush what they hold, so it is committed below
+            self.with_heartbeats(g.before_revoke(partitions)).await;
+        }
         if g.txn.transactional() {
             // An exactly-once pipeline owns the commits: it aborts its open transaction
             // (results and offsets of these partitions go together, or not at all) and
@@ -1269,6 +1413,47 @@ impl GroupTask {
                 partitions: partitions.to_vec(),
             }
         });
+    }
+
+    /// Run `f` (the revoke hook) while a classic member keeps heartbeating every
+    /// heartbeat interval, as the Java client's heartbeat thread does during
+    /// `onPartitionsRevoked`, so a hook slower than the session timeout does not expire
+    /// the membership. Heartbeat answers are ignored (`REBALANCE_IN_PROGRESS` is
+    /// expected; a lost membership shows in the commit and the next join). A KIP-848
+    /// member gives partitions up in a task beside its heartbeats: `f` just runs.
+    async fn with_heartbeats<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        let (generation, member_id) = lock(&self.group.member).clone();
+        if self.config().group_protocol != GroupProtocol::Classic
+            || generation < 0
+            || member_id.is_empty()
+        {
+            return f.await;
+        }
+        let config = self.config();
+        let send_timeout = (config.session_timeout / 3).max(coordinator_step(config));
+        let req = HeartbeatRequest {
+            group_id: self.group.group_id.clone(),
+            generation_id: generation,
+            member_id,
+            group_instance_id: self.group.instance_id.clone(),
+            ..Default::default()
+        };
+        let mut beat = tokio::time::interval_at(
+            tokio::time::Instant::now() + config.heartbeat_interval,
+            config.heartbeat_interval,
+        );
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(f);
+        loop {
+            tokio::select! {
+                r = &mut f => return r,
+                _ = beat.tick() => {
+                    if let Err(e) = self.heartbeat(&req, send_timeout).await {
+                        debug!(group = %self.group.group_id, generation, error = %e, "heartbeat while the revoke hook runs");
+                    }
+                }
+            }
+        }
     }
 
     async fn heartbeat_loop(&self, generation: i32, member_id: &str, watched: &Watched) -> End {

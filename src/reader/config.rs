@@ -331,6 +331,9 @@ pub struct ReaderConfig {
     /// outside Kafka; see [`OffsetStore`](crate::group::OffsetStore). Group readers only.
     /// Default none (the group's committed offsets).
     pub(crate) offset_store: Option<crate::group::SharedStore>,
+    /// What runs before partitions are committed and given up (rebalance, close); see
+    /// [`RevokeHook`](crate::group::RevokeHook). Group readers only. Default none.
+    pub(crate) on_revoke: Option<crate::group::SharedRevokeHook>,
 }
 
 impl ReaderConfig {
@@ -383,6 +386,7 @@ impl ReaderConfig {
             group_topic_regex: None,
             client_rack: None,
             offset_store: None,
+            on_revoke: None,
         }
     }
 
@@ -746,6 +750,26 @@ impl ReaderConfig {
         self
     }
 
+    /// Run `hook` before the group commits and gives up partitions — on a rebalance and
+    /// on close — so stages that buffer messages flush them first (Java's
+    /// `ConsumerRebalanceListener.onPartitionsRevoked`): see
+    /// [`RevokeHook`](crate::group::RevokeHook).
+    ///
+    /// ```no_run
+    /// use kafkapipe::reader::{ReaderConfig, TopicPartition};
+    ///
+    /// let config = ReaderConfig::new(["localhost:9092"])
+    ///     .group_id("billing")
+    ///     .topic("orders")
+    ///     .on_revoke(|partitions: Vec<TopicPartition>| async move {
+    ///         println!("about to give up {partitions:?}: flush the stages here");
+    ///     });
+    /// ```
+    pub fn on_revoke(mut self, hook: impl crate::group::RevokeHook) -> Self {
+        self.on_revoke = Some(crate::group::SharedRevokeHook(std::sync::Arc::new(hook)));
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let fail = |m: &str| Err(Error::config(m.to_string()));
         if self.brokers.is_empty() {
@@ -775,6 +799,9 @@ impl ReaderConfig {
                     "ReaderConfig::topic_regex {r:?} is not a valid regular expression: {e}"
                 )));
             }
+        }
+        if self.group_id.is_none() && self.on_revoke.is_some() {
+            return fail("ReaderConfig::on_revoke needs a group (ReaderConfig::group_id): a reader without one never has partitions revoked");
         }
         if self.group_id.is_none() && self.offset_store.is_some() {
             return fail("ReaderConfig::offset_store needs a group (ReaderConfig::group_id); a reader without one starts where Reader::assign or start_offset says");

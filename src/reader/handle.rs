@@ -514,7 +514,10 @@ impl ReaderHandle {
     ///    [`Writer`](crate::writer::Writer) then delivers what it holds, acknowledging
     ///    the consumed messages' [`AckToken`](crate::group::AckToken)s.
     /// 2. Fetching stops: when this returns the fetch task has ended.
-    /// 3. A group reader keeps heartbeating while it waits for the messages it yielded
+    /// 3. A group reader with a pre-revoke hook
+    ///    ([`ReaderConfig::on_revoke`](super::ReaderConfig::on_revoke)) runs it with every
+    ///    partition it owns (at most the rebalance timeout), so stages flush what they
+    ///    hold. It keeps heartbeating while it waits for the messages it yielded
     ///    to be processed (until no [`AckToken`](crate::group::AckToken) is still held
     ///    — acked, failed and dropped ones do not count), at most
     ///    [`ReaderConfig::rebalance_timeout`](super::ReaderConfig::rebalance_timeout);
@@ -543,7 +546,8 @@ impl ReaderHandle {
     /// this future (a `select!` or `timeout` around it) stops only the waiting,
     /// never the close — the stream has ended, and the final commit and LeaveGroup follow
     /// on their own, even when the `Reader` is dropped meanwhile. Closing again waits
-    /// for the same close. The close is bounded on its own: the wait for held tokens by
+    /// for the same close. The close is bounded on its own: the pre-revoke hook and the
+    /// wait for held tokens each by
     /// [`ReaderConfig::rebalance_timeout`](super::ReaderConfig::rebalance_timeout), the
     /// whole group part by that plus the final commit's retry budget and two request
     /// timeouts, after which the group task is aborted.
@@ -577,6 +581,8 @@ impl ReaderHandle {
     async fn close_steps(&self) {
         self.tasks.fetch.done.clone().await;
         if let (Some(group), Some(task)) = (&self.group, &self.tasks.group) {
+            // the pre-revoke hook, while the membership goes on as usual
+            group.before_close().await;
             group.closing.store(true, Ordering::SeqCst);
             group.wake.notify_one();
             let limit = group.close_bound(&self.shared.config);

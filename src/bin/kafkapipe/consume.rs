@@ -75,7 +75,7 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ConsumeArgs) ->
         None => {
             let spec: OffsetSpec = args.offset.parse().map_err(Fail::Usage)?;
             let admin = Admin::new(settings.cluster(brokers)?);
-            let opts = fetch_options(settings);
+            let opts = settings.fetch_options();
             let mut c = Consumer {
                 args,
                 format: &format,
@@ -88,27 +88,6 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ConsumeArgs) ->
             r
         }
     }
-}
-
-/// Fetch options from the `-X fetch.*` and `isolation.level` settings.
-fn fetch_options(settings: &Settings) -> FetchOptions {
-    let mut opts = FetchOptions::default();
-    if let Some(n) = settings.fetch_min_bytes {
-        opts.min_bytes = n;
-    }
-    if let Some(n) = settings
-        .max_partition_fetch_bytes
-        .or(settings.fetch_max_bytes)
-    {
-        opts.max_bytes = n;
-    }
-    if let Some(d) = settings.fetch_max_wait {
-        opts.max_wait = d;
-    }
-    if let Some(l) = settings.isolation_level {
-        opts.isolation_level = l;
-    }
-    opts
 }
 
 /// One run of `consume`: where records go and when to stop.

@@ -31,20 +31,22 @@ Exit codes:
 
 Client settings (-X KEY=VALUE, repeatable; `-X list` shows every key):
   -X security.protocol=sasl_ssl -X sasl.mechanism=SCRAM-SHA-512
-  -X sasl.username=alice -X sasl.password=secret -X ssl.ca.location=ca.pem";
+  -X sasl.username=alice -X sasl.password=secret
+  TLS trusts the system roots (SSL_CERT_FILE / SSL_CERT_DIR when set) unless
+  -X ssl.ca.location=ca.pem or a truststore is given.";
 
 /// A kcat-style Apache Kafka command line tool: produce, consume (alone or in a consumer
 /// group), and manage topics and groups.
 #[derive(Debug, Parser)]
 #[command(name = "kafkapipe", version, after_help = EXIT_CODES)]
 struct Cli {
-    /// Bootstrap brokers, host:port (comma-separated or repeated).
+    /// Bootstrap brokers, host:port (comma-separated or repeated; default: -X
+    /// bootstrap.servers, else 127.0.0.1:9092).
     #[arg(
         short = 'b',
         long = "brokers",
         global = true,
         value_delimiter = ',',
-        default_value = "127.0.0.1:9092",
         value_name = "HOST:PORT"
     )]
     brokers: Vec<String>,
@@ -267,7 +269,11 @@ fn main() {
     if cli.settings.iter().any(|s| s == "list") {
         println!("-X settings (Kafka client names):");
         for (k, what) in settings::KEYS {
-            println!("  {k:<36} {what}");
+            println!("  {k:<38} {what}");
+        }
+        println!("Accepted and ignored:");
+        for (k, why) in settings::IGNORED_KEYS {
+            println!("  {k:<38} {why}");
         }
         return;
     }
@@ -290,7 +296,8 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let r = runtime.block_on(run(cmd, &cli.brokers, &settings));
+    let brokers = settings.brokers(&cli.brokers);
+    let r = runtime.block_on(run(cmd, &brokers, &settings));
     // Background tasks (connections) must not hold the exit up.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match r {

@@ -1,0 +1,482 @@
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::ErrorKind;
+
+fn props(pairs: &[(&str, &str)]) -> Result<Properties> {
+    Properties::from_pairs(pairs.iter().copied())
+}
+
+fn err(pairs: &[(&str, &str)]) -> String {
+    match props(pairs) {
+        Ok(p) => panic!("{pairs:?} was accepted: {p:?}"),
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+            e.to_string()
+        }
+    }
+}
+
+const B: (&str, &str) = ("bootstrap.servers", "b1:9092, b2:9092");
+
+#[test]
+fn producer_settings_reach_the_writer_config() {
+    let p = props(&[
+        B,
+        ("client.id", "billing"),
+        ("acks", "1"),
+        ("linger.ms", "25"),
+        ("batch.size", "65536"),
+        ("batch.num.messages", "500"),
+        ("compression.type", "LZ4"),
+        ("enable.idempotence", "true"),
+        ("delivery.timeout.ms", "60000"),
+        ("request.timeout.ms", "7000"),
+        ("retries", "3"),
+        ("retry.backoff.ms", "50"),
+        ("buffer.memory", "1048576"),
+        ("max.request.size", "2097152"),
+        ("max.in.flight.requests.per.connection", "1"),
+        ("transactional.id", "tx-1"),
+        ("transaction.timeout.ms", "30000"),
+        ("allow.auto.create.topics", "true"),
+    ])
+    .unwrap();
+    let w = p.writer_config().unwrap();
+    assert_eq!(w.brokers, ["b1:9092", "b2:9092"]);
+    assert_eq!(w.client_id, "billing");
+    assert_eq!(w.required_acks, RequiredAcks::Leader);
+    assert_eq!(w.batch_timeout, Duration::from_millis(25));
+    assert_eq!(w.batch_bytes, 65536);
+    assert_eq!(w.batch_size, 500);
+    assert_eq!(w.compression, Compression::Lz4);
+    assert_eq!(w.idempotent, Some(true));
+    assert_eq!(w.delivery_timeout, Duration::from_secs(60));
+    assert_eq!(w.write_timeout, Duration::from_secs(7));
+    assert_eq!(w.max_attempts, 4);
+    assert_eq!(w.backoff_min, Duration::from_millis(50));
+    assert!(w.backoff_max >= w.backoff_min);
+    assert_eq!(w.max_buffered_bytes, 1048576);
+    assert_eq!(w.max_request_bytes, 2097152);
+    assert_eq!(w.max_in_flight_per_partition, 1);
+    assert_eq!(w.transactional_id.as_deref(), Some("tx-1"));
+    assert_eq!(w.transaction_timeout, Duration::from_secs(30));
+    assert!(w.allow_auto_topic_creation);
+    let c = p.connection_config();
+    assert_eq!(c.request_timeout, Duration::from_secs(7));
+    assert_eq!(c.max_in_flight, 1);
+}
+
+#[test]
+fn consumer_settings_reach_the_reader_config() {
+    let p = props(&[
+        B,
+        ("group.id", "g"),
+        ("group.instance.id", "g-1"),
+        ("group.protocol", "consumer"),
+        ("group.remote.assignor", "uniform"),
+        ("session.timeout.ms", "45000"),
+        ("heartbeat.interval.ms", "1500"),
+        ("max.poll.interval.ms", "120000"),
+        ("auto.commit.interval.ms", "250"),
+        ("auto.offset.reset", "latest"),
+        ("client.rack", "use1-az1"),
+        ("fetch.min.bytes", "10"),
+        ("fetch.max.bytes", "1000000"),
+        ("max.partition.fetch.bytes", "100000"),
+        ("fetch.wait.max.ms", "50"),
+        ("isolation.level", "read_committed"),
+        ("request.timeout.ms", "9000"),
+        ("socket.connection.setup.timeout.ms", "2500"),
+    ])
+    .unwrap();
+    let r = p.reader_config().unwrap();
+    assert_eq!(r.group_id.as_deref(), Some("g"));
+    assert_eq!(r.group_instance_id.as_deref(), Some("g-1"));
+    assert_eq!(r.group_protocol, GroupProtocol::Consumer);
+    assert_eq!(r.group_remote_assignor.as_deref(), Some("uniform"));
+    assert_eq!(r.session_timeout, Duration::from_secs(45));
+    assert_eq!(r.heartbeat_interval, Duration::from_millis(1500));
+    assert_eq!(r.rebalance_timeout, Duration::from_secs(120));
+    assert_eq!(
+        r.commit_mode,
+        CommitMode::Interval(Duration::from_millis(250))
+    );
+    assert_eq!(r.start_offset, StartOffset::Last);
+    assert_eq!(r.offset_reset, OffsetReset::Latest);
+    assert_eq!(r.client_rack.as_deref(), Some("use1-az1"));
+    assert_eq!(r.min_bytes, 10);
+    assert_eq!(r.max_bytes, 1_000_000);
+    assert_eq!(r.max_partition_bytes, 100_000);
+    assert_eq!(r.max_wait, Duration::from_millis(50));
+    assert_eq!(r.isolation_level, IsolationLevel::ReadCommitted);
+    assert_eq!(r.request_timeout, Duration::from_secs(9));
+    assert_eq!(r.connect_timeout, Duration::from_millis(2500));
+    let o = p.apply_to_fetch_options(FetchOptions::default());
+    assert_eq!((o.min_bytes, o.max_bytes), (10, 100_000));
+    assert_eq!(o.isolation_level, IsolationLevel::ReadCommitted);
+}
+
+#[test]
+fn auto_offset_reset_names_and_assignors() {
+    for (v, start, reset) in [
+        ("earliest", StartOffset::First, OffsetReset::Earliest),
+        ("smallest", StartOffset::First, OffsetReset::Earliest),
+        ("largest", StartOffset::Last, OffsetReset::Latest),
+        ("none", StartOffset::First, OffsetReset::Error),
+    ] {
+        let r = props(&[B, ("auto.offset.reset", v)])
+            .unwrap()
+            .reader_config()
+            .unwrap();
+        assert_eq!((r.start_offset, r.offset_reset), (start, reset), "{v}");
+    }
+    let r = props(&[
+        B,
+        (
+            "partition.assignment.strategy",
+            "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+        ),
+    ])
+    .unwrap()
+    .reader_config()
+    .unwrap();
+    assert_eq!(r.assignors.len(), 1);
+    assert!(err(&[("partition.assignment.strategy", "sticky")])
+        .contains("partition.assignment.strategy"));
+}
+
+#[test]
+fn unset_settings_keep_the_defaults() {
+    let p = props(&[B]).unwrap();
+    let (w, d) = (
+        p.writer_config().unwrap(),
+        WriterConfig::new(["b1:9092", "b2:9092"]),
+    );
+    assert_eq!(w.brokers, d.brokers);
+    assert_eq!(
+        (
+            w.batch_timeout,
+            w.batch_bytes,
+            w.required_acks,
+            w.write_timeout,
+            w.max_attempts
+        ),
+        (
+            d.batch_timeout,
+            d.batch_bytes,
+            d.required_acks,
+            d.write_timeout,
+            d.max_attempts
+        )
+    );
+    assert_eq!(p.connection_config(), ConnectionConfig::default());
+    assert!(p
+        .apply_to_reader(ReaderConfig::new(["x:1"]))
+        .group_id
+        .is_none());
+    // A config's own values stay where the properties say nothing.
+    let w = p.apply_to_writer(
+        WriterConfig::new(["x:1"])
+            .client_id("mine")
+            .connect_timeout(Duration::from_secs(2)),
+    );
+    assert_eq!(w.client_id, "mine");
+    assert_eq!(w.connect_timeout, Duration::from_secs(2));
+    let r = p.apply_to_reader(ReaderConfig::new(["x:1"]).client_id("mine"));
+    assert_eq!(r.client_id, "mine");
+}
+
+#[test]
+fn later_pairs_override_earlier_ones_and_aliases_are_one_setting() {
+    let p = props(&[B, ("linger.ms", "5"), ("queue.buffering.max.ms", "9")]).unwrap();
+    assert_eq!(
+        p.writer_config().unwrap().batch_timeout,
+        Duration::from_millis(9)
+    );
+    let p = props(&[
+        ("metadata.broker.list", "x:1"),
+        ("request.required.acks", "0"),
+    ])
+    .unwrap();
+    assert_eq!(p.bootstrap_servers(), ["x:1"]);
+    assert_eq!(p.writer_config().unwrap().required_acks, RequiredAcks::None);
+}
+
+#[test]
+fn unknown_and_invalid_keys_are_errors_naming_the_key() {
+    assert!(err(&[("no.such.key", "1")]).contains("no.such.key"));
+    assert!(err(&[("group.idd", "g")]).contains("group.idd"));
+    for (k, v) in [
+        ("linger.ms", "soon"),
+        ("linger.ms", "-1"),
+        ("batch.size", "big"),
+        ("acks", "2"),
+        ("request.required.acks", "all-of-them"),
+        ("compression.type", "brotli"),
+        ("compression.codec", "brotli"),
+        ("enable.idempotence", "yes"),
+        ("isolation.level", "serializable"),
+        ("auto.offset.reset", "middle"),
+        ("group.protocol", "share"),
+        ("security.protocol", "tls"),
+        ("max.in.flight.requests.per.connection", "0"),
+        ("bootstrap.servers", " , "),
+        ("session.timeout.ms", "1.5"),
+    ] {
+        let e = err(&[(k, v)]);
+        assert!(e.contains(k), "{k}={v}: {e}");
+    }
+    assert!(props(&[])
+        .unwrap()
+        .reader_config()
+        .unwrap_err()
+        .to_string()
+        .contains("bootstrap.servers"));
+    assert!(props(&[]).unwrap().writer_config().is_err());
+    assert!(props(&[]).unwrap().admin().is_err());
+}
+
+#[test]
+fn ignored_keys_are_accepted() {
+    let pairs: Vec<(&str, &str)> = IGNORED_KEYS.iter().map(|(k, _)| (*k, "anything")).collect();
+    props(&pairs).unwrap();
+}
+
+#[test]
+fn every_listed_key_is_read() {
+    // Each key in KEYS is known to the parser: any error is about its value or its
+    // context, never "unknown property".
+    for (k, _) in KEYS {
+        if let Err(e) = props(&[(k, "x")]) {
+            assert!(!e.to_string().contains("unknown property"), "{k}: {e}");
+        }
+    }
+}
+
+#[test]
+fn jaas_plain_and_scram_modules() {
+    let j = parse_jaas(
+        r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="a\"b;c";"#,
+    )
+    .unwrap();
+    assert_eq!(
+        j.module,
+        "org.apache.kafka.common.security.plain.PlainLoginModule"
+    );
+    assert_eq!(j.options["username"], "alice");
+    assert_eq!(j.options["password"], "a\"b;c");
+    // Confluent Cloud's template uses single quotes.
+    let j = parse_jaas(
+        "org.apache.kafka.common.security.scram.ScramLoginModule required\n  username='KEY'  password='SEC=RET' ;",
+    )
+    .unwrap();
+    assert_eq!(j.options["password"], "SEC=RET");
+    for bad_jaas in [
+        "PlainLoginModule required username=\"a\" password=\"b\"",
+        "PlainLoginModule username=\"a\";",
+        "PlainLoginModule required username;",
+        "PlainLoginModule required username=\"a;",
+        "PlainLoginModule required a=\"1\"; Other required;",
+        ";",
+    ] {
+        let e = parse_jaas(bad_jaas).unwrap_err().to_string();
+        assert!(e.contains("sasl.jaas.config"), "{bad_jaas}: {e}");
+    }
+}
+
+#[test]
+fn sasl_from_username_or_jaas() {
+    let plain = "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\" password=\"p\";";
+    let scram = "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"u\" password=\"p\";";
+    let name = |pairs: &[(&str, &str)]| {
+        props(pairs)
+            .unwrap()
+            .connection_config()
+            .sasl
+            .unwrap()
+            .name()
+            .to_string()
+    };
+    assert_eq!(
+        name(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.username", "u"),
+            ("sasl.password", "p")
+        ]),
+        "PLAIN"
+    );
+    assert_eq!(
+        name(&[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.jaas.config", plain)
+        ]),
+        "PLAIN"
+    );
+    assert_eq!(
+        name(&[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", "scram-sha-512"),
+            ("sasl.jaas.config", scram)
+        ]),
+        "SCRAM-SHA-512"
+    );
+    let sp = ("security.protocol", "sasl_plaintext");
+    assert!(err(&[sp, ("sasl.jaas.config", scram)]).contains("sasl.mechanism"));
+    assert!(
+        err(&[sp, ("sasl.mechanism", "PLAIN"), ("sasl.jaas.config", scram)])
+            .contains("sasl.jaas.config")
+    );
+    assert!(err(&[sp, ("sasl.jaas.config", plain), ("sasl.username", "u")]).contains("not both"));
+    assert!(err(&[sp, ("sasl.username", "u")]).contains("sasl.password"));
+    assert!(err(&[
+        sp,
+        ("sasl.mechanism", "GSSAPI"),
+        ("sasl.username", "u"),
+        ("sasl.password", "p")
+    ])
+    .contains("sasl.mechanism"));
+    let msk_iam = "software.amazon.msk.auth.iam.IAMLoginModule required;";
+    assert!(err(&[sp, ("sasl.jaas.config", msk_iam)]).contains("IAMLoginModule"));
+    // SASL settings without a SASL protocol.
+    assert!(err(&[("sasl.username", "u")]).contains("security.protocol"));
+}
+
+#[test]
+fn debug_shows_no_secret() {
+    let p = props(&[
+        ("security.protocol", "sasl_plaintext"),
+        ("sasl.username", "u"),
+        ("sasl.password", "hunter2-secret"),
+    ])
+    .unwrap();
+    let d = format!("{p:?}");
+    assert!(!d.contains("hunter2-secret"), "{d}");
+    let p = props(&[
+        ("security.protocol", "sasl_plaintext"),
+        (
+            "sasl.jaas.config",
+            "x.PlainLoginModule required username=\"u\" password=\"jaas-secret\";",
+        ),
+    ])
+    .unwrap();
+    assert!(!format!("{p:?}").contains("jaas-secret"));
+    // A bad value of a secret is never echoed: secrets are not validated beyond presence.
+    let e = err(&[("sasl.password", "pw-secret")]);
+    assert!(!e.contains("pw-secret"), "{e}");
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn ssl_settings() {
+    assert!(err(&[("ssl.ca.location", "/x.pem")]).contains("ssl.ca.location"));
+    let e = err(&[
+        ("security.protocol", "ssl"),
+        ("ssl.ca.location", "/no/such/ca.pem"),
+    ]);
+    assert!(
+        e.contains("ssl.ca.location") && e.contains("/no/such/ca.pem"),
+        "{e}"
+    );
+    assert!(err(&[("security.protocol", "ssl"), ("ssl.keystore.type", "JKS")]).contains("keytool"));
+    assert!(
+        err(&[("security.protocol", "ssl"), ("ssl.truststore.type", "BKS")])
+            .contains("ssl.truststore.type")
+    );
+    assert!(err(&[
+        ("security.protocol", "ssl"),
+        ("ssl.certificate.location", "/c.pem")
+    ])
+    .contains("ssl.key.location"));
+    assert!(err(&[
+        ("security.protocol", "ssl"),
+        ("ssl.endpoint.identification.algorithm", "dns")
+    ])
+    .contains("ssl.endpoint.identification.algorithm"));
+    assert!(
+        err(&[("security.protocol", "ssl"), ("ssl.key.password", "k")])
+            .contains("ssl.key.password")
+    );
+    let ca = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let pem = ca.cert.pem();
+    for hostname_check in ["https", "", "none"] {
+        let p = props(&[
+            ("security.protocol", "SSL"),
+            ("ssl.ca.pem", pem.as_str()),
+            ("ssl.endpoint.identification.algorithm", hostname_check),
+        ])
+        .unwrap();
+        assert!(p.connection_config().tls.is_some());
+        assert!(p.writer_config().is_err(), "no bootstrap");
+    }
+    let p = props(&[
+        ("security.protocol", "ssl"),
+        ("ssl.ca.pem", pem.as_str()),
+        ("ssl.certificate.pem", pem.as_str()),
+        ("ssl.key.pem", ca.key_pair.serialize_pem().as_str()),
+    ])
+    .unwrap();
+    assert!(!format!("{p:?}").contains("PRIVATE KEY"));
+}
+
+#[test]
+fn properties_text() {
+    let text = "# comment\n! also a comment\n\nbootstrap.servers = a:1,b:2\nclient.id: c1\n\
+                linger.ms 7\nsasl.jaas.config=x.PlainLoginModule \\\n    required username='u' \\\n    password='p';\n\
+                security.protocol=SASL_SSL\n";
+    let pairs = parse_text(text).unwrap();
+    assert_eq!(
+        pairs,
+        [
+            ("bootstrap.servers".to_string(), "a:1,b:2".to_string()),
+            ("client.id".into(), "c1".into()),
+            ("linger.ms".into(), "7".into()),
+            (
+                "sasl.jaas.config".into(),
+                "x.PlainLoginModule required username='u' password='p';".into()
+            ),
+            ("security.protocol".into(), "SASL_SSL".into()),
+        ]
+    );
+    assert!(parse_text("a=1\\").is_err());
+}
+
+proptest! {
+    /// Any key outside the known and ignored lists is refused, and the error names it.
+    #[test]
+    fn unknown_keys_are_named(key in "[a-z][a-z.]{0,30}") {
+        prop_assume!(!KEYS.iter().chain(IGNORED_KEYS).any(|(k, _)| *k == key));
+        prop_assume!(![
+            "metadata.broker.list", "sasl.mechanisms", "fetch.wait.max.ms",
+            "request.required.acks", "compression.codec", "queue.buffering.max.ms",
+            "message.max.bytes", "message.timeout.ms", "message.send.max.retries",
+            "max.in.flight",
+        ].contains(&key.as_str()));
+        let e = Properties::from_pairs([(key.as_str(), "1")]).unwrap_err();
+        prop_assert!(e.to_string().contains(&key));
+    }
+
+    /// Millisecond settings take any u64 and nothing else.
+    #[test]
+    fn millis_round_trip(n in any::<u64>(), junk in "[a-z]{1,8}") {
+        let p = Properties::from_pairs([("bootstrap.servers", "b:1"), ("linger.ms", &n.to_string())]).unwrap();
+        prop_assert_eq!(p.writer_config().unwrap().batch_timeout, Duration::from_millis(n));
+        let bad_value = format!("{n}{junk}");
+        let e = Properties::from_pairs([("linger.ms", bad_value.as_str())]).unwrap_err();
+        prop_assert!(e.to_string().contains("linger.ms"));
+    }
+
+    /// The JAAS parser never panics, and reads back quoted values it is given.
+    #[test]
+    fn jaas_round_trip(user in "[ -~]{0,20}", password in "[ -~]{0,20}", text in "[ -~]{0,60}") {
+        let _ = parse_jaas(&text);
+        let q = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+        let j = parse_jaas(&format!(
+            "m.PlainLoginModule required username=\"{}\" password=\"{}\";", q(&user), q(&password)
+        )).unwrap();
+        prop_assert_eq!(&j.options["username"], &user);
+        prop_assert_eq!(&j.options["password"], &password);
+    }
+}
