@@ -38,7 +38,7 @@
 //! | [`cluster`] | metadata cache, leader lookup, one connection per broker |
 //! | [`conn`] | one broker connection: handshake, version negotiation, pipelining, and the kafka-go style [`Conn`](conn::Conn) API |
 //! | `tls` | TLS settings (rustls; feature `tls`, on by default): system roots by default, PEM and PKCS#12 stores |
-//! | [`sasl`] | SASL mechanisms: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER |
+//! | [`sasl`] | SASL mechanisms: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER (own provider, OIDC client credentials, AWS MSK IAM) |
 //! | [`record`] | RecordBatch v2 encode/decode, legacy MessageSet v0/v1 decode |
 //! | [`compression`] | gzip, snappy, lz4, zstd codecs |
 //! | [`protocol`] | the wire codec: primitives, headers, one module per API, error codes |

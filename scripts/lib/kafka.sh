@@ -8,6 +8,7 @@
 #                          KAFKAPIPE_KAFKA_LIBS (default ~/.cache/kafkapipe/kafka-VERSION)
 #                          unless they are there; exports KAFKAPIPE_KAFKA_LIBS
 #   confluent_ensure    -> pip-installs confluent-kafka (librdkafka) if it cannot be imported
+#   oidc_ensure         -> pip-installs cryptography (the test identity provider) if missing
 #   kafka_free_port     -> prints a free loopback TCP port
 #   kafka_start         -> formats and starts a single-node KRaft broker with a PLAINTEXT
 #                          listener; sets KAFKA_PID, KAFKA_ADDR, KAFKA_LOG, KAFKA_DIR;
@@ -76,6 +77,15 @@ confluent_ensure() {
     if ! python3 -c 'import confluent_kafka' 2>/dev/null; then
         echo "installing confluent-kafka from PyPI" >&2
         pip_install confluent-kafka
+    fi
+}
+
+# The OIDC identity provider of tests/oidc_broker.rs (tests/oidc/idp.py) signs its JWTs
+# with the `cryptography` wheel.
+oidc_ensure() {
+    if ! python3 -c 'import cryptography' 2>/dev/null; then
+        echo "installing cryptography from PyPI" >&2
+        pip_install cryptography
     fi
 }
 

@@ -8,8 +8,11 @@
 //! broker's answer to [`Session::next`] until the session says it is done.
 //!
 //! Built in: [`Plain`] (PLAIN), [`Scram`] (SCRAM-SHA-256 and SCRAM-SHA-512, cargo feature
-//! `scram`, on by default) and [`OAuthBearer`] (OAUTHBEARER with a user-supplied async
-//! token provider). Set one on [`ConnectionConfig::sasl`](crate::conn::ConnectionConfig::sasl):
+//! `scram`, on by default) and [`OAuthBearer`] (OAUTHBEARER with an async
+//! [`TokenProvider`]: your own, `ClientCredentials` for an OIDC token endpoint (KIP-768,
+//! feature `oidc`), or `MskIamTokenProvider` for AWS MSK IAM (feature `aws-msk-iam`);
+//! [`CachedTokenProvider`] reuses tokens until 80% of their lifetime). Sessions the broker
+//! limits (`connections.max.reauth.ms`, token expiry) are re-authenticated (KIP-368). Set one on [`ConnectionConfig::sasl`](crate::conn::ConnectionConfig::sasl):
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -33,12 +36,22 @@ use futures::future::BoxFuture;
 
 use crate::error::{Error, ErrorKind, Result};
 
+#[cfg(feature = "aws-msk-iam")]
+mod aws_msk_iam;
+#[cfg(feature = "oidc")]
+mod http;
 mod oauthbearer;
+#[cfg(feature = "oidc")]
+mod oidc;
 mod plain;
 #[cfg(feature = "scram")]
 mod scram;
 
-pub use oauthbearer::{OAuthBearer, OAuthToken, TokenProvider};
+#[cfg(feature = "aws-msk-iam")]
+pub use aws_msk_iam::{AwsCredentials, MskIamTokenProvider};
+pub use oauthbearer::{CachedTokenProvider, OAuthBearer, OAuthToken, TokenProvider};
+#[cfg(feature = "oidc")]
+pub use oidc::ClientCredentials;
 pub use plain::Plain;
 #[cfg(feature = "scram")]
 pub use scram::{Scram, ScramAlgorithm};
@@ -94,6 +107,29 @@ pub trait Session: Send {
     /// A malformed or failed server message, or a server that fails to prove itself (SCRAM
     /// server signature). The connection attempt then ends with that error.
     fn next(&mut self, challenge: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// What the client knows that explains a failure the broker reported with
+    /// `broker_message` (OAUTHBEARER: the broker's error challenge, unless the message
+    /// already is it, and the token's claims, never the token), appended to the
+    /// authentication error. `None` by default.
+    ///
+    /// ```
+    /// use kafkapipe::sasl::Session;
+    /// struct S;
+    /// impl Session for S {
+    ///     fn next(&mut self, _: &[u8]) -> kafkapipe::Result<Option<Vec<u8>>> {
+    ///         Ok(None)
+    ///     }
+    ///     fn describe_failure(&self, _broker_message: Option<&str>) -> Option<String> {
+    ///         Some("credentials issued for realm X".into())
+    ///     }
+    /// }
+    /// assert!(S.describe_failure(None).is_some());
+    /// ```
+    fn describe_failure(&self, broker_message: Option<&str>) -> Option<String> {
+        let _ = broker_message;
+        None
+    }
 }
 
 /// A client-side authentication failure (bad server message, signature mismatch).

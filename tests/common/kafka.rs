@@ -182,6 +182,8 @@ logger.cleaner.name = kafka.log.LogCleaner
 logger.cleaner.level = warn
 logger.coord.name = org.apache.kafka.coordinator
 logger.coord.level = info
+logger.auth.name = org.apache.kafka.common.security
+logger.auth.level = debug
 ";
 
 /// Settings common to every test node: fast groups, small internal topics, fast fencing.
@@ -245,6 +247,8 @@ pub struct KafkaNode {
     restarts: u32,
     /// Node ids that must be listed in Metadata before the node counts as ready.
     expect_brokers: Vec<i32>,
+    /// Extra JVM options (`-Dname=value` system properties).
+    jvm_args: Vec<String>,
 }
 
 impl KafkaNode {
@@ -289,18 +293,16 @@ impl KafkaNode {
         let java = java();
         let cp = classpath();
         let config = self.config.display().to_string();
-        let args = [
+        let mut args = vec![
             "-Xmx512m",
             "-Xms128m",
             "-XX:+UseSerialGC",
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             log4j.as_str(),
-            "-cp",
-            cp.as_str(),
-            "kafka.Kafka",
-            config.as_str(),
         ];
+        args.extend(self.jvm_args.iter().map(String::as_str));
+        args.extend(["-cp", cp.as_str(), "kafka.Kafka", config.as_str()]);
         self.process = Some(Watched::spawn(
             java.to_str().expect("java path"),
             &args,
@@ -629,6 +631,52 @@ impl TestBroker {
     }
 }
 
+/// A single node with a PLAINTEXT listener (its `addr`) and the `extra` listeners
+/// (`(NAME, SECURITY_PROTOCOL)`, on fresh ports), `props` added to the base settings and
+/// `jvm_args` (`-D…` system properties) on the JVM; waits until it is ready. Returns the
+/// node and the `127.0.0.1:PORT` of each extra listener. For tests whose listeners need
+/// something the shared broker does not have (an identity provider, a KDC).
+pub fn start_single(
+    name: &str,
+    extra: &[(&str, &str)],
+    props: &[(String, String)],
+    jvm_args: &[String],
+) -> (KafkaNode, Vec<String>) {
+    let dir = temp_dir(name);
+    let plain = free_port();
+    let controller = free_port();
+    let ports: Vec<u16> = extra.iter().map(|_| free_port()).collect();
+    let mut p = base_props(1);
+    let mut listeners = format!("PLAINTEXT://127.0.0.1:{plain}");
+    let mut map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".to_string();
+    for ((l, proto), port) in extra.iter().zip(&ports) {
+        listeners.push_str(&format!(",{l}://127.0.0.1:{port}"));
+        map.push_str(&format!(",{l}:{proto}"));
+    }
+    p.insert("node.id".into(), "1".into());
+    p.insert(
+        "controller.quorum.voters".into(),
+        format!("1@127.0.0.1:{controller}"),
+    );
+    p.insert(
+        "listeners".into(),
+        format!("{listeners},CONTROLLER://127.0.0.1:{controller}"),
+    );
+    p.insert("advertised.listeners".into(), listeners);
+    p.insert("listener.security.protocol.map".into(), map);
+    p.insert("log.dirs".into(), dir.join("data").display().to_string());
+    for (k, v) in props {
+        p.insert(k.clone(), v.clone());
+    }
+    let mut node = prepare_node(&dir, 1, plain, &p, &[], vec![1]);
+    node.jvm_args = jvm_args.to_vec();
+    let started = Instant::now();
+    node.spawn();
+    node.wait_ready(started);
+    let addrs = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    (node, addrs)
+}
+
 fn prepare_node(
     dir: &Path,
     id: i32,
@@ -651,6 +699,7 @@ fn prepare_node(
         process: None,
         restarts: 0,
         expect_brokers,
+        jvm_args: Vec::new(),
     };
     node.format(scram);
     node

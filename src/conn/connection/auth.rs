@@ -18,6 +18,10 @@ use crate::sasl::Mechanism;
 /// picks 85–95%).
 const REAUTH_AT: f64 = 0.85;
 
+/// Sessions shorter than this are warned about: Apache Kafka refuses a re-authentication
+/// started within 1 s of the previous one (`KafkaChannel.maybeBeginServerReauthentication`).
+const MIN_SESSION: Duration = Duration::from_millis(1200);
+
 impl Connection {
     /// Authenticate with `mechanism` and, if the broker limits the session, start the
     /// re-authentication timer.
@@ -133,11 +137,14 @@ impl Connection {
             if resp.error_code != 0 {
                 let code = ErrorCode::from(resp.error_code);
                 let detail = resp.error_message.as_deref().unwrap_or("no details");
+                let client_side = session
+                    .describe_failure(resp.error_message.as_deref())
+                    .map(|d| format!("; {d}"))
+                    .unwrap_or_default();
                 warn!(broker = %broker, mechanism = %name, error = %code, "SASL authentication failed");
-                return Err(self.err(
-                    Error::kafka(code)
-                        .with_message(format!("SASL {name} authentication failed: {detail}")),
-                ));
+                return Err(self.err(Error::kafka(code).with_message(format!(
+                    "SASL {name} authentication failed: {detail}{client_side}"
+                ))));
             }
             match session.next(&resp.auth_bytes) {
                 Ok(Some(next)) => message = next,
@@ -165,6 +172,10 @@ impl Connection {
     /// Re-authenticate at [`REAUTH_AT`] of each granted session lifetime, for as long as
     /// the connection lives. The task holds only a weak reference between rounds.
     fn schedule_reauth(&self, mechanism: Arc<dyn Mechanism>, lifetime: Duration) {
+        if lifetime < MIN_SESSION {
+            // Apache Kafka refuses a re-authentication within 1 s of the previous one.
+            warn!(broker = %self.broker(), session_lifetime_ms = lifetime.as_millis() as u64, "SASL session shorter than 1.2 s: re-authentication may be refused (credentials about to expire?)");
+        }
         let weak = Arc::downgrade(&self.shared);
         let task = tokio::spawn(async move {
             let mut lifetime = lifetime;
@@ -176,7 +187,12 @@ impl Connection {
                     return;
                 }
                 match conn.reauthenticate(&*mechanism).await {
-                    Ok(Some(next)) => lifetime = next,
+                    Ok(Some(next)) => {
+                        if next < MIN_SESSION {
+                            warn!(broker = %conn.broker(), session_lifetime_ms = next.as_millis() as u64, "SASL session shorter than 1.2 s after re-authentication: the next one may be refused");
+                        }
+                        lifetime = next
+                    }
                     Ok(None) => return,
                     Err(e) => {
                         // Fall back to closing: a new connection authenticates afresh, and
