@@ -27,6 +27,7 @@ LAYERS = [
     (["writer"], None),
     (["group"], None),
     (["reader"], None),
+    (["share"], None),
     (["mock"], None),  # test support: may use everything
 ]
 
