@@ -74,6 +74,13 @@ pub(crate) const RELEASE: i8 = 2;
 pub(crate) const REJECT: i8 = 3;
 
 /// What a dropped token means (see the [module docs](self)).
+///
+/// ```
+/// use kafkapipe::share::{AckMode, ShareReaderConfig};
+/// let strict = ShareReaderConfig::new(["127.0.0.1:9092"], "g").ack_mode(AckMode::Explicit);
+/// assert_eq!(AckMode::default(), AckMode::Implicit);
+/// # let _ = strict;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AckMode {
     /// A token dropped before the reader is polled again counts as processed: ACCEPT

@@ -49,7 +49,7 @@ struct Session {
 }
 
 fn next_epoch(e: i32) -> i32 {
-    if e >= i32::MAX {
+    if e == i32::MAX {
         1
     } else {
         e + 1
@@ -453,10 +453,10 @@ impl ShareTask {
             ..Default::default()
         };
         let cluster = self.cluster.clone();
+        // a new session holds exactly what this request names; an open one keeps the
+        // partitions not forgotten
         let mut parts = want;
-        if sent_epoch == 0 {
-            // a new session holds exactly what this request names
-        } else {
+        if sent_epoch != 0 {
             parts.extend(s.parts.difference(&forgotten).copied());
         }
         inflight.push(
