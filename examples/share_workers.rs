@@ -3,8 +3,9 @@
 //! consumers than partitions, which a consumer group cannot do. One message is poison:
 //! its processing always fails, so the worker releases it and the broker delivers it
 //! again (to any worker) with a higher delivery count; at the third delivery the worker
-//! writes it to a dead-letter topic through a `Writer` (carrying the record's ack token)
-//! and rejects it, so the broker archives it and never delivers it again.
+//! writes it to a dead-letter topic through a `Writer` and, once the broker acknowledged
+//! the dead letter, rejects it, so the broker archives it and never delivers it again (if
+//! the dead letter cannot be written, the record is released instead: at least once).
 //!
 //! It prints how many messages each worker processed and the dead letter, and checks that
 //! every good message was processed once.
@@ -93,13 +94,18 @@ async fn main() -> Result<(), Box<dyn Error>> {
                 if value == "poison" {
                     // processing fails every time
                     if deliveries >= MAX_DELIVERIES {
-                        // to the dead-letter topic; the record is accepted once the
-                        // broker acknowledged the dead letter (the token rides along)
                         let letter = Message::new(value.clone())
-                            .with_header("deliveries", deliveries.to_string())
-                            .with_ack(m.take_ack_token());
-                        dlq.write_messages(vec![letter]).await?;
-                        println!("worker {w}: {value} dead-lettered after {deliveries} deliveries");
+                            .with_header("deliveries", deliveries.to_string());
+                        match dlq.write_messages(vec![letter]).await {
+                            Ok(()) => {
+                                m.take_ack_token().reject();
+                                println!("worker {w}: {value} dead-lettered after {deliveries} deliveries, rejected");
+                            }
+                            Err(e) => {
+                                m.take_ack_token().release();
+                                return Err(e);
+                            }
+                        }
                     } else {
                         println!("worker {w}: {value} failed (delivery {deliveries}), released");
                         m.take_ack_token().release();

@@ -420,8 +420,11 @@ impl External {
 /// A kafkapipe member in this process: accepts every record after `work`, except that it
 /// rejects the values in `reject`; records (value, delivery count) of what it accepted
 /// and of what it rejected.
+/// What a [`Member`] accepted (value, delivery count) and what it rejected.
+type Outcome = (Vec<(String, u16)>, Vec<String>);
+
 struct Member {
-    task: tokio::task::JoinHandle<(Vec<(String, u16)>, Vec<String>)>,
+    task: tokio::task::JoinHandle<Outcome>,
     stop: tokio::sync::watch::Sender<bool>,
     accepted: Arc<Mutex<usize>>,
 }
@@ -463,7 +466,7 @@ impl Member {
         }
     }
 
-    async fn stop(self) -> (Vec<(String, u16)>, Vec<String>) {
+    async fn stop(self) -> Outcome {
         let _ = self.stop.send(true);
         self.task.await.unwrap()
     }
