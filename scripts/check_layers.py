@@ -28,6 +28,7 @@ LAYERS = [
     (["writer"], None),
     (["group"], None),
     (["reader"], None),
+    (["share"], None),
     (["config"], None),  # property maps → Reader/Writer/Admin configs: above all of them
     (["mock"], None),  # test support: may use everything
 ]

@@ -31,6 +31,7 @@
 //! | module | owns |
 //! | --- | --- |
 //! | [`reader`] | the consumer: [`reader::Reader`] over assigned partitions or a consumer group, bounded prefetch, seek, lag |
+//! | [`share`] | share groups (KIP-932, Kafka as a queue): [`share::ShareReader`], per-record ACCEPT/RELEASE/REJECT through the ack tokens |
 //! | [`group`] | consumer groups (classic and KIP-848), rebalance events, ack tokens, the [`Committer`](group::Committer) sink, offset stores |
 //! | [`writer`] | the producer: [`writer::Writer`], balancers, idempotence, transactions and the exactly-once pipeline sink |
 //! | [`admin`] | the admin client: topics, partitions, configs, groups, offsets, records, cluster |
@@ -68,6 +69,7 @@ pub mod protocol;
 pub mod reader;
 pub mod record;
 pub mod sasl;
+pub mod share;
 #[cfg(feature = "tls")]
 pub mod tls;
 #[cfg(feature = "trace-context")]

@@ -1242,3 +1242,124 @@ async fn kip848_member_and_groups_describe() {
     );
     admin.close().await;
 }
+
+/// Sets share group `group` to start at the earliest offset, with a 60 s acquisition lock
+/// (records the CLI released come back at once; ones it kept acquired only after 60 s).
+async fn share_group_earliest(admin: &Admin, group: &str) {
+    use kafkapipe::admin::{AlterConfigOp, ConfigResource};
+    let ops = vec![
+        AlterConfigOp::Set("share.auto.offset.reset".into(), "earliest".into()),
+        AlterConfigOp::Set("share.record.lock.duration.ms".into(), "60000".into()),
+    ];
+    for (_, r) in admin
+        .incremental_alter_configs(&[(ConfigResource::group(group), ops)], false)
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+}
+
+/// What a fresh share-group member receives until `marker` (produced now): value and
+/// delivery count of each record before it, all accepted.
+async fn share_rest(group: &str, topic: &str, marker: &str) -> Vec<(String, u16)> {
+    use futures::StreamExt;
+    use kafkapipe::share::{ShareReader, ShareReaderConfig};
+    let mut w = Writer::new(WriterConfig::new([addr()]).topic(topic)).unwrap();
+    w.write_messages(vec![Message::new(marker.to_string())])
+        .await
+        .unwrap();
+    w.close().await.unwrap();
+    let mut r = ShareReader::new(
+        ShareReaderConfig::new([addr()], group)
+            .topic(topic)
+            .max_wait(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap();
+    let mut rest = Vec::new();
+    loop {
+        // well within the 60 s lock: a record still locked by the CLI would not come
+        let m = tokio::time::timeout(Duration::from_secs(30), r.next())
+            .await
+            .expect("a record within 30 s")
+            .unwrap()
+            .unwrap();
+        let v = String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned();
+        if v == marker {
+            break;
+        }
+        rest.push((v, m.delivery_count().unwrap_or(0)));
+    }
+    r.close().await.unwrap();
+    rest
+}
+
+/// `consume --share-group G -c 50` prints 50 records, accepts them and releases the
+/// other records it had acquired: a second member gets exactly those, at once, with
+/// delivery count 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn share_group_count_accepts_printed_and_releases_the_rest() {
+    let topic = common::unique_topic("cli-share-count");
+    common::create_topic(&addr(), &topic, 1, 1);
+    let group = common::unique_topic("cli-share-count-group");
+    let admin = Admin::connect([addr()]).unwrap();
+    share_group_earliest(&admin, &group).await;
+    produce_values(&topic, 1, 200).await;
+    let member = Running::start(&["consume", &topic, "--share-group", &group, "-c", "50"]);
+    let (code, lines, err) = member.wait();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(lines.len(), 50, "{err}");
+    let rest = share_rest(&group, &topic, "marker").await;
+    let printed: std::collections::BTreeSet<&String> = lines.iter().collect();
+    let again: std::collections::BTreeSet<&String> = rest.iter().map(|(v, _)| v).collect();
+    assert!(
+        printed.is_disjoint(&again),
+        "printed records came back: {rest:?}"
+    );
+    assert_eq!(
+        printed.len() + again.len(),
+        200,
+        "every record once: {rest:?}"
+    );
+    let released = rest.iter().filter(|(_, n)| *n == 2).count();
+    assert!(
+        released > 0,
+        "the acquired, unprinted records were released: {rest:?}"
+    );
+    assert!(rest.iter().all(|(_, n)| *n <= 2), "{rest:?}");
+    admin.close().await;
+}
+
+/// SIGTERM stops a share-group member with exit 0; what it printed is accepted (a second
+/// member gets none of it) and it left the group.
+#[tokio::test(flavor = "multi_thread")]
+async fn share_group_sigterm_accepts_printed_and_leaves() {
+    let topic = common::unique_topic("cli-share-sig");
+    common::create_topic(&addr(), &topic, 1, 1);
+    let group = common::unique_topic("cli-share-sig-group");
+    let admin = Admin::connect([addr()]).unwrap();
+    share_group_earliest(&admin, &group).await;
+    produce_values(&topic, 1, 100).await;
+    let member = Running::start(&["consume", &topic, "--share-group", &group]);
+    assert!(
+        until!(60, member.count() >= 100),
+        "printed {}",
+        member.count()
+    );
+    member.signal("TERM");
+    let (code, lines, err) = member.wait();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(lines.len(), 100);
+    let (_, g) = admin
+        .describe_share_groups(&[&group])
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    let g = g.unwrap();
+    assert!(g.members.is_empty(), "still a member after exiting: {g:?}");
+    let rest = share_rest(&group, &topic, "marker").await;
+    assert!(rest.is_empty(), "printed records came back: {rest:?}");
+    admin.close().await;
+}

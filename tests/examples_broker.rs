@@ -274,3 +274,19 @@ fn sqlite_offsets_example_survives_a_crash_without_loss_or_duplicates() {
     assert_eq!(number(line, "duplicates "), 0, "{line}");
     assert_eq!(number(line, "stored offsets sum "), 2_000, "{line}");
 }
+
+/// `examples/share_workers.rs`: four workers in one share group over a 1-partition topic;
+/// the poison message is released twice and dead-lettered (and rejected) at its third
+/// delivery; every good job is processed once.
+#[test]
+fn share_workers_example_dead_letters_the_poison_and_processes_every_job_once() {
+    let out = run("share_workers", &[]);
+    let line = summary(&out, "summary:");
+    assert_eq!(number(line, "processed="), 200, "{line}");
+    assert_eq!(number(line, "duplicates="), 0, "{line}");
+    assert_eq!(number(line, "dead_letters="), 1, "{line}");
+    assert!(
+        out.contains("poison dead-lettered after 3 deliveries"),
+        "{out}"
+    );
+}

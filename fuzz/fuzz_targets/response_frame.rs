@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut buf = Bytes::copy_from_slice(rest);
     let version = i16::from(*version);
-    match selector % 26 {
+    match selector % 33 {
         0 => frame::<ApiVersionsRequest>(&mut buf, version),
         1 => frame::<MetadataRequest>(&mut buf, version),
         2 => frame::<ProduceRequest>(&mut buf, version),
@@ -53,6 +53,13 @@ fuzz_target!(|data: &[u8]| {
         22 => frame::<EndTxnRequest>(&mut buf, version),
         23 => frame::<TxnOffsetCommitRequest>(&mut buf, version),
         24 => frame::<ConsumerGroupHeartbeatRequest>(&mut buf, version),
-        _ => frame::<ConsumerGroupDescribeRequest>(&mut buf, version),
+        25 => frame::<ConsumerGroupDescribeRequest>(&mut buf, version),
+        26 => frame::<ShareGroupHeartbeatRequest>(&mut buf, version),
+        27 => frame::<ShareGroupDescribeRequest>(&mut buf, version),
+        28 => frame::<ShareFetchRequest>(&mut buf, version),
+        29 => frame::<ShareAcknowledgeRequest>(&mut buf, version),
+        30 => frame::<DescribeShareGroupOffsetsRequest>(&mut buf, version),
+        31 => frame::<AlterShareGroupOffsetsRequest>(&mut buf, version),
+        _ => frame::<DeleteShareGroupOffsetsRequest>(&mut buf, version),
     }
 });

@@ -216,7 +216,7 @@ impl Admin {
     }
 
     /// The coordinator of `group`: cached, else found with FindCoordinator.
-    async fn coordinator(&self, group: &str) -> Result<i32> {
+    pub(super) async fn coordinator(&self, group: &str) -> Result<i32> {
         if let Some(node) = self.coordinator_cache().get(group).copied() {
             return Ok(node);
         }
@@ -226,7 +226,7 @@ impl Admin {
     }
 
     /// Forget `group`'s cached coordinator (after it failed retriably).
-    fn forget_coordinator(&self, group: &str) {
+    pub(super) fn forget_coordinator(&self, group: &str) {
         self.coordinator_cache().remove(group);
     }
 
@@ -240,7 +240,12 @@ impl Admin {
 
     /// Run `f` against `group`'s coordinator (cached), finding it again and retrying when
     /// `f` fails retriably (for example with `NotCoordinator`).
-    async fn with_coordinator<T, F, Fut>(&self, op: &'static str, group: &str, f: F) -> Result<T>
+    pub(super) async fn with_coordinator<T, F, Fut>(
+        &self,
+        op: &'static str,
+        group: &str,
+        f: F,
+    ) -> Result<T>
     where
         F: Fn(Connection, i32) -> Fut,
         Fut: Future<Output = Result<T>>,

@@ -29,7 +29,10 @@
 mod configs;
 mod groups;
 mod offsets;
+mod share;
 mod types;
+
+pub use share::{ShareGroupDescription, ShareGroupOffset, ShareMemberDescription};
 
 pub use types::{
     AlterConfigOp, ClusterDescription, CommittedOffset, ConfigEntry, ConfigResource, ConfigSource,

@@ -114,7 +114,7 @@ pub struct TopicListing {
     pub partitions: usize,
 }
 
-/// A config resource: a topic, a broker, or a broker's loggers.
+/// A config resource: a topic, a broker, a broker's loggers, or a group.
 ///
 /// ```
 /// use kafkapipe::admin::ConfigResource;
@@ -129,12 +129,25 @@ pub enum ConfigResource {
     Broker(String),
     /// A broker's log4j loggers (wire type 8).
     BrokerLogger(String),
+    /// A group's configs (wire type 32, KIP-848/KIP-932; Kafka 4.0+): for instance a
+    /// share group's `share.auto.offset.reset` or `share.record.lock.duration.ms`.
+    Group(String),
 }
 
 impl ConfigResource {
     /// A topic resource.
     pub fn topic(name: impl Into<String>) -> Self {
         ConfigResource::Topic(name.into())
+    }
+
+    /// A group resource.
+    ///
+    /// ```
+    /// use kafkapipe::admin::ConfigResource;
+    /// assert_eq!(ConfigResource::group("workers").name(), "workers");
+    /// ```
+    pub fn group(name: impl Into<String>) -> Self {
+        ConfigResource::Group(name.into())
     }
 
     /// A broker resource.
@@ -147,6 +160,7 @@ impl ConfigResource {
             ConfigResource::Topic(_) => 2,
             ConfigResource::Broker(_) => 4,
             ConfigResource::BrokerLogger(_) => 8,
+            ConfigResource::Group(_) => 32,
         }
     }
 
@@ -155,14 +169,15 @@ impl ConfigResource {
         match self {
             ConfigResource::Topic(n)
             | ConfigResource::Broker(n)
-            | ConfigResource::BrokerLogger(n) => n,
+            | ConfigResource::BrokerLogger(n)
+            | ConfigResource::Group(n) => n,
         }
     }
 
     /// The broker that must answer for this resource, if it is a specific broker's.
     pub(crate) fn broker_id(&self) -> Option<i32> {
         match self {
-            ConfigResource::Topic(_) => None,
+            ConfigResource::Topic(_) | ConfigResource::Group(_) => None,
             ConfigResource::Broker(n) | ConfigResource::BrokerLogger(n) => n.parse().ok(),
         }
     }

@@ -29,6 +29,13 @@
 //!
 //! A seek moves only the fetch position: messages yielded before it stay tracked (held
 //! ones keep holding the commit); only the exactly-once rewind forgets deliveries.
+//!
+//! A [share group](crate::share) record's token follows the same rules and says how the
+//! record is acknowledged: processed (acked, carried into a written message the broker
+//! acknowledged, or dropped and the reader polled afterwards) is ACCEPT;
+//! [`fail`](AckToken::fail)/[`release`](AckToken::release), a failed writer delivery, a
+//! panic, or a drop the reader never confirms (the pipeline ended) is RELEASE;
+//! [`reject`](AckToken::reject) is REJECT.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -130,6 +137,31 @@ enum Settle {
     Ack,
     Fail,
     Drop,
+    /// Given up for good ([`AckToken::reject`]): a share group archives the record; for
+    /// a consumer group's commit it counts as processed.
+    Reject,
+}
+
+/// How a share-group record's token ended (see [`crate::share`]): what the share
+/// reader acknowledges it as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ShareOutcome {
+    /// Processed: ACCEPT.
+    Accept,
+    /// Not processed ([`AckToken::fail`], [`AckToken::release`], a panic): RELEASE.
+    Release,
+    /// Given up ([`AckToken::reject`]): REJECT.
+    Reject,
+    /// Dropped: ACCEPT once the reader is polled afterwards (or RELEASE in explicit
+    /// mode), RELEASE if the reader closes first.
+    Dropped,
+}
+
+/// The share reader's record of the records it acquired: a share token settles its
+/// record there.
+pub(crate) trait ShareLedger: Send + Sync + std::fmt::Debug {
+    /// Record `id` ended as `how`.
+    fn settle(&self, id: u64, how: ShareOutcome);
 }
 
 /// The commit bookkeeping of one ownership of one partition.
@@ -333,6 +365,11 @@ impl Track {
         if slot.offset != offset {
             return;
         }
+        let how = if how == Settle::Reject {
+            Settle::Ack
+        } else {
+            how
+        };
         match how {
             Settle::Ack => slot.state = DONE,
             Settle::Fail if slot.state != DONE => slot.state = FAILED,
@@ -514,11 +551,21 @@ enum Kind {
     },
     Shared(SharedAck),
     Many(Vec<AckToken>),
+    /// A record acquired from a share group.
+    Share {
+        ledger: Arc<dyn ShareLedger>,
+        id: u64,
+    },
 }
 
 impl AckToken {
     pub(crate) fn tracked(track: Arc<Track>, seq: u64, offset: i64) -> Self {
         AckToken(Kind::One { track, seq, offset })
+    }
+
+    /// The token of record `id` of a share reader's `ledger`.
+    pub(crate) fn share_record(ledger: Arc<dyn ShareLedger>, id: u64) -> Self {
+        AckToken(Kind::Share { ledger, id })
     }
 
     /// Whether this token decides a commit (false for messages of readers without a
@@ -530,7 +577,7 @@ impl AckToken {
     pub fn is_tracked(&self) -> bool {
         match &self.0 {
             Kind::Inert => false,
-            Kind::One { .. } | Kind::Shared(_) => true,
+            Kind::One { .. } | Kind::Shared(_) | Kind::Share { .. } => true,
             Kind::Many(v) => v.iter().any(AckToken::is_tracked),
         }
     }
@@ -539,7 +586,7 @@ impl AckToken {
     /// offset (through shared and merged tokens).
     pub(crate) fn sources(&self, out: &mut Vec<(Arc<Track>, u64, i64)>) {
         match &self.0 {
-            Kind::Inert => {}
+            Kind::Inert | Kind::Share { .. } => {}
             Kind::One { track, seq, offset } => out.push((track.clone(), *seq, *offset)),
             Kind::Shared(s) => {
                 s.0.token
@@ -564,6 +611,15 @@ impl AckToken {
             Kind::Inert => {}
             Kind::One { track, seq, offset } => track.settle(seq, offset, how),
             Kind::Shared(s) => s.settle(how),
+            Kind::Share { ledger, id } => ledger.settle(
+                id,
+                match how {
+                    Settle::Ack => ShareOutcome::Accept,
+                    Settle::Fail => ShareOutcome::Release,
+                    Settle::Reject => ShareOutcome::Reject,
+                    Settle::Drop => ShareOutcome::Dropped,
+                },
+            ),
             Kind::Many(v) => {
                 for mut t in v {
                     t.settle(how);
@@ -584,9 +640,39 @@ impl AckToken {
     }
 
     pub(crate) fn ack_ref(&self) {
-        if let Kind::One { track, seq, offset } = &self.0 {
-            track.settle(*seq, *offset, Settle::Ack);
+        match &self.0 {
+            Kind::One { track, seq, offset } => track.settle(*seq, *offset, Settle::Ack),
+            Kind::Share { ledger, id } => ledger.settle(*id, ShareOutcome::Accept),
+            _ => {}
         }
+    }
+
+    /// The message was not processed and should be delivered again: the same as
+    /// [`fail`](AckToken::fail). For a [share group](crate::share) record this is a
+    /// RELEASE: the broker hands the record out again (to any member), its delivery
+    /// count one higher.
+    ///
+    /// ```
+    /// # fn demo(mut m: kafkapipe::reader::Message) {
+    /// m.take_ack_token().release();
+    /// # }
+    /// ```
+    pub fn release(self) {
+        self.fail();
+    }
+
+    /// The message is given up for good. For a [share group](crate::share) record this
+    /// is a REJECT: the broker archives the record and never delivers it again (a poison
+    /// message). For a consumer group it counts as processed (the commit passes it): the
+    /// group protocol has no way to skip a record other than committing past it.
+    ///
+    /// ```
+    /// # fn demo(mut m: kafkapipe::reader::Message) {
+    /// m.take_ack_token().reject();
+    /// # }
+    /// ```
+    pub fn reject(mut self) {
+        self.settle(Settle::Reject);
     }
 
     /// The message was not processed: its partition's commit stays before it.
@@ -616,6 +702,7 @@ impl AckToken {
             token: Mutex::new(std::mem::take(&mut self)),
             failed: AtomicBool::new(false),
             acked: AtomicBool::new(false),
+            rejected: AtomicBool::new(false),
         }))
     }
 }
@@ -700,6 +787,8 @@ struct SharedInner {
     failed: AtomicBool,
     /// Some clone was acked explicitly (so the end is an ack, not a drop).
     acked: AtomicBool,
+    /// Some clone was rejected (and none failed): the end is a reject.
+    rejected: AtomicBool,
 }
 
 impl SharedAck {
@@ -707,6 +796,7 @@ impl SharedAck {
         match how {
             Settle::Fail => self.0.failed.store(true, Ordering::SeqCst),
             Settle::Ack => self.0.acked.store(true, Ordering::SeqCst),
+            Settle::Reject => self.0.rejected.store(true, Ordering::SeqCst),
             Settle::Drop => {}
         }
         // The last clone decides when it goes (SharedInner's drop).
@@ -744,6 +834,8 @@ impl Drop for SharedInner {
         );
         let how = if self.failed.load(Ordering::SeqCst) || std::thread::panicking() {
             Settle::Fail
+        } else if self.rejected.load(Ordering::SeqCst) {
+            Settle::Reject
         } else if self.acked.load(Ordering::SeqCst) {
             Settle::Ack
         } else {

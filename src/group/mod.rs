@@ -106,12 +106,14 @@ use tracing::{debug, info, warn, Instrument};
 
 pub use ack::{AckToken, SharedAck};
 pub(crate) use ack::{HeldAck, Pulse, Track};
+pub(crate) use ack::{ShareLedger, ShareOutcome};
 pub use assignor::{
     Assignor, CooperativeStickyAssignor, GroupMember, RangeAssignor, RebalanceProtocol,
     RoundRobinAssignor,
 };
 pub(crate) use commit::Commits;
 pub use commit::{CommitMode, Committer, Offset, Unacked};
+pub(crate) use consumer::new_member_id;
 use coordinator::{coordinator_lost, coordinator_retriable, Coordinator, Lane};
 pub use offset_store::OffsetStore;
 pub(crate) use offset_store::SharedStore;

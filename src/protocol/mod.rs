@@ -260,6 +260,13 @@ api_keys! {
     DESCRIBE_CLUSTER = 60, "DescribeCluster";
     CONSUMER_GROUP_HEARTBEAT = 68, "ConsumerGroupHeartbeat";
     CONSUMER_GROUP_DESCRIBE = 69, "ConsumerGroupDescribe";
+    SHARE_GROUP_HEARTBEAT = 76, "ShareGroupHeartbeat";
+    SHARE_GROUP_DESCRIBE = 77, "ShareGroupDescribe";
+    SHARE_FETCH = 78, "ShareFetch";
+    SHARE_ACKNOWLEDGE = 79, "ShareAcknowledge";
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90, "DescribeShareGroupOffsets";
+    ALTER_SHARE_GROUP_OFFSETS = 91, "AlterShareGroupOffsets";
+    DELETE_SHARE_GROUP_OFFSETS = 92, "DeleteShareGroupOffsets";
 }
 
 impl std::fmt::Display for ApiKey {

@@ -50,6 +50,8 @@ pub struct Message {
     /// See [`Message::leader_epoch`]; -1 unknown (an `i32` beside `queued`, where an
     /// `Option<i32>` would make every message 8 bytes larger).
     epoch: i32,
+    /// Share groups: how many times the record was delivered (0: not a share record).
+    delivery: i16,
 }
 
 impl Clone for Message {
@@ -67,6 +69,7 @@ impl Clone for Message {
             ack: AckToken::default(),
             queued: self.queued,
             epoch: self.epoch,
+            delivery: self.delivery,
         }
     }
 }
@@ -82,6 +85,7 @@ impl PartialEq for Message {
             && self.headers == other.headers
             && self.timestamp == other.timestamp
             && self.epoch == other.epoch
+            && self.delivery == other.delivery
     }
 }
 
@@ -109,6 +113,7 @@ impl Message {
             ack: AckToken::default(),
             queued: u32::try_from(queued).unwrap_or(u32::MAX),
             epoch: leader_epoch.max(-1),
+            delivery: 0,
         }
     }
 
@@ -134,6 +139,7 @@ impl Message {
             ack: AckToken::default(),
             queued: 0,
             epoch: -1,
+            delivery: 0,
         }
     }
 
@@ -158,6 +164,23 @@ impl Message {
     /// ```
     pub fn ack_token(&self) -> &AckToken {
         &self.ack
+    }
+
+    /// For a message of a [`ShareReader`](crate::share::ShareReader): how many times the
+    /// broker has delivered this record, this delivery included (1 the first time; a
+    /// released record or one whose acquisition lock expired comes back with one more).
+    /// `None` for messages of other readers.
+    ///
+    /// ```
+    /// let m = kafkapipe::reader::Message::new("events", 0, 42);
+    /// assert_eq!(m.delivery_count(), None);
+    /// ```
+    pub fn delivery_count(&self) -> Option<u16> {
+        u16::try_from(self.delivery).ok().filter(|&n| n > 0)
+    }
+
+    pub(crate) fn set_delivery_count(&mut self, n: i16) {
+        self.delivery = n;
     }
 
     /// Take this message's [`AckToken`] (leaving an inert one), to ack it later or to

@@ -41,6 +41,22 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ConsumeArgs) ->
     };
     let mut shutdown = Shutdown::install().map_err(|e| Fail::Run(format!("signals: {e}")))?;
     let mut out: Out = BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    if let Some(group) = &args.share_group {
+        let mut config = kafkapipe::share::ShareReaderConfig::new(brokers.to_vec(), group.as_str())
+            .topic(args.topic.as_str());
+        config.connection = settings.conn.clone();
+        if let Some(d) = settings.fetch_max_wait {
+            config.max_wait = d;
+        }
+        let mut c = Consumer {
+            args,
+            format: &format,
+            out: &mut out,
+            shutdown: &mut shutdown,
+            progress: Progress::new("consumed"),
+        };
+        return c.share(config, group).await;
+    }
     match &args.group {
         Some(group) => {
             let start = match args.offset.as_str() {
@@ -189,6 +205,79 @@ impl Consumer<'_> {
             self.args.topic
         );
         result.and(flushed)
+    }
+
+    /// As a member of share group `group`: print, flush, then accept; on a signal (or
+    /// after `-c`) flush, accept what was printed, release the rest and leave.
+    async fn share(
+        &mut self,
+        config: kafkapipe::share::ShareReaderConfig,
+        group: &str,
+    ) -> Result<(), Fail> {
+        let mut reader = tokio::select! {
+            biased;
+            _ = self.shutdown.wait() => return Ok(()),
+            r = kafkapipe::share::ShareReader::new(config) => r?,
+        };
+        let mut held: Vec<AckToken> = Vec::new();
+        let result = loop {
+            if self.done() || self.shutdown.requested() {
+                break Ok(());
+            }
+            let next = match reader.next().now_or_never() {
+                Some(next) => next,
+                None => {
+                    if let Err(e) = self.flush(&mut held) {
+                        break Err(e);
+                    }
+                    tokio::select! {
+                        biased;
+                        _ = self.shutdown.wait() => break Ok(()),
+                        next = reader.next() => next,
+                    }
+                }
+            };
+            let mut m = match next {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => break Err(e.into()),
+                None => break Ok(()),
+            };
+            held.push(m.take_ack_token());
+            let rec = Rec {
+                topic: &m.topic,
+                partition: m.partition,
+                offset: m.offset,
+                timestamp: m.timestamp,
+                key: m.key.as_ref(),
+                value: m.value.as_ref(),
+                headers: &m.headers,
+            };
+            if let Err(e) = self.format.write(&mut *self.out, &rec) {
+                // part of it may be on stdout: release the held records to other members
+                held.drain(..).for_each(AckToken::release);
+                break Err(io(e));
+            }
+            self.progress.add(1);
+            if held.len() >= FLUSH_EVERY {
+                if let Err(e) = self.flush(&mut held) {
+                    break Err(e);
+                }
+            }
+        };
+        // printed and flushed: accepted; everything else the reader holds is released
+        let flushed = self.flush(&mut held);
+        let closed = reader.close().await;
+        let how = if self.shutdown.requested() {
+            " (stopped by signal)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "% {} from {} in share group {group}{how}",
+            self.progress.line(),
+            self.args.topic
+        );
+        result.and(flushed).and(closed.map_err(Fail::from))
     }
 
     /// Without a group: fetch the chosen partitions from their leaders, from the `-o`

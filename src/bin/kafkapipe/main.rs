@@ -188,7 +188,9 @@ pub struct ProduceArgs {
     \"headers\":[[k,v],...]} per line; null keys/values are null, bytes are read as UTF-8.\n\
     With -g, a record is committed only after it was written to stdout and flushed; \
     SIGINT/SIGTERM stop fetching, flush, commit what was printed, leave the group and exit \
-    0. Without -e, output is flushed whenever no further record is ready."
+    0. With --share-group, a record is accepted only after it was written and flushed; \
+    SIGINT/SIGTERM stop fetching, flush, accept what was printed, release the rest, leave \
+    the group and exit 0. Without -e, output is flushed whenever no further record is ready."
 )]
 pub struct ConsumeArgs {
     /// The topic.
@@ -208,8 +210,14 @@ pub struct ConsumeArgs {
     #[arg(short = 'e', long = "exit", conflicts_with = "group")]
     pub exit_at_end: bool,
     /// Consume as a member of consumer group GROUP, committing what was printed.
-    #[arg(short = 'g', long)]
+    #[arg(short = 'g', long, conflicts_with = "share_group")]
     pub group: Option<String>,
+    /// Consume as a member of share group GROUP (KIP-932, Kafka 4.2+): every record is
+    /// accepted once printed and flushed; on SIGINT/SIGTERM what was not printed is
+    /// released to the other members.
+    #[arg(long = "share-group", value_name = "GROUP",
+          conflicts_with_all = ["partitions", "exit_at_end"])]
+    pub share_group: Option<String>,
     /// The group protocol with -g: classic (JoinGroup/SyncGroup) or consumer (KIP-848,
     /// Kafka 4.0+).
     #[arg(long = "group-protocol", value_name = "PROTOCOL", default_value = "classic",

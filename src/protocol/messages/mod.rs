@@ -35,12 +35,20 @@
 //! | DescribeCluster (60) | 0–2 | 0 |
 //! | ConsumerGroupHeartbeat (68) | 0–1 | 0 |
 //! | ConsumerGroupDescribe (69) | 0–1 | 0 |
+//! | ShareGroupHeartbeat (76) | 1–1 | 0 |
+//! | ShareGroupDescribe (77) | 1–1 | 0 |
+//! | ShareFetch (78) | 1–2 | 0 |
+//! | ShareAcknowledge (79) | 1–2 | 0 |
+//! | DescribeShareGroupOffsets (90) | 0–1 | 0 |
+//! | AlterShareGroupOffsets (91) | 0–0 | 0 |
+//! | DeleteShareGroupOffsets (92) | 0–0 | 0 |
 //! | SaslHandshake (17) | 0–1 | never |
 //! | SaslAuthenticate (36) | 0–2 | 2 |
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
+pub mod alter_share_group_offsets;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -48,10 +56,12 @@ pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_records;
+pub mod delete_share_group_offsets;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_share_group_offsets;
 pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
@@ -70,6 +80,10 @@ pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
+pub mod share_acknowledge;
+pub mod share_fetch;
+pub mod share_group_describe;
+pub mod share_group_heartbeat;
 pub mod sync_group;
 pub mod txn_offset_commit;
 
@@ -171,6 +185,11 @@ pub use txn_offset_commit::{
     TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
 
+pub use alter_share_group_offsets::{
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsRequestPartition,
+    AlterShareGroupOffsetsRequestTopic, AlterShareGroupOffsetsResponse,
+    AlterShareGroupOffsetsResponsePartition, AlterShareGroupOffsetsResponseTopic,
+};
 pub use consumer_group_describe::{
     ConsumerGroupDescribeAssignment, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
     ConsumerGroupDescribeTopicPartitions, ConsumerGroupDescribedGroup,
@@ -180,6 +199,34 @@ pub use consumer_group_heartbeat::{
     ConsumerGroupHeartbeatAssignment, ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatRequestTopicPartitions, ConsumerGroupHeartbeatResponse,
     ConsumerGroupHeartbeatResponseTopicPartitions,
+};
+pub use delete_share_group_offsets::{
+    DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequestTopic,
+    DeleteShareGroupOffsetsResponse, DeleteShareGroupOffsetsResponseTopic,
+};
+pub use describe_share_group_offsets::{
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequestGroup,
+    DescribeShareGroupOffsetsRequestTopic, DescribeShareGroupOffsetsResponse,
+    DescribeShareGroupOffsetsResponseGroup, DescribeShareGroupOffsetsResponsePartition,
+    DescribeShareGroupOffsetsResponseTopic,
+};
+pub use share_acknowledge::{
+    ShareAcknowledgeLeaderIdAndEpoch, ShareAcknowledgeNodeEndpoint, ShareAcknowledgePartition,
+    ShareAcknowledgePartitionData, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
+    ShareAcknowledgeTopic, ShareAcknowledgeTopicResponse, ShareAcknowledgementBatch,
+};
+pub use share_fetch::{
+    AcquiredRecords, ShareFetchAcknowledgementBatch, ShareFetchLeaderIdAndEpoch,
+    ShareFetchNodeEndpoint, ShareFetchPartition, ShareFetchPartitionData, ShareFetchRequest,
+    ShareFetchResponse, ShareFetchTopic, ShareFetchableTopicResponse, ShareForgottenTopic,
+};
+pub use share_group_describe::{
+    ShareGroupDescribeAssignment, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
+    ShareGroupDescribeTopicPartitions, ShareGroupDescribedGroup, ShareGroupDescribedMember,
+};
+pub use share_group_heartbeat::{
+    ShareGroupHeartbeatAssignment, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    ShareGroupHeartbeatTopicPartitions,
 };
 
 use bytes::{Bytes, BytesMut};
