@@ -44,10 +44,8 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ConsumeArgs) ->
     if let Some(group) = &args.share_group {
         let mut config = kafkapipe::share::ShareReaderConfig::new(brokers.to_vec(), group.as_str())
             .topic(args.topic.as_str());
-        config.connection = settings.conn.clone();
-        if let Some(d) = settings.fetch_max_wait {
-            config.max_wait = d;
-        }
+        config.connection = settings.connection();
+        config.max_wait = settings.fetch_options().max_wait;
         let mut c = Consumer {
             args,
             format: &format,

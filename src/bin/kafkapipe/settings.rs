@@ -71,6 +71,11 @@ impl Settings {
         self.props.apply_to_writer(c)
     }
 
+    /// The connection settings (TLS, SASL, client id, timeouts).
+    pub fn connection(&self) -> kafkapipe::conn::ConnectionConfig {
+        self.props.connection_config()
+    }
+
     /// Fetch options with the `fetch.*` and `isolation.level` settings.
     pub fn fetch_options(&self) -> FetchOptions {
         self.props.apply_to_fetch_options(FetchOptions::default())
