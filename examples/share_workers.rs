@@ -23,6 +23,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use kafkapipe::admin::{Admin, AlterConfigOp, ConfigResource};
 use kafkapipe::conn::Conn;
+use kafkapipe::protocol::ErrorCode;
 use kafkapipe::share::{ShareReader, ShareReaderConfig};
 use kafkapipe::writer::{Message, Writer, WriterConfig};
 
@@ -132,10 +133,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let dlq_conn = Conn::connect(&broker).await?;
     let dead_letters = loop {
         let processed = done.lock().unwrap_or_else(|e| e.into_inner()).len();
-        let letters = dlq_conn
-            .fetch(&dead, 0, 0, &Default::default())
-            .await?
-            .records;
+        let letters = match dlq_conn.fetch(&dead, 0, 0, &Default::default()).await {
+            Ok(fetched) => fetched.records,
+            // A topic created a moment ago may not be in this broker's metadata yet.
+            Err(e) if e.kafka_code() == Some(ErrorCode::UnknownTopicOrPartition) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
         if processed == N && !letters.is_empty() {
             break letters;
         }
