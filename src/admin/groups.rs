@@ -20,7 +20,7 @@ use crate::protocol::messages::{
     OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
     OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
-use crate::protocol::ErrorCode;
+use crate::protocol::{ErrorCode, Request};
 
 /// Whether `code` means "ask the coordinator again" (after finding it again).
 fn coordinator_moved(code: ErrorCode) -> bool {
@@ -313,6 +313,52 @@ impl Admin {
         Ok(out)
     }
 
+    /// Describe `groups` at their coordinators, one request per coordinator (retried
+    /// through [`Admin::fan_out`]): `request` builds it from the group ids, `entries`
+    /// takes the described groups out of the response, `header` reads a group's id, error
+    /// code and message, and `describe` builds the result of a group without error from
+    /// it and its coordinator's node id.
+    pub(super) async fn describe_at_coordinators<Req, D, V>(
+        &self,
+        op: &'static str,
+        groups: &[&str],
+        request: impl Fn(Vec<String>) -> Req,
+        entries: impl Fn(Req::Response) -> Vec<D>,
+        header: impl Fn(&D) -> (String, i16, Option<String>),
+        describe: impl Fn(D, i32) -> V,
+    ) -> Result<Results<String, V>>
+    where
+        Req: Request,
+    {
+        let items: Vec<(String, ())> = groups.iter().map(|g| ((*g).to_string(), ())).collect();
+        let (request, entries, header, describe) = (&request, &entries, &header, &describe);
+        Ok(self
+            .fan_out(
+                op,
+                items,
+                |g: String| async move { self.coordinator(&g).await },
+                |g: &String| self.forget_coordinator(g),
+                |c, node, batch| async move {
+                    let req = request(batch.into_iter().map(|(g, ())| g).collect());
+                    let resp = c.send(&req).await?;
+                    Ok(entries(resp)
+                        .into_iter()
+                        .map(|d| {
+                            let (id, code, message) = header(&d);
+                            let r =
+                                match ErrorCode::non_zero(code) {
+                                    Some(code) => Err(code_error(code, message.as_deref())
+                                        .with_broker(c.broker())),
+                                    None => Ok(describe(d, node)),
+                                };
+                            (id, r)
+                        })
+                        .collect())
+                },
+            )
+            .await)
+    }
+
     /// Describe groups: state, protocol and members, with consumer-group subscriptions
     /// and assignments decoded. One result per group.
     ///
@@ -332,35 +378,18 @@ impl Admin {
         &self,
         groups: &[&str],
     ) -> Result<Results<String, GroupDescription>> {
-        let items: Vec<(String, ())> = groups.iter().map(|g| ((*g).to_string(), ())).collect();
-        Ok(self
-            .fan_out(
-                "DescribeGroups",
-                items,
-                |g: String| async move { self.coordinator(&g).await },
-                |g: &String| self.forget_coordinator(g),
-                |c, node, batch| async move {
-                    let req = DescribeGroupsRequest {
-                        groups: batch.into_iter().map(|(g, ())| g).collect(),
-                        ..Default::default()
-                    };
-                    let resp = c.send(&req).await?;
-                    Ok(resp
-                        .groups
-                        .into_iter()
-                        .map(|d| {
-                            let id = d.group_id.clone();
-                            let r = match ErrorCode::non_zero(d.error_code) {
-                                Some(code) => Err(code_error(code, d.error_message.as_deref())
-                                    .with_broker(c.broker())),
-                                None => Ok(describe(d, node)),
-                            };
-                            (id, r)
-                        })
-                        .collect())
-                },
-            )
-            .await)
+        self.describe_at_coordinators(
+            "DescribeGroups",
+            groups,
+            |ids| DescribeGroupsRequest {
+                groups: ids,
+                ..Default::default()
+            },
+            |resp| resp.groups,
+            |d| (d.group_id.clone(), d.error_code, d.error_message.clone()),
+            describe,
+        )
+        .await
     }
 
     /// Describe groups of the consumer protocol (KIP-848; ConsumerGroupDescribe, Kafka
@@ -384,35 +413,18 @@ impl Admin {
         &self,
         groups: &[&str],
     ) -> Result<Results<String, ConsumerGroupDescription>> {
-        let items: Vec<(String, ())> = groups.iter().map(|g| ((*g).to_string(), ())).collect();
-        Ok(self
-            .fan_out(
-                "ConsumerGroupDescribe",
-                items,
-                |g: String| async move { self.coordinator(&g).await },
-                |g: &String| self.forget_coordinator(g),
-                |c, node, batch| async move {
-                    let req = ConsumerGroupDescribeRequest {
-                        group_ids: batch.into_iter().map(|(g, ())| g).collect(),
-                        ..Default::default()
-                    };
-                    let resp = c.send(&req).await?;
-                    Ok(resp
-                        .groups
-                        .into_iter()
-                        .map(|d| {
-                            let id = d.group_id.clone();
-                            let r = match ErrorCode::non_zero(d.error_code) {
-                                Some(code) => Err(code_error(code, d.error_message.as_deref())
-                                    .with_broker(c.broker())),
-                                None => Ok(describe_consumer(d, node)),
-                            };
-                            (id, r)
-                        })
-                        .collect())
-                },
-            )
-            .await)
+        self.describe_at_coordinators(
+            "ConsumerGroupDescribe",
+            groups,
+            |ids| ConsumerGroupDescribeRequest {
+                group_ids: ids,
+                ..Default::default()
+            },
+            |resp| resp.groups,
+            |d| (d.group_id.clone(), d.error_code, d.error_message.clone()),
+            describe_consumer,
+        )
+        .await
     }
 
     /// Delete groups (they must have no members) with their committed offsets. One

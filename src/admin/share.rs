@@ -127,35 +127,18 @@ impl Admin {
         &self,
         groups: &[&str],
     ) -> Result<Results<String, ShareGroupDescription>> {
-        let items: Vec<(String, ())> = groups.iter().map(|g| ((*g).to_string(), ())).collect();
-        Ok(self
-            .fan_out(
-                "ShareGroupDescribe",
-                items,
-                |g: String| async move { self.coordinator(&g).await },
-                |g: &String| self.forget_coordinator(g),
-                |c, node, batch| async move {
-                    let req = ShareGroupDescribeRequest {
-                        group_ids: batch.into_iter().map(|(g, ())| g).collect(),
-                        ..Default::default()
-                    };
-                    let resp = c.send(&req).await?;
-                    Ok(resp
-                        .groups
-                        .into_iter()
-                        .map(|d| {
-                            let id = d.group_id.clone();
-                            let r = match ErrorCode::non_zero(d.error_code) {
-                                Some(code) => Err(code_error(code, d.error_message.as_deref())
-                                    .with_broker(c.broker())),
-                                None => Ok(describe_share(d, node)),
-                            };
-                            (id, r)
-                        })
-                        .collect())
-                },
-            )
-            .await)
+        self.describe_at_coordinators(
+            "ShareGroupDescribe",
+            groups,
+            |ids| ShareGroupDescribeRequest {
+                group_ids: ids,
+                ..Default::default()
+            },
+            |resp| resp.groups,
+            |d| (d.group_id.clone(), d.error_code, d.error_message.clone()),
+            describe_share,
+        )
+        .await
     }
 
     /// A share group's start offsets (and lag) in `topics` (every topic it has state
