@@ -1328,6 +1328,23 @@ async fn share_group_count_accepts_printed_and_releases_the_rest() {
         "the acquired, unprinted records were released: {rest:?}"
     );
     assert!(rest.iter().all(|(_, n)| *n <= 2), "{rest:?}");
+    // The operator's view: a share group, with its start offset and lag per partition.
+    let out = ok(&["groups", "list"], "");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with(&format!("{group}\t")) && l.ends_with("\tshare")),
+        "{out}"
+    );
+    let out = ok(&["groups", "describe", &group], "");
+    assert!(out.starts_with(&format!("group {group} state ")), "{out}");
+    assert!(
+        out.lines()
+            .next()
+            .unwrap_or("")
+            .contains(" protocol share "),
+        "{out}"
+    );
+    assert!(out.contains(&format!("  offset {topic} 0 start ")), "{out}");
     admin.close().await;
 }
 
@@ -1362,4 +1379,109 @@ async fn share_group_sigterm_accepts_printed_and_leaves() {
     let rest = share_rest(&group, &topic, "marker").await;
     assert!(rest.is_empty(), "printed records came back: {rest:?}");
     admin.close().await;
+}
+
+/// The `% …` summary lines on stderr that `--stats` prints while the command runs (the
+/// final summary is not one: it has no `, `-separated detail).
+fn stats_lines(err: &str) -> Vec<&str> {
+    err.lines()
+        .filter(|l| l.starts_with("% ") && l.contains("records/s), "))
+        .collect()
+}
+
+/// The number before `word` in a stats line's detail, e.g. `lag 12` or `3 errors`.
+fn stat(line: &str, word: &str) -> i64 {
+    let parts: Vec<&str> = line.split([' ', ',']).filter(|p| !p.is_empty()).collect();
+    let at = parts
+        .iter()
+        .position(|p| *p == word)
+        .unwrap_or_else(|| panic!("{word} in {line}"));
+    let n = if word == "lag" {
+        parts[at + 1]
+    } else {
+        parts[at - 1]
+    };
+    n.parse().unwrap_or_else(|_| panic!("{word} in {line}"))
+}
+
+/// `--stats SECS` prints a periodic summary on stderr: produce adds delivered, queued,
+/// errors and retries; a group member adds its lag, errors and retries; a partition
+/// reader each partition's lag. `--stats 0` prints none; a bad interval is a usage error.
+#[tokio::test(flavor = "multi_thread")]
+async fn stats_lines_show_rate_lag_and_errors() {
+    let topic = common::unique_topic("cli-stats");
+    common::create_topic(&addr(), &topic, 1, 1);
+    let n = 20_000;
+    let input: String = (0..n).map(|i| format!("s{i}\n")).collect();
+    let r = run(&["produce", &topic, "--stats", "0.001"], &input);
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    let lines = stats_lines(&r.err);
+    assert!(!lines.is_empty(), "no stats line:\n{}", r.err);
+    for l in &lines {
+        assert!(l.starts_with("% read "), "{l}");
+        assert_eq!(stat(l, "errors"), 0, "{l}");
+        assert!((0..=n).contains(&stat(l, "delivered")), "{l}");
+        assert!((0..=n).contains(&stat(l, "queued")), "{l}");
+    }
+
+    let group = common::unique_topic("cli-stats-group");
+    let count = n.to_string();
+    let r = run(
+        &[
+            "consume",
+            &topic,
+            "-g",
+            &group,
+            "-o",
+            "beginning",
+            "-c",
+            &count,
+            "--stats",
+            "0.001",
+        ],
+        "",
+    );
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    assert_eq!(r.out.lines().count(), n as usize);
+    let lines = stats_lines(&r.err);
+    assert!(!lines.is_empty(), "no stats line:\n{}", r.err);
+    for l in &lines {
+        assert!(l.starts_with("% consumed "), "{l}");
+        // the lag the reader saw in its last fetch response: never above the backlog
+        assert!((0..=n).contains(&stat(l, "lag")), "{l}");
+        assert_eq!(stat(l, "errors"), 0, "{l}");
+    }
+
+    let r = run(
+        &[
+            "consume",
+            &topic,
+            "-o",
+            "beginning",
+            "-e",
+            "--stats",
+            "0.001",
+        ],
+        "",
+    );
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    let lines = stats_lines(&r.err);
+    assert!(!lines.is_empty(), "no stats line:\n{}", r.err);
+    // records are counted in offset order: the lag after each one goes down to 0
+    let lags: Vec<i64> = lines.iter().map(|l| stat(l, "lag")).collect();
+    assert!(lags.windows(2).all(|w| w[0] >= w[1]), "{lags:?}");
+    assert!(lags.iter().all(|l| (0..n).contains(l)), "{lags:?}");
+
+    let r = run(
+        &["consume", &topic, "-o", "beginning", "-e", "--stats", "0"],
+        "",
+    );
+    assert_eq!(r.code, Some(0), "{}", r.err);
+    assert!(stats_lines(&r.err).is_empty(), "{}", r.err);
+
+    for bad in ["--stats=-1", "--stats=soon"] {
+        let r = run(&["consume", &topic, bad], "");
+        assert_eq!(r.code, Some(2), "{}", r.err);
+        assert!(r.err.contains("--stats"), "{}", r.err);
+    }
 }

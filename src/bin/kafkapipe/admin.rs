@@ -119,14 +119,15 @@ pub async fn groups(
             for g in admin.list_groups().await? {
                 writeln!(
                     out,
-                    "{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}",
                     g.group_id,
                     g.state.as_deref().unwrap_or("-"),
                     if g.protocol_type.is_empty() {
                         "-"
                     } else {
                         &g.protocol_type
-                    }
+                    },
+                    g.group_type.as_deref().unwrap_or("-")
                 )
                 .map_err(io)?;
             }
@@ -142,6 +143,17 @@ pub async fn groups(
                 Ok(mut v) => v.pop().and_then(|(_, d)| d.ok()),
                 Err(_) => None,
             };
+            // Else a share group (KIP-932): its start offsets instead of commits.
+            let share = match consumer {
+                Some(_) => None,
+                None => match admin.describe_share_groups(&[&group]).await {
+                    Ok(mut v) => v.pop().and_then(|(_, d)| d.ok()),
+                    Err(_) => None,
+                },
+            };
+            if let Some(d) = share {
+                return describe_share(admin, d, out).await;
+            }
             match consumer {
                 Some(d) => {
                     writeln!(
@@ -227,6 +239,50 @@ pub async fn groups(
             report(admin.delete_groups(&names).await, "deleted", out)
         }
     }
+}
+
+/// `groups describe` of share group `d`: members, the partitions each may fetch from,
+/// and the group's start offset and lag in each partition.
+async fn describe_share(
+    admin: &Admin,
+    d: kafkapipe::admin::ShareGroupDescription,
+    out: &mut dyn Write,
+) -> Result<(), Fail> {
+    writeln!(
+        out,
+        "group {} state {} protocol share {} epoch {} coordinator {}",
+        d.group_id, d.state, d.assignor, d.group_epoch, d.coordinator
+    )
+    .map_err(io)?;
+    for m in &d.members {
+        writeln!(
+            out,
+            "  member {} epoch {} client {} host {}",
+            m.member_id, m.member_epoch, m.client_id, m.client_host
+        )
+        .map_err(io)?;
+        let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> =
+            std::collections::BTreeMap::new();
+        for tp in &m.assignment {
+            by_topic.entry(&tp.topic).or_default().push(tp.partition);
+        }
+        for (topic, partitions) in by_topic {
+            writeln!(out, "    assigned {topic} {partitions:?}").map_err(io)?;
+        }
+    }
+    for o in admin
+        .describe_share_group_offsets(&d.group_id, None)
+        .await?
+    {
+        let lag = o.lag.map_or_else(|| "-".to_string(), |l| l.to_string());
+        writeln!(
+            out,
+            "  offset {} {} start {} lag {lag}",
+            o.partition.topic, o.partition.partition, o.start_offset
+        )
+        .map_err(io)?;
+    }
+    Ok(())
 }
 
 /// `offsets TOPIC`: partition, earliest and latest offset, tab-separated.

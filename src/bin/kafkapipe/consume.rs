@@ -51,7 +51,7 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ConsumeArgs) ->
             format: &format,
             out: &mut out,
             shutdown: &mut shutdown,
-            progress: Progress::new("consumed"),
+            progress: Progress::new("consumed", args.stats.every()),
         };
         return c.share(config, group).await;
     }
@@ -82,7 +82,7 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ConsumeArgs) ->
                 format: &format,
                 out: &mut out,
                 shutdown: &mut shutdown,
-                progress: Progress::new("consumed"),
+                progress: Progress::new("consumed", args.stats.every()),
             };
             c.group(config, group).await
         }
@@ -95,7 +95,7 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ConsumeArgs) ->
                 format: &format,
                 out: &mut out,
                 shutdown: &mut shutdown,
-                progress: Progress::new("consumed"),
+                progress: Progress::new("consumed", args.stats.every()),
             };
             let r = c.partitions(&admin, spec, opts).await;
             admin.close().await;
@@ -181,7 +181,10 @@ impl Consumer<'_> {
                 held.drain(..).for_each(AckToken::fail);
                 break Err(io(e));
             }
-            self.progress.add(1);
+            self.progress.add_with(1, || {
+                let s = reader.stats();
+                format!("lag {}, {} errors, {} retries", s.lag, s.errors, s.retries)
+            });
             if held.len() >= FLUSH_EVERY {
                 if let Err(e) = self.flush(&mut held) {
                     break Err(e);
@@ -255,7 +258,13 @@ impl Consumer<'_> {
                 held.drain(..).for_each(AckToken::release);
                 break Err(io(e));
             }
-            self.progress.add(1);
+            self.progress.add_with(1, || {
+                let s = reader.stats();
+                format!(
+                    "{} in flight, {} accepted, {} released, {} rejected",
+                    s.in_flight, s.accepted, s.released, s.rejected
+                )
+            });
             if held.len() >= FLUSH_EVERY {
                 if let Err(e) = self.flush(&mut held) {
                     break Err(e);
@@ -414,7 +423,9 @@ impl Consumer<'_> {
                     if let Err(e) = self.format.write(&mut *self.out, &rec) {
                         break 'outer Err(io(e));
                     }
-                    self.progress.add(1);
+                    let lag = fetched.high_watermark - r.offset - 1;
+                    self.progress
+                        .add_with(1, || format!("partition {partition} lag {lag}"));
                 }
                 if fetched.next_offset > c.next {
                     c.next = fetched.next_offset;

@@ -117,7 +117,7 @@ enum TopicsCmd {
 
 #[derive(Debug, Subcommand)]
 enum GroupsCmd {
-    /// List groups: id, state, protocol type.
+    /// List groups: id, state, protocol type, group type (classic, consumer, share).
     List,
     /// Members, assignments, committed offsets and lag of a group.
     Describe {
@@ -176,6 +176,10 @@ pub struct ProduceArgs {
     #[arg(short = 'a', long, value_name = "ACKS", allow_hyphen_values = true,
           value_parser = settings::parse_acks)]
     pub acks: Option<kafkapipe::conn::RequiredAcks>,
+    /// Print a summary line on stderr every SECS seconds (count, rate, and lag/errors
+    /// or delivery counts); 0 prints none.
+    #[arg(long, value_name = "SECS", default_value = "2")]
+    pub stats: StatsInterval,
 }
 
 /// `consume` options.
@@ -233,6 +237,10 @@ pub struct ConsumeArgs {
     /// Print each record as one JSON object per line.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// Print a summary line on stderr every SECS seconds (count, rate, and lag/errors
+    /// or delivery counts); 0 prints none.
+    #[arg(long, value_name = "SECS", default_value = "2")]
+    pub stats: StatsInterval,
 }
 
 /// How a command ends when it does not succeed.
@@ -337,5 +345,32 @@ async fn run(cmd: Cmd, brokers: &[String], settings: &settings::Settings) -> Res
             admin.close().await;
             r.and(flushed)
         }
+    }
+}
+
+/// `--stats SECS`: how often `consume`/`produce` print their summary line.
+#[derive(Debug, Clone, Copy)]
+pub struct StatsInterval(Option<std::time::Duration>);
+
+impl StatsInterval {
+    /// Between lines; `None` for none.
+    pub fn every(self) -> Option<std::time::Duration> {
+        self.0
+    }
+}
+
+impl std::str::FromStr for StatsInterval {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let secs: f64 = s
+            .parse()
+            .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+        if !secs.is_finite() || !(0.0..=86_400.0).contains(&secs) {
+            return Err(format!("{s:?}: seconds between 0 and 86400"));
+        }
+        Ok(StatsInterval(
+            (secs > 0.0).then(|| std::time::Duration::from_secs_f64(secs)),
+        ))
     }
 }

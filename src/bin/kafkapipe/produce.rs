@@ -13,34 +13,46 @@ use crate::settings::Settings;
 use crate::shutdown::Shutdown;
 use crate::{Fail, ProduceArgs};
 
-/// Prints a rate line to stderr at most every two seconds.
+/// Prints a summary line to stderr every `--stats` interval (two seconds by default): the
+/// count and rate, and what the command adds (lag, errors, retries).
 pub struct Progress {
     /// What the count is, e.g. "produced".
     pub what: &'static str,
     start: Instant,
     last: Instant,
+    /// Between summary lines; `None` prints none.
+    every: Option<Duration>,
     /// Records so far.
     pub count: u64,
 }
 
 impl Progress {
-    /// Start counting `what` (e.g. "produced") now.
-    pub fn new(what: &'static str) -> Self {
+    /// Start counting `what` (e.g. "produced") now, printing a line every `every`.
+    pub fn new(what: &'static str, every: Option<Duration>) -> Self {
         let now = Instant::now();
         Progress {
             what,
             start: now,
             last: now,
+            every,
             count: 0,
         }
     }
 
-    /// Count `n` more records; print the rate line if it is due.
+    /// Count `n` more records; print the summary line if it is due.
     pub fn add(&mut self, n: u64) {
+        self.add_with(n, String::new);
+    }
+
+    /// Count `n` more records; print the summary line, followed by `detail()`, if it is
+    /// due.
+    pub fn add_with(&mut self, n: u64, detail: impl FnOnce() -> String) {
         self.count += n;
-        if self.last.elapsed() >= Duration::from_secs(2) {
+        if self.every.is_some_and(|every| self.last.elapsed() >= every) {
             self.last = Instant::now();
-            let _ = writeln!(std::io::stderr(), "% {}", self.line());
+            let detail = detail();
+            let sep = if detail.is_empty() { "" } else { ", " };
+            let _ = writeln!(std::io::stderr(), "% {}{sep}{detail}", self.line());
         }
     }
 
@@ -107,7 +119,7 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ProduceArgs) ->
     });
 
     // Every line read from stdin counts, handed to the writer or not.
-    let mut progress = Progress::new("read");
+    let mut progress = Progress::new("read", args.stats.every());
     let mut failure: Option<String> = None;
     'read: loop {
         let line = tokio::select! {
@@ -131,7 +143,13 @@ pub async fn run(brokers: &[String], settings: &Settings, args: &ProduceArgs) ->
                 break;
             }
         };
-        progress.add(1);
+        progress.add_with(1, || {
+            let s = writer.stats();
+            format!(
+                "{} delivered, {} queued, {} errors, {} retries",
+                s.messages, s.queued_messages, s.errors, s.retries
+            )
+        });
         // `feed` waits for buffer space (a signal ends the wait; the record is then
         // dropped unsent) and fails early once a record failed for good.
         tokio::select! {
