@@ -37,15 +37,25 @@
 //! not yet settled (buffered or in the pipeline): it asks each ShareFetch for no more than
 //! the room left (`MaxRecords`, with the record-limit acquire mode where the broker has
 //! ShareFetch v2, so the bound is exact) and stops fetching when the pipeline holds that
-//! many, sending acknowledgements with ShareAcknowledge meanwhile. A record held longer
-//! than the broker's acquisition lock (`group.share.record.lock.duration.ms`, 30 s by
-//! default; per group `share.record.lock.duration.ms`) is released by the broker and may be
-//! delivered to another member; its late acknowledgement fails
-//! ([`ShareStats::ack_errors`]). Keep `max_in_flight` small enough for the pipeline to
-//! finish that many within the lock duration.
+//! many, sending acknowledgements with ShareAcknowledge meanwhile.
 //!
-//! Reference: KIP-932 (Queues for Kafka), Kafka's `ShareConsumerImpl` and
-//! `ShareSessionHandler`.
+//! Each record is acquired under the broker's acquisition lock
+//! (`group.share.record.lock.duration.ms`, 30 s by default; per group
+//! `share.record.lock.duration.ms`, 15–60 s). While the reader holds a record (buffered,
+//! or yielded with its token alive and not yet settled) it renews the lock each time half
+//! of it has passed (KIP-1222 RENEW acknowledgements, brokers with ShareAcknowledge v2:
+//! Apache Kafka 4.2+), so a slow stage keeps its record. Renewal stops once the record has
+//! been held [`ShareReaderConfig::max_lock_hold`] (default 5 minutes): a stuck stage holds
+//! a record at most that long plus one lock duration. A record whose lock ran out (past
+//! the bound, renewal off or unsupported) is released by the broker and may be delivered
+//! to another member; its late acknowledgement fails ([`ShareStats::ack_errors`]).
+//!
+//! Renewal is automatic, not an explicit call on the token as the Java
+//! `KafkaShareConsumer`'s `acknowledge(record, AcknowledgeType.RENEW)`: an unsettled token
+//! already says that the work is in progress, and `max_lock_hold` bounds it.
+//!
+//! Reference: KIP-932 (Queues for Kafka), KIP-1222 (acquisition lock renewal), Kafka's
+//! `ShareConsumerImpl` and `ShareSessionHandler`.
 
 mod task;
 
@@ -58,6 +68,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
 
 use crate::conn::ConnectionConfig;
 use crate::error::{Error, ErrorKind, Result};
@@ -72,6 +83,8 @@ pub(crate) const GAP: i8 = 0;
 pub(crate) const ACCEPT: i8 = 1;
 pub(crate) const RELEASE: i8 = 2;
 pub(crate) const REJECT: i8 = 3;
+/// Renew the acquisition lock (KIP-1222, ShareAcknowledge v2).
+pub(crate) const RENEW: i8 = 4;
 
 /// What a dropped token means (see the [module docs](self)).
 ///
@@ -130,6 +143,16 @@ pub struct ShareReaderConfig {
     pub close_timeout: Duration,
     /// The member's rack (Java `client.rack`). Default none.
     pub client_rack: Option<String>,
+    /// How long the reader keeps renewing the acquisition lock of a record it holds
+    /// (KIP-1222: RENEW acknowledgements, brokers with ShareAcknowledge v2, Apache Kafka
+    /// 4.2+, group config `share.renew.acknowledge.enable`, on by default). A record is
+    /// renewed while its token is alive and not yet settled, each time half of its lock
+    /// has passed, until it has been held this long; then its lock runs out (at most one
+    /// lock duration later) and the broker may deliver it to another member. The bound
+    /// keeps a stuck stage from holding records forever. `Duration::ZERO` turns renewal
+    /// off. Default 5 minutes (no Java equivalent: the Java `KafkaShareConsumer` renews
+    /// only on an explicit `acknowledge(record, RENEW)`).
+    pub max_lock_hold: Duration,
     /// Connection settings (client id, timeouts, TLS, SASL).
     pub connection: ConnectionConfig,
 }
@@ -157,6 +180,7 @@ impl ShareReaderConfig {
             ack_mode: AckMode::Implicit,
             close_timeout: Duration::from_secs(10),
             client_rack: None,
+            max_lock_hold: Duration::from_secs(300),
             connection: ConnectionConfig::default(),
         }
     }
@@ -233,6 +257,19 @@ impl ShareReaderConfig {
         self
     }
 
+    /// Set [`max_lock_hold`](Self::max_lock_hold) (`Duration::ZERO`: no lock renewal).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = kafkapipe::share::ShareReaderConfig::new(["b:9092"], "g")
+    ///     .max_lock_hold(Duration::from_secs(60));
+    /// assert_eq!(c.max_lock_hold, Duration::from_secs(60));
+    /// ```
+    pub fn max_lock_hold(mut self, d: Duration) -> Self {
+        self.max_lock_hold = d;
+        self
+    }
+
     /// Set the client id sent with every request.
     ///
     /// ```
@@ -293,6 +330,11 @@ pub struct ShareStats {
     pub gaps: u64,
     /// Acknowledgements the broker refused (for instance after the lock expired).
     pub ack_errors: u64,
+    /// Lock renewals the broker confirmed (records, counted per renewal).
+    pub renewed: u64,
+    /// Lock renewals the broker refused (the lock had expired, or renewal is off for
+    /// the group).
+    pub renew_errors: u64,
     /// Acquired records not settled yet.
     pub in_flight: usize,
     /// The broker's acquisition lock duration (ms), as the last ShareFetch said.
@@ -312,6 +354,8 @@ pub(crate) struct Counters {
     pub(crate) rejected: AtomicU64,
     pub(crate) gaps: AtomicU64,
     pub(crate) ack_errors: AtomicU64,
+    pub(crate) renewed: AtomicU64,
+    pub(crate) renew_errors: AtomicU64,
     pub(crate) lock_timeout_ms: AtomicI32,
     pub(crate) member_epoch: AtomicI32,
     pub(crate) assigned: AtomicUsize,
@@ -333,6 +377,45 @@ impl Counters {
 struct Held {
     tp: Tp,
     offset: i64,
+    /// When the reader asked for it (its first lock started after this).
+    acquired: Instant,
+    /// When its current lock started, at the latest (the request that acquired or
+    /// renewed it was sent).
+    locked: Instant,
+    /// A renewal is in flight.
+    renewing: bool,
+    /// The broker refused a renewal: the lock is gone, no more renewals.
+    lost: bool,
+}
+
+/// What the broker said of a lock renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// Locked again from the instant the request was sent.
+    Locked(Instant),
+    /// The request failed as a whole: try again when due.
+    Retry,
+    /// Refused for the partition: the lock is gone.
+    Lost,
+}
+
+/// Lock renewal policy: renew a held record's lock once half of it has passed, for as
+/// long as the record has been held less than `max_hold`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RenewPolicy {
+    pub(crate) lock: Duration,
+    pub(crate) max_hold: Duration,
+}
+
+impl RenewPolicy {
+    /// When `h`'s lock falls due for renewal, if it ever will again.
+    fn due(&self, h: &Held) -> Option<Instant> {
+        if h.renewing || h.lost || self.lock.is_zero() {
+            return None;
+        }
+        let at = h.locked + self.lock / 2;
+        (at < h.acquired + self.max_hold).then_some(at)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -374,13 +457,76 @@ impl Ledger {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A record acquired: its id for the token.
-    pub(crate) fn acquire(&self, tp: Tp, offset: i64) -> u64 {
+    /// A record acquired by a request sent at `locked`: its id for the token.
+    pub(crate) fn acquire(&self, tp: Tp, offset: i64, locked: Instant) -> u64 {
         let mut s = self.lock();
         s.next_id += 1;
         let id = s.next_id;
-        s.held.insert(id, Held { tp, offset });
+        s.held.insert(
+            id,
+            Held {
+                tp,
+                offset,
+                acquired: locked,
+                locked,
+                renewing: false,
+                lost: false,
+            },
+        );
         id
+    }
+
+    /// The held records whose locks are due for renewal at `now`, by partition (sorted
+    /// offsets), and when the next one not yet due falls due.
+    pub(crate) fn due_renewals(
+        &self,
+        now: Instant,
+        policy: RenewPolicy,
+    ) -> (BTreeMap<Tp, Vec<i64>>, Option<Instant>) {
+        let s = self.lock();
+        let mut due: BTreeMap<Tp, Vec<i64>> = BTreeMap::new();
+        let mut next: Option<Instant> = None;
+        for h in s.held.values() {
+            match policy.due(h) {
+                Some(at) if at <= now => due.entry(h.tp).or_default().push(h.offset),
+                Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
+                None => {}
+            }
+        }
+        for v in due.values_mut() {
+            v.sort_unstable();
+        }
+        (due, next)
+    }
+
+    /// Renewals of the records of `renew` are being sent.
+    pub(crate) fn renewing(&self, renew: &BTreeMap<Tp, Vec<i64>>) {
+        self.mark(renew, |h| h.renewing = true);
+    }
+
+    /// The broker answered renewals of partition `tp`'s records `offsets`.
+    pub(crate) fn renewed(&self, tp: Tp, offsets: &[i64], how: Renewal) {
+        let one = BTreeMap::from([(tp, offsets.to_vec())]);
+        self.mark(&one, |h| {
+            h.renewing = false;
+            match how {
+                Renewal::Locked(at) => h.locked = at,
+                Renewal::Retry => {}
+                Renewal::Lost => h.lost = true,
+            }
+        });
+    }
+
+    fn mark(&self, records: &BTreeMap<Tp, Vec<i64>>, f: impl Fn(&mut Held)) {
+        let mut s = self.lock();
+        for h in s.held.values_mut() {
+            if records
+                .get(&h.tp)
+                .is_some_and(|v| v.binary_search(&h.offset).is_ok())
+            {
+                f(h);
+            }
+        }
     }
 
     /// Acquired offsets with nothing to yield: acknowledged GAP.
@@ -627,6 +773,8 @@ impl ShareReader {
             rejected: c.rejected.load(Ordering::Relaxed),
             gaps: c.gaps.load(Ordering::Relaxed),
             ack_errors: c.ack_errors.load(Ordering::Relaxed),
+            renewed: c.renewed.load(Ordering::Relaxed),
+            renew_errors: c.renew_errors.load(Ordering::Relaxed),
             in_flight: self.ledger.outstanding(),
             lock_timeout_ms: c.lock_timeout_ms.load(Ordering::Relaxed),
             member_epoch: c.member_epoch.load(Ordering::Relaxed),
@@ -709,7 +857,7 @@ mod tests {
     use crate::group::AckToken;
 
     fn token(l: &Arc<Ledger>, offset: i64) -> AckToken {
-        let id = l.acquire(([1; 16], 0), offset);
+        let id = l.acquire(([1; 16], 0), offset, Instant::now());
         AckToken::share_record(l.clone(), id)
     }
 
@@ -812,6 +960,59 @@ mod tests {
         drop(t);
         l.polled();
         assert_eq!(acks(&l), [(1, ACCEPT)]);
+    }
+
+    #[test]
+    fn renewals_fall_due_at_half_the_lock_until_the_hold_bound() {
+        let l = Arc::new(Ledger::new(AckMode::Implicit));
+        let tp = ([1; 16], 0);
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let p = RenewPolicy {
+            lock: s(10),
+            max_hold: s(12),
+        };
+        let id = l.acquire(tp, 7, t0);
+        let held = AckToken::share_record(l.clone(), id);
+        let (due, next) = l.due_renewals(t0 + s(1), p);
+        assert!(due.is_empty());
+        assert_eq!(next, Some(t0 + s(5)), "half the lock");
+        let (due, _) = l.due_renewals(t0 + s(5), p);
+        assert_eq!(due, BTreeMap::from([(tp, vec![7])]));
+        l.renewing(&due);
+        assert_eq!(
+            l.due_renewals(t0 + s(6), p),
+            (BTreeMap::new(), None),
+            "in flight"
+        );
+        // a failed request: due again
+        l.renewed(tp, &[7], Renewal::Retry);
+        assert_eq!(l.due_renewals(t0 + s(6), p).0.len(), 1);
+        l.renewed(tp, &[7], Renewal::Locked(t0 + s(6)));
+        let (due, next) = l.due_renewals(t0 + s(7), p);
+        assert!(due.is_empty());
+        assert_eq!(next, Some(t0 + s(11)));
+        l.renewed(tp, &[7], Renewal::Locked(t0 + s(11)));
+        // the next would be at 16 s, past the 12 s bound: the lock runs out
+        assert_eq!(l.due_renewals(t0 + s(20), p), (BTreeMap::new(), None));
+        held.ack();
+        assert_eq!(acks(&l), [(7, ACCEPT)]);
+        // refused: never again; settled: never
+        let id = l.acquire(tp, 8, t0);
+        let _held = AckToken::share_record(l.clone(), id);
+        l.renewed(tp, &[8], Renewal::Lost);
+        assert_eq!(l.due_renewals(t0 + s(5), p), (BTreeMap::new(), None));
+        let id = l.acquire(tp, 9, t0);
+        AckToken::share_record(l.clone(), id).release();
+        assert_eq!(l.due_renewals(t0 + s(5), p), (BTreeMap::new(), None));
+        // off when the lock is unknown
+        let id = l.acquire(tp, 10, t0);
+        let _held = AckToken::share_record(l.clone(), id);
+        let off = RenewPolicy {
+            lock: Duration::ZERO,
+            max_hold: s(12),
+        };
+        assert_eq!(l.due_renewals(t0 + s(5), off), (BTreeMap::new(), None));
     }
 
     #[test]

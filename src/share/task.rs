@@ -1,7 +1,8 @@
 //! The share reader's background task: ShareGroupHeartbeat membership with the group
 //! coordinator, one share session per partition leader (ShareFetch with the
 //! acknowledgements of that leader's partitions piggy-backed; ShareAcknowledge when
-//! there is no room to fetch or for partitions no longer assigned), and on close the
+//! there is no room to fetch or for partitions no longer assigned; lock renewals in
+//! ShareAcknowledge v2 with `IsRenewAck`, ahead of other requests), and on close the
 //! last acknowledgements, closed sessions (epoch -1) and leaving the group (epoch -1).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -16,7 +17,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::{ack_batches, Counters, Ledger, ShareReaderConfig, Tp, REJECT};
+use super::{
+    ack_batches, Counters, Ledger, RenewPolicy, Renewal, ShareReaderConfig, Tp, REJECT, RENEW,
+};
 use crate::admin::Admin;
 use crate::cluster::Cluster;
 use crate::error::{Error, ErrorKind, Result};
@@ -60,6 +63,8 @@ enum Reply {
     Fetch {
         broker: i32,
         sent_epoch: i32,
+        /// When it was sent: the locks of what it acquires started after this.
+        sent: Instant,
         parts: BTreeSet<Tp>,
         acks: Acks,
         result: Result<ShareFetchResponse>,
@@ -67,6 +72,12 @@ enum Reply {
     Ack {
         broker: i32,
         acks: Acks,
+        result: Result<ShareAcknowledgeResponse>,
+    },
+    Renew {
+        broker: i32,
+        renew: BTreeMap<Tp, Vec<i64>>,
+        sent: Instant,
         result: Result<ShareAcknowledgeResponse>,
     },
 }
@@ -88,6 +99,10 @@ pub(crate) struct ShareTask {
     leaders: HashMap<Tp, i32>,
     sessions: HashMap<i32, Session>,
     metadata_stale: bool,
+    /// When to look for locks due for renewal next (None: nothing held to renew).
+    renew_at: Option<Instant>,
+    /// Lock renewal is off (configured so, or the broker refused it).
+    renew_off: bool,
 }
 
 impl ShareTask {
@@ -107,6 +122,7 @@ impl ShareTask {
             cluster.clone(),
             config.connection.request_timeout,
         );
+        let renew_off = config.max_lock_hold.is_zero();
         Ok(ShareTask {
             config,
             cluster,
@@ -124,6 +140,8 @@ impl ShareTask {
             leaders: HashMap::new(),
             sessions: HashMap::new(),
             metadata_stale: true,
+            renew_at: None,
+            renew_off,
         })
     }
 
@@ -167,6 +185,7 @@ impl ShareTask {
                 .sessions
                 .values()
                 .filter_map(|s| s.retry_at)
+                .chain(self.renew_at)
                 .min()
                 .map_or(next_hb, |r| r.min(next_hb));
             tokio::select! {
@@ -341,6 +360,26 @@ impl ShareTask {
                 ack_brokers.entry(*b).or_default().insert(tp);
             }
         }
+        let mut renew_brokers: BTreeMap<i32, BTreeMap<Tp, Vec<i64>>> = BTreeMap::new();
+        let policy = self.renew_policy();
+        if policy.is_none() {
+            self.renew_at = None;
+        }
+        if let Some(policy) = policy.filter(|_| self.renew_at.is_some_and(|r| r <= now)) {
+            let (due, next) = self.ledger.due_renewals(now, policy);
+            for (tp, offsets) in due {
+                if let Some(b) = self.leaders.get(&tp) {
+                    renew_brokers.entry(*b).or_default().insert(tp, offsets);
+                }
+            }
+            // a broker busy now is asked again shortly (its request ends within
+            // max_wait); otherwise when the next lock falls due
+            self.renew_at = if renew_brokers.is_empty() {
+                next
+            } else {
+                Some(now + Duration::from_millis(100))
+            };
+        }
         let brokers: BTreeSet<i32> = wanted
             .keys()
             .chain(ack_brokers.keys())
@@ -357,7 +396,11 @@ impl ShareTask {
             let acked = ack_brokers.remove(&b).unwrap_or_default();
             let open = s.epoch > 0;
             let stray: BTreeSet<Tp> = acked.difference(&want).copied().collect();
-            if open && !stray.is_empty() {
+            let renew = renew_brokers.remove(&b);
+            if let (true, Some(renew)) = (open, renew) {
+                // renewals first: a lock about to run out costs a redelivery
+                self.send_renew(inflight, b, renew);
+            } else if open && !stray.is_empty() {
                 let acks = self.ledger.take_acks(|tp| stray.contains(tp));
                 self.send_ack(inflight, b, acks, false);
             } else if fetch && room > 0 && !want.is_empty() {
@@ -453,6 +496,7 @@ impl ShareTask {
             ..Default::default()
         };
         let cluster = self.cluster.clone();
+        let sent = Instant::now();
         // a new session holds exactly what this request names; an open one keeps the
         // partitions not forgotten
         let mut parts = want;
@@ -470,6 +514,7 @@ impl ShareTask {
                 Reply::Fetch {
                     broker,
                     sent_epoch,
+                    sent,
                     parts,
                     acks,
                     result,
@@ -477,6 +522,147 @@ impl ShareTask {
             }
             .boxed(),
         );
+    }
+
+    /// Lock renewal applies (the broker told the lock duration, renewal is on).
+    fn renew_policy(&self) -> Option<RenewPolicy> {
+        let lock = self.counters.lock_timeout_ms.load(Ordering::Relaxed);
+        (!self.renew_off && lock > 0).then(|| RenewPolicy {
+            lock: Duration::from_millis(lock as u64),
+            max_hold: self.config.max_lock_hold,
+        })
+    }
+
+    /// Records acquired by a request sent at `sent`: look for renewals by the time
+    /// their locks are half gone.
+    fn locks_start(&mut self, sent: Instant) {
+        if let Some(p) = self.renew_policy() {
+            let at = sent + p.lock / 2;
+            self.renew_at = Some(self.renew_at.map_or(at, |r| r.min(at)));
+        }
+    }
+
+    /// Renew the locks of `renew` (ShareAcknowledge v2, `IsRenewAck`).
+    fn send_renew(
+        &mut self,
+        inflight: &mut FuturesUnordered<BoxFuture<'static, Reply>>,
+        broker: i32,
+        renew: BTreeMap<Tp, Vec<i64>>,
+    ) {
+        let Some(s) = self.sessions.get_mut(&broker) else {
+            return;
+        };
+        s.busy = true;
+        self.ledger.renewing(&renew);
+        let acks: Acks = renew
+            .iter()
+            .map(|(tp, v)| (*tp, v.iter().map(|o| (*o, RENEW)).collect()))
+            .collect();
+        let mut req = ack_request(&self.config.group_id, &self.member_id, s.epoch, &acks);
+        req.is_renew_ack = true;
+        let cluster = self.cluster.clone();
+        let sent = Instant::now();
+        debug!(group = %self.group(), broker, records = renew.values().map(Vec::len).sum::<usize>(), "renewing acquisition locks");
+        inflight.push(
+            async move {
+                let result = async {
+                    let c = cluster.connection(broker).await?;
+                    let v = c.version_for::<ShareAcknowledgeRequest>()?;
+                    if v < 2 {
+                        return Err(Error::new(
+                            ErrorKind::UnsupportedVersion,
+                            format!("broker {broker} offers ShareAcknowledge v{v}: lock renewal needs v2 (KIP-1222, Apache Kafka 4.2+)"),
+                        ));
+                    }
+                    c.send_version(&req, v).await
+                }
+                .await;
+                Reply::Renew {
+                    broker,
+                    renew,
+                    sent,
+                    result,
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    /// What the broker said of lock renewals.
+    fn handle_renew(
+        &mut self,
+        broker: i32,
+        renew: BTreeMap<Tp, Vec<i64>>,
+        sent: Instant,
+        result: Result<ShareAcknowledgeResponse>,
+    ) {
+        let retry = |ledger: &Ledger| {
+            for (tp, v) in &renew {
+                ledger.renewed(*tp, v, Renewal::Retry);
+            }
+        };
+        let resp = match result {
+            Ok(r) => r,
+            Err(e) if e.kind() == ErrorKind::UnsupportedVersion => {
+                // nothing was sent: the session is as it was
+                warn!(group = %self.group(), broker, error = %e, "lock renewal not supported; records held longer than the lock are redelivered");
+                self.renew_off = true;
+                retry(&self.ledger);
+                return;
+            }
+            Err(e) => {
+                self.failed(broker, Acks::new(), &e);
+                retry(&self.ledger);
+                return;
+            }
+        };
+        if let Some(code) = ErrorCode::non_zero(resp.error_code) {
+            if matches!(
+                code,
+                ErrorCode::InvalidRequest | ErrorCode::UnsupportedVersion
+            ) {
+                warn!(group = %self.group(), broker, error = %Error::kafka(code), "the broker refused lock renewal; records held longer than the lock are redelivered");
+                self.renew_off = true;
+            }
+            self.failed(broker, Acks::new(), &Error::kafka(code));
+            retry(&self.ledger);
+            return;
+        }
+        if let Some(s) = self.sessions.get_mut(&broker) {
+            s.epoch = next_epoch(s.epoch);
+        }
+        if resp.acquisition_lock_timeout_ms > 0 {
+            self.counters
+                .lock_timeout_ms
+                .store(resp.acquisition_lock_timeout_ms, Ordering::Relaxed);
+        }
+        let errors: HashMap<Tp, i16> = resp
+            .responses
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| ((t.topic_id, p.partition_index), p.error_code))
+            })
+            .collect();
+        for (tp, v) in &renew {
+            match errors.get(tp).and_then(|c| ErrorCode::non_zero(*c)) {
+                Some(code) => {
+                    self.counters
+                        .renew_errors
+                        .fetch_add(v.len() as u64, Ordering::Relaxed);
+                    warn!(group = %self.group(), partition = tp.1, records = v.len(), error = %Error::kafka(code), "lock renewal refused (lock expired?)");
+                    self.ledger.renewed(*tp, v, Renewal::Lost);
+                }
+                None => {
+                    self.counters
+                        .renewed
+                        .fetch_add(v.len() as u64, Ordering::Relaxed);
+                    self.ledger.renewed(*tp, v, Renewal::Locked(sent));
+                }
+            }
+        }
+        self.locks_start(sent);
     }
 
     fn send_ack(
@@ -558,6 +744,17 @@ impl ShareTask {
 
     fn handle(&mut self, reply: Reply) -> Result<()> {
         match reply {
+            Reply::Renew {
+                broker,
+                renew,
+                sent,
+                result,
+            } => {
+                if let Some(s) = self.sessions.get_mut(&broker) {
+                    s.busy = false;
+                }
+                self.handle_renew(broker, renew, sent, result);
+            }
             Reply::Ack {
                 broker,
                 acks,
@@ -594,6 +791,7 @@ impl ShareTask {
             Reply::Fetch {
                 broker,
                 sent_epoch,
+                sent,
                 parts,
                 acks,
                 result,
@@ -647,7 +845,7 @@ impl ShareTask {
                                 s.parts.remove(&tp);
                             }
                         }
-                        self.deliver(tp, p.records, &p.acquired_records);
+                        self.deliver(tp, p.records, &p.acquired_records, sent);
                     }
                 }
                 self.acked(&acks, &ack_errors);
@@ -663,10 +861,12 @@ impl ShareTask {
         tp: Tp,
         records: Option<bytes::Bytes>,
         acquired: &[crate::protocol::messages::AcquiredRecords],
+        sent: Instant,
     ) {
         if acquired.is_empty() {
             return;
         }
+        self.locks_start(sent);
         let Some(topic) = self.names.get(&tp.0).cloned() else {
             // cannot happen (only named partitions are fetched): let the locks expire
             self.metadata_stale = true;
@@ -698,7 +898,7 @@ impl ShareTask {
                         if !yielded.insert(offset) {
                             continue;
                         }
-                        let id = self.ledger.acquire(tp, offset);
+                        let id = self.ledger.acquire(tp, offset, sent);
                         self.counters.acquired.fetch_add(1, Ordering::Relaxed);
                         let mut m = Message::from_record(&topic, tp.1, -1, epoch, r, 0);
                         m.set_delivery_count(count);
@@ -714,7 +914,7 @@ impl ShareTask {
                 for a in acquired {
                     for o in a.first_offset..=a.last_offset {
                         if yielded.insert(o) {
-                            let id = self.ledger.acquire(tp, o);
+                            let id = self.ledger.acquire(tp, o, sent);
                             self.ledger.settle_now(id, REJECT);
                         }
                     }
