@@ -657,19 +657,29 @@ impl Admin {
     /// # Errors
     ///
     /// The outer error: the call could not be made (`UnsupportedVersion` naming
-    /// CreateAcls, no broker reachable). Per binding: `SecurityDisabled` without an
-    /// authorizer, `ClusterAuthorizationFailed` without ALTER on the cluster,
-    /// `InvalidRequest` for a binding the broker refuses (e.g. an `Any` field).
+    /// CreateAcls, no broker reachable). Per binding: `Config` for a binding with a
+    /// filter-only value (`Any`, `Match`) or an `Unknown` one (not sent); from the broker,
+    /// `SecurityDisabled` without an authorizer, `ClusterAuthorizationFailed` without
+    /// ALTER on the cluster, `InvalidRequest` for a binding it refuses.
     ///
     /// # Cancellation safety
     ///
     /// Not cancel safe: a dropped call may still create some of the bindings.
     pub async fn create_acls(&self, bindings: &[AclBinding]) -> Result<Results<AclBinding>> {
-        if bindings.is_empty() {
-            return Ok(Vec::new());
+        // Bindings that are filters (ANY, MATCH) or hold unknown values fail here, as in
+        // the Java client (the broker would answer UNKNOWN_SERVER_ERROR).
+        let checked: Vec<Result<()>> = bindings.iter().map(creatable).collect();
+        let to_send: Vec<&AclBinding> = bindings
+            .iter()
+            .zip(&checked)
+            .filter(|(_, c)| c.is_ok())
+            .map(|(b, _)| b)
+            .collect();
+        if to_send.is_empty() {
+            return Ok(bindings.iter().cloned().zip(checked).collect());
         }
         let req = CreateAclsRequest {
-            creations: bindings
+            creations: to_send
                 .iter()
                 .map(|b| AclCreation {
                     resource_type: b.resource_type.code(),
@@ -691,21 +701,25 @@ impl Admin {
                 Ok((c.send(req).await?, c.broker().to_string()))
             })
             .await?;
-        if resp.results.len() != bindings.len() {
+        if resp.results.len() != to_send.len() {
             return Err(Error::protocol(format!(
                 "CreateAcls: {} results for {} creations",
                 resp.results.len(),
-                bindings.len()
+                to_send.len()
             ))
             .with_broker(broker));
         }
+        let mut sent = resp.results.into_iter();
         Ok(bindings
             .iter()
-            .zip(resp.results)
-            .map(|(b, r)| {
-                let r = result_of(r.error_code, r.error_message.as_deref()).map_err(|e| {
-                    e.with_broker(&broker)
-                        .with_message(format!("creating ACL {b}: {}", msg(&r.error_message)))
+            .zip(checked)
+            .map(|(b, c)| {
+                let r = c.and_then(|()| match sent.next() {
+                    None => Err(Error::protocol("CreateAcls: missing result")),
+                    Some(r) => result_of(r.error_code, r.error_message.as_deref()).map_err(|e| {
+                        e.with_broker(&broker)
+                            .with_message(format!("creating ACL {b}: {}", msg(&r.error_message)))
+                    }),
                 });
                 (b.clone(), r)
             })
@@ -811,6 +825,29 @@ impl Admin {
                 (f.clone(), matched)
             })
             .collect())
+    }
+}
+
+/// Whether `b` can be created: no filter-only values (ANY, MATCH) and no unknown ones.
+fn creatable(b: &AclBinding) -> Result<()> {
+    let bad = matches!(
+        b.resource_type,
+        ResourceType::Any | ResourceType::Unknown(_)
+    ) || matches!(
+        b.pattern_type,
+        PatternType::Any | PatternType::Match | PatternType::Unknown(_)
+    ) || matches!(b.operation, AclOperation::Any | AclOperation::Unknown(_))
+        || matches!(
+            b.permission,
+            AclPermissionType::Any | AclPermissionType::Unknown(_)
+        );
+    if bad {
+        Err(Error::config(format!(
+            "ACL binding {b} cannot be created: ANY and MATCH are only for filters, and \
+             UNKNOWN values are not allowed"
+        )))
+    } else {
+        Ok(())
     }
 }
 

@@ -360,8 +360,9 @@ impl Admin {
     }
 
     /// Upsert and delete SCRAM credentials. One result per distinct user, in first-seen
-    /// order (the broker applies a user's alterations together). Sent to any broker
-    /// (KRaft brokers forward it to the controller).
+    /// order: the first failure among the user's alterations, if any. Kafka takes a user
+    /// once per request, so a user's second alteration goes in a second request (sent
+    /// after the first). Sent to any broker (KRaft brokers forward it to the controller).
     ///
     /// ```no_run
     /// # use kafkapipe::admin::*;
@@ -395,12 +396,25 @@ impl Admin {
         if alterations.is_empty() {
             return Ok(Vec::new());
         }
-        let mut req = AlterUserScramCredentialsRequest::default();
-        let mut users: Vec<String> = Vec::new();
+        // Kafka refuses a user twice in one request (DUPLICATE_RESOURCE): a user's n-th
+        // alteration goes into the n-th request.
+        let mut rounds: Vec<AlterUserScramCredentialsRequest> = Vec::new();
+        let mut users: Vec<(String, usize)> = Vec::new();
         for a in alterations {
-            if !users.iter().any(|u| u == a.user()) {
-                users.push(a.user().to_string());
+            let round = match users.iter_mut().find(|(u, _)| u == a.user()) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n - 1
+                }
+                None => {
+                    users.push((a.user().to_string(), 1));
+                    0
+                }
+            };
+            if rounds.len() <= round {
+                rounds.push(AlterUserScramCredentialsRequest::default());
             }
+            let req = &mut rounds[round];
             match a {
                 ScramCredentialAlteration::Upsert {
                     user,
@@ -427,17 +441,28 @@ impl Admin {
                 }
             }
         }
-        let req = &req;
-        let (resp, broker) = self
-            .retry("AlterUserScramCredentials", || async move {
-                let (_, c) = self.any_connection().await?;
-                Ok((c.send(req).await?, c.broker().to_string()))
-            })
-            .await?;
-        Ok(users
-            .into_iter()
-            .map(|u| {
-                let r = match resp.results.iter().find(|r| r.user == u) {
+        let mut results: Vec<(String, Result<()>)> =
+            users.into_iter().map(|(u, _)| (u, Ok(()))).collect();
+        for req in &rounds {
+            let (resp, broker) = self
+                .retry("AlterUserScramCredentials", || async move {
+                    let (_, c) = self.any_connection().await?;
+                    Ok((c.send(req).await?, c.broker().to_string()))
+                })
+                .await?;
+            let in_round = req
+                .upsertions
+                .iter()
+                .map(|u| &u.name)
+                .chain(req.deletions.iter().map(|d| &d.name));
+            for u in in_round {
+                let Some((_, slot)) = results.iter_mut().find(|(name, _)| name == u) else {
+                    continue;
+                };
+                if slot.is_err() {
+                    continue;
+                }
+                let r = match resp.results.iter().find(|r| r.user == *u) {
                     None => Err(Error::protocol(format!(
                         "AlterUserScramCredentials response does not mention user {u}"
                     ))),
@@ -445,9 +470,10 @@ impl Admin {
                         e.with_message(format!("user {u}: {}", msg(&r.error_message)))
                     }),
                 };
-                (u, r.map_err(|e| e.with_broker(&broker)))
-            })
-            .collect())
+                *slot = r.map_err(|e| e.with_broker(&broker));
+            }
+        }
+        Ok(results)
     }
 }
 
