@@ -118,6 +118,21 @@ SHARE_MESSAGES = [
      "delete an empty share group's offsets (state) of whole topics."),
 ]
 
+# authorization and SCRAM credentials: ACL admin and SCRAM credential admin (KIP-554)
+SECURITY_MESSAGES = [
+    ("describe_acls", "DescribeAcls", 1, 3,
+     "describe the ACL bindings that match a filter."),
+    ("create_acls", "CreateAcls", 1, 3,
+     "create ACL bindings (one result per creation, in request order)."),
+    ("delete_acls", "DeleteAcls", 1, 3,
+     "delete the ACL bindings that match filters (the matching bindings per filter)."),
+    ("describe_user_scram_credentials", "DescribeUserScramCredentials", 0, 0,
+     "the SCRAM mechanisms and iteration counts of users' credentials (KIP-554)."),
+    ("alter_user_scram_credentials", "AlterUserScramCredentials", 0, 0,
+     "upsert (salted password computed by the client) and delete users' SCRAM "
+     "credentials (KIP-554)."),
+]
+
 # group → (messages, first line of the oracle file's doc)
 GROUPS = {
     "admin": (MESSAGES, "the admin and group-offset APIs"),
@@ -125,6 +140,7 @@ GROUPS = {
     "consumer_group": (CONSUMER_GROUP_MESSAGES, "the KIP-848 consumer group APIs"),
     "consumer": (CONSUMER_MESSAGES, "the consumer's position validation API (KIP-320)"),
     "share": (SHARE_MESSAGES, "the share group APIs (KIP-932)"),
+    "security": (SECURITY_MESSAGES, "the ACL and SCRAM credential admin APIs"),
 }
 
 # struct names that would otherwise clash once re-exported from `messages`
@@ -164,6 +180,8 @@ RENAMES = {
     ("ShareAcknowledgeResponse", "PartitionData"): "ShareAcknowledgePartitionData",
     ("ShareAcknowledgeResponse", "LeaderIdAndEpoch"): "ShareAcknowledgeLeaderIdAndEpoch",
     ("ShareAcknowledgeResponse", "NodeEndpoint"): "ShareAcknowledgeNodeEndpoint",
+    ("DescribeUserScramCredentialsRequest", "UserName"): "ScramCredentialsUser",
+    ("DescribeUserScramCredentialsResponse", "CredentialInfo"): "ScramCredentialInfo",
 }
 
 # the `commonStructs` of the schema being generated, by name

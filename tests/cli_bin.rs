@@ -713,6 +713,8 @@ fn version_help_and_usage_errors() {
         "groups",
         "offsets",
         "cluster",
+        "acls",
+        "users",
         "Exit codes",
         "-X",
     ] {
@@ -743,6 +745,24 @@ fn version_help_and_usage_errors() {
         (&["groups"], &["describe", "delete", "list"]),
         (&["offsets"], &["TOPIC"]),
         (&["cluster"], &["Usage"]),
+        (&["acls"], &["create", "delete", "list"]),
+        (
+            &["acls", "create"],
+            &[
+                "--resource-type",
+                "--resource",
+                "--pattern-type",
+                "--principal",
+                "--host",
+                "--operation",
+                "--deny",
+            ],
+        ),
+        (&["users", "scram"], &["describe", "upsert", "delete"]),
+        (
+            &["users", "scram", "upsert"],
+            &["--mechanism", "--iterations", "--password-stdin"],
+        ),
     ] {
         let mut args = cmd.to_vec();
         args.push("--help");

@@ -1,5 +1,5 @@
-//! The admin client: topics, partitions, configs, groups, group offsets, offsets, records
-//! and cluster description, over a [`Cluster`].
+//! The admin client: topics, partitions, configs, groups, group offsets, offsets, records,
+//! ACLs, SCRAM credentials and cluster description, over a [`Cluster`].
 //!
 //! [`Admin`] is a cheap handle. Every call routes each request to the broker that must
 //! answer it — the controller for topic and partition changes, the partition leader for
@@ -26,11 +26,20 @@
 //! # Ok(()) }
 //! ```
 
+mod acls;
 mod configs;
 mod groups;
 mod offsets;
+mod scram;
 mod share;
 mod types;
+
+pub use acls::{
+    AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType,
+};
+pub use scram::{
+    ScramCredential, ScramCredentialAlteration, ScramMechanism, DEFAULT_SCRAM_ITERATIONS,
+};
 
 pub use share::{ShareGroupDescription, ShareGroupOffset, ShareMemberDescription};
 
@@ -84,7 +93,8 @@ pub type Results<K, V = ()> = Vec<(K, Result<V>)>;
 /// `find_coordinator`, `api_versions`) are therefore cancel safe. The calls that change
 /// something (`create_topics`, `delete_topics`, `create_partitions`, `alter_configs`,
 /// `incremental_alter_configs`, `delete_groups`, `commit_group_offsets`,
-/// `reset_group_offsets`, `delete_group_offsets`, `delete_records`) are not: a request
+/// `reset_group_offsets`, `delete_group_offsets`, `delete_records`, `create_acls`,
+/// `delete_acls`, `alter_user_scram_credentials`) are not: a request
 /// already handed to its connection may still take effect after the future is dropped,
 /// and a call spread over several brokers (`delete_records` to each partition leader,
 /// broker configs to each broker, retries of the resources that failed) may be partly

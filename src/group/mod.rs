@@ -214,6 +214,18 @@ fn counts_changed(counts: &BTreeMap<String, i32>, listing: &[crate::admin::Topic
     })
 }
 
+/// `e` with the group named in its message: the broker's group errors
+/// (`GROUP_AUTHORIZATION_FAILED`, `INVALID_GROUP_ID`, ...) do not say which group, and an
+/// application reading several groups' errors must be able to tell.
+fn naming_group(e: Error, group: &str) -> Error {
+    let message = match e.message() {
+        Some(m) if m.contains(group) => return e,
+        Some(m) => format!("group {group}: {m}"),
+        None => format!("group {group}"),
+    };
+    e.with_message(message)
+}
+
 fn lost_membership(e: &Error) -> bool {
     matches!(
         e.kafka_code(),
@@ -926,6 +938,7 @@ impl GroupTask {
 
     /// Yield `e` from the reader's stream.
     fn report(&self, e: Error) {
+        let e = naming_group(e, &self.group.group_id);
         let waker = {
             let mut st = self.reader.lock();
             if st.errors.len() < 16 {

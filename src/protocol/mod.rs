@@ -250,6 +250,9 @@ api_keys! {
     ADD_OFFSETS_TO_TXN = 25, "AddOffsetsToTxn";
     END_TXN = 26, "EndTxn";
     TXN_OFFSET_COMMIT = 28, "TxnOffsetCommit";
+    DESCRIBE_ACLS = 29, "DescribeAcls";
+    CREATE_ACLS = 30, "CreateAcls";
+    DELETE_ACLS = 31, "DeleteAcls";
     DESCRIBE_CONFIGS = 32, "DescribeConfigs";
     ALTER_CONFIGS = 33, "AlterConfigs";
     SASL_AUTHENTICATE = 36, "SaslAuthenticate";
@@ -257,6 +260,8 @@ api_keys! {
     DELETE_GROUPS = 42, "DeleteGroups";
     INCREMENTAL_ALTER_CONFIGS = 44, "IncrementalAlterConfigs";
     OFFSET_DELETE = 47, "OffsetDelete";
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50, "DescribeUserScramCredentials";
+    ALTER_USER_SCRAM_CREDENTIALS = 51, "AlterUserScramCredentials";
     DESCRIBE_CLUSTER = 60, "DescribeCluster";
     CONSUMER_GROUP_HEARTBEAT = 68, "ConsumerGroupHeartbeat";
     CONSUMER_GROUP_DESCRIBE = 69, "ConsumerGroupDescribe";

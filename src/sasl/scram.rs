@@ -57,7 +57,7 @@ impl ScramAlgorithm {
         }
     }
 
-    fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
+    pub(crate) fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
         match self {
             ScramAlgorithm::Sha256 => {
                 let mut out = [0u8; 32];

@@ -6,6 +6,8 @@
 //! printf 'user-1:hello\nuser-2:world\n' | kafkapipe produce events -k :
 //! kafkapipe consume events -o beginning -e -f '%p %o %k %s\n'
 //! kafkapipe consume events -g my-group -J
+//! kafkapipe acls create --resource-type topic --resource events --principal User:alice --operation write
+//! echo secret | kafkapipe users scram upsert alice --password-stdin
 //! ```
 //!
 //! Run `kafkapipe --help` and `kafkapipe COMMAND --help` for every option. Records go to
@@ -15,6 +17,7 @@ mod admin;
 mod consume;
 mod format;
 mod produce;
+mod security;
 mod settings;
 mod shutdown;
 
@@ -36,7 +39,7 @@ Client settings (-X KEY=VALUE, repeatable; `-X list` shows every key):
   -X ssl.ca.location=ca.pem or a truststore is given.";
 
 /// A kcat-style Apache Kafka command line tool: produce, consume (alone or in a consumer
-/// group), and manage topics and groups.
+/// group), and manage topics, groups, ACLs and SCRAM users.
 #[derive(Debug, Parser)]
 #[command(name = "kafkapipe", version, after_help = EXIT_CODES)]
 struct Cli {
@@ -81,6 +84,16 @@ enum Cmd {
     },
     /// Print the cluster id, the controller and the brokers.
     Cluster,
+    /// List, create or delete ACLs (the broker needs an authorizer).
+    Acls {
+        #[command(subcommand)]
+        cmd: security::AclsCmd,
+    },
+    /// Manage users' SCRAM credentials.
+    Users {
+        #[command(subcommand)]
+        cmd: security::UsersCmd,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -339,6 +352,8 @@ async fn run(cmd: Cmd, brokers: &[String], settings: &settings::Settings) -> Res
                 Cmd::Groups { cmd } => admin::groups(&admin, cmd, &mut out).await,
                 Cmd::Offsets { topic } => admin::offsets(&admin, &topic, &mut out).await,
                 Cmd::Cluster => admin::cluster(&admin, &mut out).await,
+                Cmd::Acls { cmd } => security::acls(&admin, cmd, &mut out).await,
+                Cmd::Users { cmd } => security::users(&admin, cmd, &mut out).await,
                 Cmd::Produce(_) | Cmd::Consume(_) => Ok(()),
             };
             let flushed = std::io::Write::flush(&mut out).map_err(io);

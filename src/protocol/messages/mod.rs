@@ -26,12 +26,17 @@
 //! | AddOffsetsToTxn (25) | 0–4 | 3 |
 //! | EndTxn (26) | 0–5 | 3 |
 //! | TxnOffsetCommit (28) | 0–5 | 3 |
+//! | DescribeAcls (29) | 1–3 | 2 |
+//! | CreateAcls (30) | 1–3 | 2 |
+//! | DeleteAcls (31) | 1–3 | 2 |
 //! | DescribeConfigs (32) | 1–4 | 4 |
 //! | AlterConfigs (33) | 0–2 | 2 |
 //! | CreatePartitions (37) | 0–3 | 2 |
 //! | DeleteGroups (42) | 0–2 | 2 |
 //! | IncrementalAlterConfigs (44) | 0–1 | 1 |
 //! | OffsetDelete (47) | 0–0 | — |
+//! | DescribeUserScramCredentials (50) | 0–0 | 0 |
+//! | AlterUserScramCredentials (51) | 0–0 | 0 |
 //! | DescribeCluster (60) | 0–2 | 0 |
 //! | ConsumerGroupHeartbeat (68) | 0–1 | 0 |
 //! | ConsumerGroupDescribe (69) | 0–1 | 0 |
@@ -49,19 +54,24 @@ pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod alter_share_group_offsets;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
+pub mod create_acls;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_acls;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_share_group_offsets;
 pub mod delete_topics;
+pub mod describe_acls;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_share_group_offsets;
+pub mod describe_user_scram_credentials;
 pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
@@ -190,6 +200,10 @@ pub use alter_share_group_offsets::{
     AlterShareGroupOffsetsRequestTopic, AlterShareGroupOffsetsResponse,
     AlterShareGroupOffsetsResponsePartition, AlterShareGroupOffsetsResponseTopic,
 };
+pub use alter_user_scram_credentials::{
+    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResult, ScramCredentialDeletion, ScramCredentialUpsertion,
+};
 pub use consumer_group_describe::{
     ConsumerGroupDescribeAssignment, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
     ConsumerGroupDescribeTopicPartitions, ConsumerGroupDescribedGroup,
@@ -200,15 +214,27 @@ pub use consumer_group_heartbeat::{
     ConsumerGroupHeartbeatRequestTopicPartitions, ConsumerGroupHeartbeatResponse,
     ConsumerGroupHeartbeatResponseTopicPartitions,
 };
+pub use create_acls::{AclCreation, AclCreationResult, CreateAclsRequest, CreateAclsResponse};
+pub use delete_acls::{
+    DeleteAclsFilter, DeleteAclsFilterResult, DeleteAclsMatchingAcl, DeleteAclsRequest,
+    DeleteAclsResponse,
+};
 pub use delete_share_group_offsets::{
     DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequestTopic,
     DeleteShareGroupOffsetsResponse, DeleteShareGroupOffsetsResponseTopic,
+};
+pub use describe_acls::{
+    AclDescription, DescribeAclsRequest, DescribeAclsResource, DescribeAclsResponse,
 };
 pub use describe_share_group_offsets::{
     DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequestGroup,
     DescribeShareGroupOffsetsRequestTopic, DescribeShareGroupOffsetsResponse,
     DescribeShareGroupOffsetsResponseGroup, DescribeShareGroupOffsetsResponsePartition,
     DescribeShareGroupOffsetsResponseTopic,
+};
+pub use describe_user_scram_credentials::{
+    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
+    DescribeUserScramCredentialsResult, ScramCredentialInfo, ScramCredentialsUser,
 };
 pub use share_acknowledge::{
     ShareAcknowledgeLeaderIdAndEpoch, ShareAcknowledgeNodeEndpoint, ShareAcknowledgePartition,
