@@ -99,12 +99,7 @@ type AddressMapFn = dyn Fn(&str) -> Option<String> + Send + Sync;
 /// let dialer = Dialer::new()
 ///     .map_address("kafka-0.kafka.svc:9092", "127.0.0.1:19092")
 ///     .map_address("kafka-1.kafka.svc:9092", "127.0.0.1:19093");
-/// let writer = Writer::new(WriterConfig {
-///     brokers: vec!["127.0.0.1:19092".into()],
-///     topic: Some("events".into()),
-///     dialer,
-///     ..WriterConfig::default()
-/// })?;
+/// let writer = Writer::new(WriterConfig::new(["127.0.0.1:19092"]).topic("events").dialer(dialer))?;
 /// # Ok(()) }
 /// ```
 ///
