@@ -5,14 +5,17 @@
 # tests. The broker's jars come from Maven Central through testing/kafka/pom.xml and are
 # cached in ~/.cache/kafkapipe (collected here if missing); Java 17+ and Maven are needed.
 # The interop tests need confluent-kafka (librdkafka), the OIDC tests the `cryptography`
-# wheel; both are installed here if missing.
+# wheel, the SOCKS5 tests Debian's microsocks; all are installed here if missing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=lib/kafka.sh
 source scripts/lib/kafka.sh
+# shellcheck source=lib/socks.sh
+source scripts/lib/socks.sh
 kafka_ensure
 confluent_ensure
 oidc_ensure
+socks_ensure
 
 # `cli`: the kafkapipe binary and its subprocess tests (tests/cli_bin.rs).
 # `mock`: MockCluster and the tests that run against it (tests/mock_cluster.rs and the fault tests).

@@ -33,8 +33,36 @@
 //! TLS trusts the system roots unless a CA or truststore is given (see [`crate::tls`]).
 //! SASL: `PLAIN` and `SCRAM-SHA-256/512` (feature `scram`) from `sasl.username` /
 //! `sasl.password` or from a `sasl.jaas.config` with `PlainLoginModule` or
-//! `ScramLoginModule`; other mechanisms are set in code through
-//! [`ConnectionConfig::sasl`].
+//! `ScramLoginModule`; `OAUTHBEARER` with OIDC client credentials (KIP-768, feature
+//! `oidc`) from librdkafka's `sasl.oauthbearer.method=oidc`,
+//! `sasl.oauthbearer.token.endpoint.url`, `sasl.oauthbearer.client.id`,
+//! `sasl.oauthbearer.client.secret`, `sasl.oauthbearer.scope`, or from Java's
+//! `sasl.oauthbearer.token.endpoint.url` with an `OAuthBearerLoginModule` JAAS entry
+//! carrying `clientId`, `clientSecret` (and `scope`, `extension_NAME`); other mechanisms
+//! are set in code through [`ConnectionConfig::sasl`].
+//!
+//! `socks5.proxy` (a kafkapipe key: neither the Java client nor librdkafka has one)
+//! sends every broker connection through a SOCKS5 proxy, `socks5://user:password@host:port`
+//! (see [`Socks5Proxy`](crate::conn::Socks5Proxy)).
+//!
+//! ```
+//! # #[cfg(feature = "oidc")] {
+//! use kafkapipe::config::Properties;
+//! let props = Properties::from_pairs([
+//!     ("bootstrap.servers", "broker:9093"),
+//!     ("security.protocol", "SASL_SSL"),
+//!     ("sasl.mechanism", "OAUTHBEARER"),
+//!     ("sasl.oauthbearer.method", "oidc"),
+//!     ("sasl.oauthbearer.token.endpoint.url", "https://idp.example.com/oauth2/token"),
+//!     ("sasl.oauthbearer.client.id", "my-client"),
+//!     ("sasl.oauthbearer.client.secret", "my-secret"),
+//!     ("sasl.oauthbearer.scope", "kafka"),
+//!     ("socks5.proxy", "socks5://proxy.example.com:1080"),
+//! ])?;
+//! assert_eq!(props.connection_config().sasl.unwrap().name(), "OAUTHBEARER");
+//! # }
+//! # Ok::<(), kafkapipe::Error>(())
+//! ```
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -60,7 +88,14 @@ pub const KEYS: &[(&str, &str)] = &[
     ("sasl.mechanism", "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 (alias sasl.mechanisms; default PLAIN)"),
     ("sasl.username", "SASL user name"),
     ("sasl.password", "SASL password"),
-    ("sasl.jaas.config", "PlainLoginModule or ScramLoginModule with username and password"),
+    ("sasl.jaas.config", "PlainLoginModule or ScramLoginModule with username and password; OAuthBearerLoginModule with clientId, clientSecret, scope, extension_NAME"),
+    ("sasl.oauthbearer.method", "oidc: OAUTHBEARER tokens from sasl.oauthbearer.token.endpoint.url with client credentials (feature oidc)"),
+    ("sasl.oauthbearer.token.endpoint.url", "OAUTHBEARER (feature oidc): the OIDC/OAuth 2 token endpoint (KIP-768)"),
+    ("sasl.oauthbearer.client.id", "OAUTHBEARER client id (alias sasl.oauthbearer.client.credentials.client.id)"),
+    ("sasl.oauthbearer.client.secret", "OAUTHBEARER client secret (alias sasl.oauthbearer.client.credentials.client.secret)"),
+    ("sasl.oauthbearer.scope", "OAUTHBEARER scope requested from the token endpoint"),
+    ("sasl.oauthbearer.extensions", "OAUTHBEARER SASL extensions, key=value,..."),
+    ("sasl.login.callback.handler.class", "Java: OAuthBearerLoginCallbackHandler (built in: the OIDC client credentials flow)"),
     ("ssl.ca.location", "PEM file of the CA certificates to trust (default: the system roots; `probe`: the system roots)"),
     ("ssl.ca.pem", "the CA certificates to trust, as PEM text"),
     ("ssl.truststore.location", "truststore file to trust: PEM or PKCS#12 (JKS: convert it)"),
@@ -80,6 +115,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("ssl.endpoint.identification.algorithm", "https (default: verify the broker host name) | empty or none (do not)"),
     ("ssl.server.name", "kafkapipe: the name to verify broker certificates against (default: the host dialed)"),
     ("socket.connection.setup.timeout.ms", "TCP (+TLS) connect timeout (default 10000)"),
+    ("socks5.proxy", "kafkapipe: SOCKS5 proxy for every broker connection, [socks5://][user:password@]host:port"),
     ("request.timeout.ms", "timeout of one request (default 30000; the writer's 10000)"),
     ("max.in.flight.requests.per.connection", "requests in flight per connection, and produce batches per partition (alias max.in.flight)"),
     ("metadata.max.age.ms", "how often metadata is refreshed"),
@@ -159,6 +195,8 @@ pub struct Properties {
     request_timeout: Option<Duration>,
     metadata_max_age: Option<Duration>,
     max_in_flight: Option<usize>,
+    /// `socks5.proxy` as given (also in `conn.dialer`).
+    socks5_proxy: Option<crate::conn::Socks5Proxy>,
     consumer: Consumer,
     producer: Producer,
 }
@@ -627,11 +665,140 @@ struct SaslInputs {
     username: Option<String>,
     password: Option<String>,
     jaas: Option<Jaas>,
+    oauth: OAuthInputs,
+}
+
+/// The OAUTHBEARER (OIDC client credentials, KIP-768) inputs; each with the key it came
+/// from, for errors.
+#[derive(Default)]
+struct OAuthInputs {
+    method: Option<String>,
+    token_url: Option<String>,
+    client_id: Option<(&'static str, String)>,
+    client_secret: Option<(&'static str, String)>,
+    scope: Option<String>,
+    extensions: Vec<(String, String)>,
+    callback_handler: Option<String>,
+}
+
+impl OAuthInputs {
+    fn first_set(&self) -> Option<&'static str> {
+        [
+            ("sasl.oauthbearer.method", self.method.is_some()),
+            (
+                "sasl.oauthbearer.token.endpoint.url",
+                self.token_url.is_some(),
+            ),
+            (
+                self.client_id.as_ref().map_or("", |(k, _)| *k),
+                self.client_id.is_some(),
+            ),
+            (
+                self.client_secret.as_ref().map_or("", |(k, _)| *k),
+                self.client_secret.is_some(),
+            ),
+            ("sasl.oauthbearer.scope", self.scope.is_some()),
+            ("sasl.oauthbearer.extensions", !self.extensions.is_empty()),
+            (
+                "sasl.login.callback.handler.class",
+                self.callback_handler.is_some(),
+            ),
+        ]
+        .into_iter()
+        .find(|(_, set)| *set)
+        .map(|(k, _)| k)
+    }
+}
+
+/// `sasl.oauthbearer.extensions`: `key=value,key=value`.
+fn oauth_extensions(key: &str, v: &str) -> Result<Vec<(String, String)>> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| match e.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                Ok((k.trim().to_string(), v.trim().to_string()))
+            }
+            _ => Err(bad(key, format_args!("expected key=value,..., got {e:?}"))),
+        })
+        .collect()
+}
+
+/// `socks5.proxy`: `[socks5://|socks5h://][user:password@]host:port`; the user name and
+/// password may be percent-encoded.
+fn socks5_proxy(key: &str, v: &str) -> Result<crate::conn::Socks5Proxy> {
+    let rest = match v.split_once("://") {
+        None => v,
+        Some((scheme, rest))
+            if scheme.eq_ignore_ascii_case("socks5") || scheme.eq_ignore_ascii_case("socks5h") =>
+        {
+            rest
+        }
+        Some((scheme, _)) => {
+            return Err(bad(
+                key,
+                format_args!("expected a socks5:// proxy, got scheme {scheme:?}"),
+            ))
+        }
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (userinfo, addr) = match rest.rsplit_once('@') {
+        Some((u, a)) => (Some(u), a),
+        None => (None, rest),
+    };
+    let port_ok = addr
+        .rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+    if !port_ok {
+        return Err(bad(
+            key,
+            format_args!("expected host:port for the proxy, got {addr:?}"),
+        ));
+    }
+    let proxy = crate::conn::Socks5Proxy::new(addr);
+    Ok(match userinfo {
+        None => proxy,
+        Some(u) => {
+            let (user, password) = u
+                .split_once(':')
+                .ok_or_else(|| bad(key, "expected user:password@ before the proxy address"))?;
+            let (user, password) = (percent_decode(key, user)?, percent_decode(key, password)?);
+            if user.is_empty() || password.is_empty() || user.len() > 255 || password.len() > 255 {
+                return Err(bad(
+                    key,
+                    "the proxy user name and password must each be 1 to 255 bytes",
+                ));
+            }
+            proxy.with_credentials(user, password)
+        }
+    })
+}
+
+fn percent_decode(key: &str, s: &str) -> Result<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| bad(key, "bad percent-encoding in the proxy credentials"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad(key, "the proxy credentials are not UTF-8"))
 }
 
 impl SaslInputs {
     fn first_set(&self) -> Option<&'static str> {
-        if self.mechanism.is_some() {
+        if let Some(k) = self.oauth.first_set() {
+            Some(k)
+        } else if self.mechanism.is_some() {
             Some("sasl.mechanism")
         } else if self.username.is_some() {
             Some("sasl.username")
@@ -645,6 +812,18 @@ impl SaslInputs {
     }
 
     fn build(self) -> Result<Arc<dyn Mechanism>> {
+        let oauth_jaas = self
+            .jaas
+            .as_ref()
+            .is_some_and(|j| j.module.rsplit('.').next() == Some("OAuthBearerLoginModule"));
+        match self.mechanism.as_deref() {
+            Some("OAUTHBEARER") => return self.oauthbearer(),
+            None if oauth_jaas => return self.oauthbearer(),
+            _ => {}
+        }
+        if let Some(key) = self.oauth.first_set() {
+            return Err(bad(key, "needs sasl.mechanism=OAUTHBEARER"));
+        }
         let from_jaas = match &self.jaas {
             None => None,
             Some(jaas) => {
@@ -652,12 +831,14 @@ impl SaslInputs {
                 let implied = match class {
                     "PlainLoginModule" => "PLAIN",
                     "ScramLoginModule" => "SCRAM",
+                    "OAuthBearerLoginModule" => "OAUTHBEARER",
                     _ => {
                         return Err(bad(
                             "sasl.jaas.config",
                             format_args!(
-                            "login module {} is not supported from properties (PlainLoginModule \
-                                 and ScramLoginModule are); set ConnectionConfig::sasl in code",
+                            "login module {} is not supported from properties (PlainLoginModule, \
+                                 ScramLoginModule and OAuthBearerLoginModule are); set \
+                                 ConnectionConfig::sasl in code",
                             jaas.module
                         ),
                         ))
@@ -725,13 +906,161 @@ impl SaslInputs {
                 return Err(bad(
                     "sasl.mechanism",
                     format_args!(
-                        "expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got {other:?} (other \
-                         mechanisms are set in code: ConnectionConfig::sasl)"
+                        "expected PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER, got \
+                         {other:?} (other mechanisms are set in code: ConnectionConfig::sasl)"
                     ),
                 ))
             }
         };
         Ok(m)
+    }
+}
+
+impl SaslInputs {
+    /// OAUTHBEARER with OIDC client credentials (KIP-768): librdkafka's
+    /// `sasl.oauthbearer.method=oidc` + `sasl.oauthbearer.*` keys, or Java's
+    /// `sasl.oauthbearer.token.endpoint.url` + `OAuthBearerLoginModule` options.
+    fn oauthbearer(self) -> Result<Arc<dyn Mechanism>> {
+        const URL: &str = "sasl.oauthbearer.token.endpoint.url";
+        let o = self.oauth;
+        match o.method.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("oidc") => {}
+            Some("default") => {
+                return Err(bad(
+                    "sasl.oauthbearer.method",
+                    "default (unsecured or application-supplied tokens) cannot be set from \
+                     properties: set ConnectionConfig::sasl to an OAuthBearer in code, or use oidc",
+                ))
+            }
+            Some(other) => {
+                return Err(bad(
+                    "sasl.oauthbearer.method",
+                    format_args!("expected oidc or default, got {other:?}"),
+                ))
+            }
+        }
+        if let Some(class) = &o.callback_handler {
+            if class.rsplit('.').next() != Some("OAuthBearerLoginCallbackHandler") {
+                return Err(bad(
+                    "sasl.login.callback.handler.class",
+                    format_args!(
+                        "only OAuthBearerLoginCallbackHandler (the OIDC client credentials \
+                         flow, built in) is supported, got {class:?}"
+                    ),
+                ));
+            }
+        }
+        for (key, set) in [
+            ("sasl.username", self.username.is_some()),
+            ("sasl.password", self.password.is_some()),
+        ] {
+            if set {
+                return Err(bad(
+                    key,
+                    "is not used by OAUTHBEARER: give sasl.oauthbearer.client.id and \
+                     sasl.oauthbearer.client.secret",
+                ));
+            }
+        }
+        let mut jaas_id = None;
+        let mut jaas_secret = None;
+        let mut jaas_scope = None;
+        let mut extensions = o.extensions;
+        if let Some(jaas) = self.jaas {
+            if jaas.module.rsplit('.').next() != Some("OAuthBearerLoginModule") {
+                return Err(bad(
+                    "sasl.jaas.config",
+                    format_args!(
+                        "its login module {} does not match sasl.mechanism=OAUTHBEARER",
+                        jaas.module
+                    ),
+                ));
+            }
+            for (k, v) in jaas.options {
+                match k.as_str() {
+                    "clientId" => jaas_id = Some(v),
+                    "clientSecret" => jaas_secret = Some(v),
+                    "scope" => jaas_scope = Some(v),
+                    _ if k.starts_with("extension_") => {
+                        extensions.push((k["extension_".len()..].to_string(), v))
+                    }
+                    _ if k.starts_with("unsecuredLogin") => {
+                        return Err(bad(
+                            "sasl.jaas.config",
+                            format_args!(
+                                "{k}: unsecured OAUTHBEARER tokens cannot be set from \
+                                 properties: set ConnectionConfig::sasl to an OAuthBearer in code"
+                            ),
+                        ))
+                    }
+                    _ => {
+                        return Err(bad(
+                            "sasl.jaas.config",
+                            format_args!(
+                                "unknown OAuthBearerLoginModule option {k:?} (expected clientId, \
+                                 clientSecret, scope, extension_NAME)"
+                            ),
+                        ))
+                    }
+                }
+            }
+        }
+        let url = o.token_url.ok_or_else(|| {
+            bad(
+                URL,
+                "is required for OAUTHBEARER from properties (the OIDC token endpoint)",
+            )
+        })?;
+        let client_id = match (o.client_id, jaas_id) {
+            (Some((k, _)), Some(_)) => {
+                return Err(bad(
+                    k,
+                    "give the client id here or as clientId in sasl.jaas.config, not both",
+                ))
+            }
+            (Some((_, v)), None) | (None, Some(v)) => v,
+            (None, None) => {
+                return Err(bad(
+                    "sasl.oauthbearer.client.id",
+                    "is required for OAUTHBEARER (or clientId in sasl.jaas.config)",
+                ))
+            }
+        };
+        let client_secret =
+            match (o.client_secret, jaas_secret) {
+                (Some((k, _)), Some(_)) => return Err(bad(
+                    k,
+                    "give the client secret here or as clientSecret in sasl.jaas.config, not both",
+                )),
+                (Some((_, v)), None) | (None, Some(v)) => v,
+                (None, None) => {
+                    return Err(bad(
+                        "sasl.oauthbearer.client.secret",
+                        "is required for OAUTHBEARER (or clientSecret in sasl.jaas.config)",
+                    ))
+                }
+            };
+        let scope = o.scope.or(jaas_scope);
+        #[cfg(feature = "oidc")]
+        {
+            let mut cc = crate::sasl::ClientCredentials::new(&url, client_id, client_secret)
+                .map_err(|e| bad(URL, e))?;
+            if let Some(scope) = scope {
+                cc = cc.scope(scope);
+            }
+            for (k, v) in extensions {
+                cc = cc.extension(k, v);
+            }
+            Ok(Arc::new(cc.into_mechanism()))
+        }
+        #[cfg(not(feature = "oidc"))]
+        {
+            let _ = (url, client_id, client_secret, scope, extensions);
+            Err(bad(
+                URL,
+                "OAUTHBEARER with OIDC client credentials needs the `oidc` cargo feature",
+            ))
+        }
     }
 }
 
@@ -820,6 +1149,35 @@ impl Properties {
                 "sasl.username" => sasl.username = s(),
                 "sasl.password" => sasl.password = s(),
                 "sasl.jaas.config" => sasl.jaas = Some(parse_jaas(v)?),
+                "sasl.oauthbearer.method" => sasl.oauth.method = s(),
+                "sasl.oauthbearer.token.endpoint.url" => sasl.oauth.token_url = s(),
+                "sasl.oauthbearer.client.id" => {
+                    sasl.oauth.client_id = Some(("sasl.oauthbearer.client.id", v.to_string()))
+                }
+                "sasl.oauthbearer.client.credentials.client.id" => {
+                    sasl.oauth.client_id = Some((
+                        "sasl.oauthbearer.client.credentials.client.id",
+                        v.to_string(),
+                    ))
+                }
+                "sasl.oauthbearer.client.secret" => {
+                    sasl.oauth.client_secret =
+                        Some(("sasl.oauthbearer.client.secret", v.to_string()))
+                }
+                "sasl.oauthbearer.client.credentials.client.secret" => {
+                    sasl.oauth.client_secret = Some((
+                        "sasl.oauthbearer.client.credentials.client.secret",
+                        v.to_string(),
+                    ))
+                }
+                "sasl.oauthbearer.scope" => sasl.oauth.scope = s(),
+                "sasl.oauthbearer.extensions" => sasl.oauth.extensions = oauth_extensions(k, v)?,
+                "sasl.login.callback.handler.class" => sasl.oauth.callback_handler = s(),
+                "socks5.proxy" => {
+                    let proxy = socks5_proxy(k, v)?;
+                    p.conn.dialer = crate::conn::Dialer::new().with_socks5_proxy(proxy.clone());
+                    p.socks5_proxy = Some(proxy);
+                }
                 "ssl.ca.location" => tls.ca_location = s(),
                 "ssl.ca.pem" => tls.ca_pem = s(),
                 "ssl.truststore.location" => tls.truststore_location = s(),
@@ -1107,6 +1465,9 @@ impl Properties {
         if self.conn.sasl.is_some() {
             c.sasl = self.conn.sasl.clone();
         }
+        if self.socks5_proxy.is_some() {
+            c.dialer = self.conn.dialer.clone();
+        }
         if let Some(id) = &s.group_id {
             c = c.group_id(id.clone());
         }
@@ -1236,6 +1597,9 @@ impl Properties {
         }
         if self.conn.sasl.is_some() {
             c.sasl = self.conn.sasl.clone();
+        }
+        if self.socks5_proxy.is_some() {
+            c.dialer = self.conn.dialer.clone();
         }
         if let Some(n) = self.max_in_flight {
             c = c.max_in_flight_per_partition(n);

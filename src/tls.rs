@@ -45,7 +45,6 @@ use std::sync::Arc;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls;
 use tokio_rustls::TlsConnector;
@@ -111,11 +110,10 @@ impl TlsConfig {
     }
 
     /// The TLS handshake over `tcp` to the broker `addr` (`host:port`).
-    pub(crate) async fn handshake(
-        &self,
-        tcp: TcpStream,
-        addr: &str,
-    ) -> Result<TlsStream<TcpStream>> {
+    pub(crate) async fn handshake<S>(&self, tcp: S, addr: &str) -> Result<TlsStream<S>>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
         let host = match &self.server_name {
             Some(n) => n.clone(),
             None => host_of(addr).to_string(),

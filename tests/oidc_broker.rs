@@ -214,3 +214,90 @@ async fn oidc_connection_outlives_several_tokens() {
     assert!(issued >= 3, "tokens issued: {issued}");
     conn.close().await;
 }
+
+/// The same flow configured from property maps as connector frameworks pass them:
+/// librdkafka's `sasl.oauthbearer.*` keys for the Writer, the Java client's
+/// `OAuthBearerLoginModule` JAAS entry for the group Reader; a wrong secret given as a
+/// property is the identity provider's clear refusal.
+#[tokio::test]
+async fn oidc_from_property_maps() {
+    use kafkapipe::config::Properties;
+    let b = broker();
+    let t = topic("oidc-props", 1);
+    let url = b.idp.token_url();
+    let group = common::unique_topic("oidc-props-g");
+    let librdkafka = |id: &str, secret: &str| {
+        Properties::from_pairs([
+            ("bootstrap.servers", b.oidc_addr.as_str()),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            ("sasl.oauthbearer.token.endpoint.url", url.as_str()),
+            ("sasl.oauthbearer.client.id", id),
+            ("sasl.oauthbearer.client.secret", secret),
+            ("sasl.oauthbearer.scope", "kafka"),
+        ])
+        .unwrap()
+    };
+    // `short-lived` (4 s tokens): other tests count `kafka-client`'s tokens
+    let writer = Writer::new(
+        librdkafka("short-lived", "short-lived-secret")
+            .writer_config()
+            .unwrap()
+            .topic(&t),
+    )
+    .unwrap();
+    writer
+        .write_messages((0..3).map(|i| Message::keyed(format!("k{i}"), format!("v{i}"))))
+        .await
+        .unwrap();
+
+    let java = Properties::from_pairs([
+        ("bootstrap.servers", b.oidc_addr.as_str()),
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanism", "OAUTHBEARER"),
+        ("sasl.oauthbearer.token.endpoint.url", url.as_str()),
+        (
+            "sasl.login.callback.handler.class",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+        ),
+        (
+            "sasl.jaas.config",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \
+             clientId=\"short-lived\" clientSecret=\"short-lived-secret\" scope=\"kafka\";",
+        ),
+        ("group.id", group.as_str()),
+        ("auto.offset.reset", "earliest"),
+    ])
+    .unwrap();
+    let mut reader = Reader::new(
+        java.reader_config()
+            .unwrap()
+            .topic(&t)
+            .max_wait(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let msg = next(&mut reader).await;
+        seen.push(String::from_utf8_lossy(msg.value.as_deref().unwrap_or_default()).into_owned());
+    }
+    seen.sort();
+    assert_eq!(seen, ["v0", "v1", "v2"]);
+    reader.close().await;
+    drop(writer);
+
+    let err = Conn::connect_with(
+        &b.oidc_addr,
+        librdkafka("kafka-client", "nope").connection_config(),
+    )
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(err.is_authentication() && !err.is_retriable(), "{text}");
+    assert!(
+        text.contains("invalid_client") && !text.contains("nope"),
+        "{text}"
+    );
+}

@@ -480,3 +480,263 @@ proptest! {
         prop_assert_eq!(&j.options["password"], &password);
     }
 }
+
+#[test]
+fn socks5_proxy_key_sets_the_dialer_everywhere() {
+    let p = props(&[
+        B,
+        (
+            "socks5.proxy",
+            "socks5://al%40ice:p%3Ass@proxy.example.com:1080",
+        ),
+    ])
+    .unwrap();
+    let proxy = p
+        .connection_config()
+        .dialer
+        .socks5_proxy()
+        .cloned()
+        .unwrap();
+    assert_eq!(proxy.addr(), "proxy.example.com:1080");
+    assert_eq!(proxy.username(), Some("al@ice"));
+    assert_eq!(
+        proxy,
+        crate::conn::Socks5Proxy::new("proxy.example.com:1080").with_credentials("al@ice", "p:ss")
+    );
+    assert_eq!(
+        p.reader_config().unwrap().dialer,
+        p.connection_config().dialer
+    );
+    assert_eq!(
+        p.writer_config().unwrap().dialer,
+        p.connection_config().dialer
+    );
+    assert!(!format!("{p:?}").contains("p:ss"), "{p:?}");
+
+    let bare = props(&[("socks5.proxy", "127.0.0.1:1080")]).unwrap();
+    let proxy = bare
+        .connection_config()
+        .dialer
+        .socks5_proxy()
+        .cloned()
+        .unwrap();
+    assert_eq!((proxy.addr(), proxy.username()), ("127.0.0.1:1080", None));
+    // without the key, reader and writer keep their own dialer
+    let mine = crate::conn::Dialer::new().map_address("a:1", "b:1");
+    let c = props(&[B])
+        .unwrap()
+        .apply_to_writer(WriterConfig::new(["x:1"]).dialer(mine.clone()));
+    assert_eq!(c.dialer, mine);
+
+    for (v, want) in [
+        ("http://proxy:8080", "scheme"),
+        ("socks5://proxy", "host:port"),
+        ("socks5://user@proxy:1080", "user:password@"),
+        ("socks5://:pw@proxy:1080", "1 to 255 bytes"),
+        ("socks5://u:%zz@proxy:1080", "percent-encoding"),
+    ] {
+        let e = err(&[("socks5.proxy", v)]);
+        assert!(e.contains("socks5.proxy") && e.contains(want), "{v}: {e}");
+    }
+}
+
+#[test]
+fn oauthbearer_keys_need_the_mechanism_and_name_what_is_missing() {
+    let sasl = ("security.protocol", "SASL_SSL");
+    let oauth = ("sasl.mechanism", "OAUTHBEARER");
+    let url = ("sasl.oauthbearer.token.endpoint.url", "https://idp/token");
+    let id = ("sasl.oauthbearer.client.id", "c");
+    let secret = ("sasl.oauthbearer.client.secret", "s");
+    // OAuth keys with another mechanism, or without SASL
+    let e = err(&[
+        sasl,
+        ("sasl.mechanism", "PLAIN"),
+        url,
+        ("sasl.username", "u"),
+        ("sasl.password", "p"),
+    ]);
+    assert!(
+        e.contains("sasl.oauthbearer.token.endpoint.url") && e.contains("OAUTHBEARER"),
+        "{e}"
+    );
+    let e = err(&[url]);
+    assert!(
+        e.contains("sasl.oauthbearer.token.endpoint.url") && e.contains("security.protocol"),
+        "{e}"
+    );
+    // what is missing is named
+    let e = err(&[sasl, oauth, id, secret]);
+    assert!(
+        e.contains("property sasl.oauthbearer.token.endpoint.url: is required"),
+        "{e}"
+    );
+    let e = err(&[sasl, oauth, url, secret]);
+    assert!(
+        e.contains("property sasl.oauthbearer.client.id: is required"),
+        "{e}"
+    );
+    let e = err(&[sasl, oauth, url, id]);
+    assert!(
+        e.contains("property sasl.oauthbearer.client.secret: is required"),
+        "{e}"
+    );
+    // unsupported forms
+    let e = err(&[
+        sasl,
+        oauth,
+        ("sasl.oauthbearer.method", "default"),
+        url,
+        id,
+        secret,
+    ]);
+    assert!(
+        e.contains("sasl.oauthbearer.method") && e.contains("in code"),
+        "{e}"
+    );
+    let e = err(&[sasl, oauth, url, id, secret, ("sasl.username", "u")]);
+    assert!(
+        e.contains("property sasl.username: is not used by OAUTHBEARER"),
+        "{e}"
+    );
+    let e = err(&[
+        sasl,
+        oauth,
+        url,
+        (
+            "sasl.jaas.config",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \
+             unsecuredLoginStringClaim_sub=\"alice\";",
+        ),
+    ]);
+    assert!(
+        e.contains("sasl.jaas.config") && e.contains("unsecuredLoginStringClaim_sub"),
+        "{e}"
+    );
+    let e = err(&[
+        sasl,
+        oauth,
+        url,
+        id,
+        secret,
+        ("sasl.login.callback.handler.class", "com.example.Mine"),
+    ]);
+    assert!(e.contains("sasl.login.callback.handler.class"), "{e}");
+    let e = err(&[
+        sasl,
+        oauth,
+        url,
+        id,
+        secret,
+        ("sasl.oauthbearer.extensions", "novalue"),
+    ]);
+    assert!(e.contains("sasl.oauthbearer.extensions"), "{e}");
+    let e = err(&[
+        sasl,
+        oauth,
+        url,
+        id,
+        secret,
+        (
+            "sasl.jaas.config",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId=\"c2\";",
+        ),
+    ]);
+    assert!(
+        e.contains("property sasl.oauthbearer.client.id: give the client id here"),
+        "{e}"
+    );
+}
+
+#[cfg(feature = "oidc")]
+#[test]
+fn oauthbearer_oidc_from_librdkafka_and_java_keys() {
+    let librdkafka = props(&[
+        B,
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.mechanisms", "OAUTHBEARER"),
+        ("sasl.oauthbearer.method", "OIDC"),
+        (
+            "sasl.oauthbearer.token.endpoint.url",
+            "https://idp.example.com/token",
+        ),
+        ("sasl.oauthbearer.client.id", "my-client"),
+        ("sasl.oauthbearer.client.secret", "top-secret"),
+        ("sasl.oauthbearer.scope", "kafka"),
+        (
+            "sasl.oauthbearer.extensions",
+            "logicalCluster=lkc-1,identityPoolId=pool-2",
+        ),
+    ])
+    .unwrap();
+    let m = librdkafka.connection_config().sasl.unwrap();
+    assert_eq!(m.name(), "OAUTHBEARER");
+    let debug = format!("{librdkafka:?}");
+    assert!(!debug.contains("top-secret"), "{debug}");
+    assert!(librdkafka.reader_config().unwrap().sasl.is_some());
+
+    // Java (KIP-768): the endpoint as a property, the client in the JAAS entry
+    let java = props(&[
+        B,
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.mechanism", "OAUTHBEARER"),
+        ("sasl.oauthbearer.token.endpoint.url", "https://idp.example.com/token"),
+        (
+            "sasl.login.callback.handler.class",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+        ),
+        (
+            "sasl.jaas.config",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \
+             clientId='my-client' clientSecret='top-secret' scope='kafka' extension_logicalCluster='lkc-1';",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(java.connection_config().sasl.unwrap().name(), "OAUTHBEARER");
+    // the JAAS entry alone implies the mechanism; Kafka 4.1's client.credentials keys
+    let implied = props(&[
+        ("security.protocol", "SASL_PLAINTEXT"),
+        (
+            "sasl.oauthbearer.token.endpoint.url",
+            "http://127.0.0.1:1/token",
+        ),
+        ("sasl.oauthbearer.client.credentials.client.id", "c"),
+        ("sasl.oauthbearer.client.credentials.client.secret", "s"),
+        (
+            "sasl.jaas.config",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(
+        implied.connection_config().sasl.unwrap().name(),
+        "OAUTHBEARER"
+    );
+    let e = err(&[
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.mechanism", "OAUTHBEARER"),
+        ("sasl.oauthbearer.token.endpoint.url", "ftp://idp/token"),
+        ("sasl.oauthbearer.client.id", "c"),
+        ("sasl.oauthbearer.client.secret", "s"),
+    ]);
+    assert!(
+        e.contains("property sasl.oauthbearer.token.endpoint.url"),
+        "{e}"
+    );
+}
+
+#[cfg(not(feature = "oidc"))]
+#[test]
+fn oauthbearer_without_the_oidc_feature_names_the_key() {
+    let e = err(&[
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.mechanism", "OAUTHBEARER"),
+        ("sasl.oauthbearer.token.endpoint.url", "https://idp/token"),
+        ("sasl.oauthbearer.client.id", "c"),
+        ("sasl.oauthbearer.client.secret", "s"),
+    ]);
+    assert!(
+        e.contains("property sasl.oauthbearer.token.endpoint.url")
+            && e.contains("`oidc` cargo feature"),
+        "{e}"
+    );
+}

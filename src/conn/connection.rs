@@ -32,7 +32,6 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::{debug, trace, warn, Instrument};
@@ -41,6 +40,8 @@ use crate::bufpool::BufPool;
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use crate::sasl::Mechanism;
+
+use super::Dialer;
 
 mod auth;
 use crate::protocol::{
@@ -94,6 +95,19 @@ pub struct ConnectionConfig {
     /// The connection re-authenticates in place before the session lifetime the broker
     /// grants expires (KIP-368).
     pub sasl: Option<Arc<dyn Mechanism>>,
+    /// How the connection's byte stream is opened: an address map for advertised
+    /// addresses, a custom [`Connector`](super::Connector) or a SOCKS5 proxy. Default:
+    /// direct TCP to the address as given. See [`Dialer`].
+    ///
+    /// ```
+    /// use kafkapipe::conn::{ConnectionConfig, Dialer, Socks5Proxy};
+    /// let config = ConnectionConfig {
+    ///     dialer: Dialer::new().with_socks5_proxy(Socks5Proxy::new("127.0.0.1:1080")),
+    ///     ..ConnectionConfig::default()
+    /// };
+    /// # let _ = config;
+    /// ```
+    pub dialer: Dialer,
 }
 
 impl PartialEq for ConnectionConfig {
@@ -115,6 +129,7 @@ impl PartialEq for ConnectionConfig {
             && self.max_frame_size == other.max_frame_size
             && tls_eq
             && sasl_eq
+            && self.dialer == other.dialer
     }
 }
 
@@ -131,6 +146,7 @@ impl Default for ConnectionConfig {
             #[cfg(feature = "tls")]
             tls: None,
             sasl: None,
+            dialer: Dialer::default(),
         }
     }
 }
@@ -186,14 +202,18 @@ impl fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Connect to `addr` (`host:port`): TCP (with `TCP_NODELAY`), then TLS if
-    /// [`ConnectionConfig::tls`] is set — both within [`ConnectionConfig::connect_timeout`]
-    /// — then the ApiVersions handshake, then SASL if [`ConnectionConfig::sasl`] is set.
-    /// The connection is returned only once all of that succeeded.
+    /// Connect to `addr` (`host:port`): open the stream with [`ConnectionConfig::dialer`]
+    /// (by default TCP with `TCP_NODELAY`; or after mapping the address, through a SOCKS5
+    /// proxy or a custom connector), then TLS if [`ConnectionConfig::tls`] is set — both
+    /// within [`ConnectionConfig::connect_timeout`] — then the ApiVersions handshake, then
+    /// SASL if [`ConnectionConfig::sasl`] is set. The connection is returned only once all
+    /// of that succeeded. TLS checks the certificate against `addr`'s host (before any
+    /// address mapping).
     ///
     /// # Errors
     ///
-    /// `Timeout` or `Io` if the TCP connection cannot be established, `Tls` if the TLS
+    /// `Timeout` or `Io` if the stream cannot be opened, `Authentication` if a SOCKS5
+    /// proxy refuses the credentials, `Tls` if the TLS
     /// handshake fails (untrusted or mismatching certificate…), `Config` for an invalid
     /// configuration, any error of the handshake (see [`Connection::negotiate_versions`])
     /// and of authentication (see [`Connection::from_stream`]). Every error names the
@@ -203,7 +223,7 @@ impl Connection {
         debug!(broker = addr, "connecting");
         let started = tokio::time::Instant::now();
         let stream =
-            match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
+            match tokio::time::timeout(config.connect_timeout, config.dialer.dial(addr)).await {
                 Err(_) => {
                     return Err(Error::timeout(format!(
                         "connect timed out after {} ms",
@@ -211,12 +231,8 @@ impl Connection {
                     ))
                     .with_broker(addr))
                 }
-                Ok(Err(e)) => return Err(Error::io("connect failed", e).with_broker(addr)),
-                Ok(Ok(stream)) => stream,
+                Ok(r) => r?,
             };
-        stream
-            .set_nodelay(true)
-            .map_err(|e| Error::io("setting TCP_NODELAY failed", e).with_broker(addr))?;
         #[cfg(feature = "tls")]
         if let Some(tls) = config.tls.clone() {
             let deadline = started + config.connect_timeout;

@@ -236,6 +236,10 @@ pub struct ReaderConfig {
     /// SASL mechanism for every broker connection; `None` (default) for none (kafka-go
     /// `Dialer.SASLMechanism`). See [`ConnectionConfig::sasl`].
     pub sasl: Option<std::sync::Arc<dyn crate::sasl::Mechanism>>,
+    /// How broker connections are opened: address mapping, a custom connector or a
+    /// SOCKS5 proxy; default direct TCP. See [`ConnectionConfig::dialer`] and
+    /// [`Dialer`](crate::conn::Dialer).
+    pub dialer: crate::conn::Dialer,
     /// Consumer group to join (kafka-go `GroupID`, Java `group.id`). With a group the
     /// reader reads the partitions the group assigns it of the topics given with
     /// [`ReaderConfig::topic`] or matching [`ReaderConfig::topic_pattern`] (explicit
@@ -369,6 +373,7 @@ impl ReaderConfig {
             #[cfg(feature = "tls")]
             tls: None,
             sasl: None,
+            dialer: crate::conn::Dialer::default(),
             group_id: None,
             group_instance_id: None,
             session_timeout: Duration::from_secs(10),
@@ -421,6 +426,20 @@ impl ReaderConfig {
     /// ```
     pub fn sasl(mut self, mechanism: impl crate::sasl::Mechanism + 'static) -> Self {
         self.sasl = Some(std::sync::Arc::new(mechanism));
+        self
+    }
+
+    /// Set [`ReaderConfig::dialer`].
+    ///
+    /// ```
+    /// use kafkapipe::conn::{Dialer, Socks5Proxy};
+    /// use kafkapipe::reader::ReaderConfig;
+    /// let config = ReaderConfig::new(["broker:9092"])
+    ///     .dialer(Dialer::new().with_socks5_proxy(Socks5Proxy::new("127.0.0.1:1080")));
+    /// assert!(config.dialer.socks5_proxy().is_some());
+    /// ```
+    pub fn dialer(mut self, dialer: crate::conn::Dialer) -> Self {
+        self.dialer = dialer;
         self
     }
 
@@ -883,6 +902,7 @@ impl ReaderConfig {
             #[cfg(feature = "tls")]
             tls: self.tls.clone(),
             sasl: self.sasl.clone(),
+            dialer: self.dialer.clone(),
             ..ConnectionConfig::default()
         }
     }

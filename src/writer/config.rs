@@ -215,6 +215,10 @@ pub struct WriterConfig {
     /// SASL mechanism for every broker connection; `None` (default) for none. See
     /// [`ConnectionConfig::sasl`].
     pub sasl: Option<Arc<dyn crate::sasl::Mechanism>>,
+    /// How broker connections are opened: address mapping, a custom connector or a
+    /// SOCKS5 proxy; default direct TCP. See [`ConnectionConfig::dialer`] and
+    /// [`Dialer`](crate::conn::Dialer).
+    pub dialer: crate::conn::Dialer,
 }
 
 impl fmt::Debug for WriterConfig {
@@ -250,6 +254,7 @@ impl fmt::Debug for WriterConfig {
             .field("transaction_timeout", &self.transaction_timeout)
             .field("transaction_protocol", &self.transaction_protocol)
             .field("sasl", &self.sasl)
+            .field("dialer", &self.dialer)
             .finish_non_exhaustive()
     }
 }
@@ -292,6 +297,7 @@ impl WriterConfig {
             #[cfg(feature = "tls")]
             tls: None,
             sasl: None,
+            dialer: crate::conn::Dialer::default(),
         }
     }
 
@@ -321,6 +327,20 @@ impl WriterConfig {
     /// ```
     pub fn sasl(mut self, mechanism: impl crate::sasl::Mechanism + 'static) -> Self {
         self.sasl = Some(Arc::new(mechanism));
+        self
+    }
+
+    /// Set [`WriterConfig::dialer`].
+    ///
+    /// ```
+    /// use kafkapipe::conn::{Dialer, Socks5Proxy};
+    /// use kafkapipe::writer::WriterConfig;
+    /// let config = WriterConfig::new(["broker:9092"])
+    ///     .dialer(Dialer::new().with_socks5_proxy(Socks5Proxy::new("127.0.0.1:1080")));
+    /// assert!(config.dialer.socks5_proxy().is_some());
+    /// ```
+    pub fn dialer(mut self, dialer: crate::conn::Dialer) -> Self {
+        self.dialer = dialer;
         self
     }
 
@@ -637,6 +657,7 @@ impl WriterConfig {
             #[cfg(feature = "tls")]
             tls: self.tls.clone(),
             sasl: self.sasl.clone(),
+            dialer: self.dialer.clone(),
             ..ConnectionConfig::default()
         }
     }
