@@ -12,17 +12,18 @@ mod common;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::SinkExt;
 use kafkapipe::config::Properties;
-use kafkapipe::conn::{Conn, ConnectionConfig};
+use kafkapipe::conn::{Conn, ConnectionConfig, FetchOptions, ProduceOptions};
 use kafkapipe::group::CommitMode;
 use kafkapipe::reader::{Reader, ReaderConfig};
+use kafkapipe::record::Record;
 use kafkapipe::sasl::Gssapi;
 use kafkapipe::writer::{Message, Writer, WriterConfig};
 
-use common::kdc::{tools_present, GssapiBroker, REALM};
+use common::kdc::{tools_present, GssapiBroker, REALM, REAUTH_MS};
 
 struct Setup {
     broker: GssapiBroker,
@@ -157,7 +158,7 @@ async fn gssapi_produce_consume_and_group_commit() {
     );
     reader.close().await;
     drop(writer);
-    // The broker logged the Kerberos principal it authenticated.
+    // The KDC issued the client's service ticket for the broker.
     let kdc_log = s.broker.kdc.log_text();
     assert!(
         kdc_log.contains(&format!("client@{REALM} for kafka/localhost@{REALM}")),
@@ -260,5 +261,38 @@ async fn gssapi_bad_credentials_fail_clearly() {
 
     // And the right settings connect.
     let conn = Conn::connect_with(addr, config(client(s))).await.unwrap();
+    conn.close().await;
+}
+
+/// The broker ends GSSAPI sessions after [`REAUTH_MS`]: one connection keeps producing
+/// and fetching through more than two session lifetimes, re-authenticating in place
+/// (KIP-368) with a new Kerberos exchange instead of being closed by the broker.
+#[tokio::test]
+async fn gssapi_connection_reauthenticates() {
+    common::init_log();
+    let Some(s) = setup() else { return };
+    let t = common::unique_topic("gssapi-reauth");
+    s.broker.create_topic(&t, 1);
+    let conn = Conn::connect_with(&s.broker.gssapi_addr, config(client(s)))
+        .await
+        .unwrap();
+    let fetch = FetchOptions {
+        max_wait: Duration::from_millis(10),
+        ..FetchOptions::default()
+    };
+    let started = Instant::now();
+    let mut produced = 0i64;
+    while started.elapsed() < Duration::from_millis(2 * REAUTH_MS + REAUTH_MS / 2) {
+        let records = [Record::new("k", format!("r{produced}"))];
+        let base = conn
+            .produce(&t, 0, &records, &ProduceOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("after {:?}: {e}", started.elapsed()));
+        assert_eq!(base, produced);
+        let got = conn.fetch(&t, 0, base, &fetch).await.unwrap();
+        assert_eq!(got.records.len(), 1);
+        produced += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     conn.close().await;
 }

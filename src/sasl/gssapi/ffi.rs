@@ -337,8 +337,9 @@ impl Drop for Name {
 pub(crate) struct Credential(*mut CredStruct);
 
 // SAFETY: MIT's krb5 mechanism guards each credential with its own mutex
-// (`krb5_gss_cred_id_rec.lock`), so a credential may be used from any thread; callers
-// still serialise its use (see `Gssapi`).
+// (`krb5_gss_cred_id_rec.lock`, taken by every call that uses or refreshes it), so one
+// credential may be used from several threads at once, as `Gssapi` does for its
+// connections.
 unsafe impl Send for Credential {}
 // SAFETY: as above.
 unsafe impl Sync for Credential {}
