@@ -5,22 +5,28 @@
 # tests. The broker's jars come from Maven Central through testing/kafka/pom.xml and are
 # cached in ~/.cache/kafkapipe (collected here if missing); Java 17+ and Maven are needed.
 # The interop tests need confluent-kafka (librdkafka), the OIDC tests the `cryptography`
-# wheel, the SOCKS5 tests Debian's microsocks; all are installed here if missing.
+# wheel, the SOCKS5 tests Debian's microsocks, the GSSAPI tests MIT Kerberos (a KDC and
+# libgssapi_krb5, from Debian); all are installed here if missing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=lib/kafka.sh
 source scripts/lib/kafka.sh
 # shellcheck source=lib/socks.sh
 source scripts/lib/socks.sh
+# shellcheck source=lib/krb5.sh
+source scripts/lib/krb5.sh
 kafka_ensure
 confluent_ensure
 oidc_ensure
 socks_ensure
+krb5_ensure
 
 # `cli`: the kafkapipe binary and its subprocess tests (tests/cli_bin.rs).
 # `mock`: MockCluster and the tests that run against it (tests/mock_cluster.rs and the fault tests).
-cargo test --no-fail-fast --all-targets --features cli,mock "$@"
-cargo test --no-fail-fast --doc --features cli,mock "$@"
+# `gssapi`: Kerberos (tests/gssapi_broker.rs), when krb5_ensure found or installed MIT Kerberos.
+features="cli,mock${KAFKAPIPE_GSSAPI_FEATURES}"
+cargo test --no-fail-fast --all-targets --features "$features" "$@"
+cargo test --no-fail-fast --doc --features "$features" "$@"
 
 # Benchmark smoke (benches/compare): kafkapipe's compare_peer, built in the dev profile, produces
 # and consumes 10k messages and runs a short fixed-rate latency test against its own broker; it

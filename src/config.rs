@@ -33,7 +33,10 @@
 //! TLS trusts the system roots unless a CA or truststore is given (see [`crate::tls`]).
 //! SASL: `PLAIN` and `SCRAM-SHA-256/512` (feature `scram`) from `sasl.username` /
 //! `sasl.password` or from a `sasl.jaas.config` with `PlainLoginModule` or
-//! `ScramLoginModule`; `OAUTHBEARER` with OIDC client credentials (KIP-768, feature
+//! `ScramLoginModule`; `GSSAPI` (Kerberos, feature `gssapi`) from
+//! `sasl.kerberos.service.name`, `sasl.kerberos.keytab` and `sasl.kerberos.principal`
+//! (librdkafka) or a `sasl.jaas.config` with `Krb5LoginModule` (`useKeyTab=true`,
+//! `keyTab`, `principal`, `serviceName`; Java); `OAUTHBEARER` with OIDC client credentials (KIP-768, feature
 //! `oidc`) from librdkafka's `sasl.oauthbearer.method=oidc`,
 //! `sasl.oauthbearer.token.endpoint.url`, `sasl.oauthbearer.client.id`,
 //! `sasl.oauthbearer.client.secret`, `sasl.oauthbearer.scope`, or from Java's
@@ -85,10 +88,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("bootstrap.servers", "bootstrap brokers, host:port,... (alias metadata.broker.list)"),
     ("client.id", "client id sent with every request (default kafkapipe)"),
     ("security.protocol", "plaintext | ssl | sasl_plaintext | sasl_ssl (default plaintext)"),
-    ("sasl.mechanism", "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 (alias sasl.mechanisms; default PLAIN)"),
+    ("sasl.mechanism", "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | GSSAPI (alias sasl.mechanisms; default PLAIN)"),
     ("sasl.username", "SASL user name"),
     ("sasl.password", "SASL password"),
-    ("sasl.jaas.config", "PlainLoginModule or ScramLoginModule with username and password; OAuthBearerLoginModule with clientId, clientSecret, scope, extension_NAME"),
+    ("sasl.jaas.config", "PlainLoginModule or ScramLoginModule with username and password; OAuthBearerLoginModule with clientId, clientSecret, scope, extension_NAME; Krb5LoginModule with useKeyTab, keyTab, principal (GSSAPI)"),
     ("sasl.oauthbearer.method", "oidc: OAUTHBEARER tokens from sasl.oauthbearer.token.endpoint.url with client credentials (feature oidc)"),
     ("sasl.oauthbearer.token.endpoint.url", "OAUTHBEARER (feature oidc): the OIDC/OAuth 2 token endpoint (KIP-768)"),
     ("sasl.oauthbearer.client.id", "OAUTHBEARER client id (alias sasl.oauthbearer.client.credentials.client.id)"),
@@ -96,6 +99,9 @@ pub const KEYS: &[(&str, &str)] = &[
     ("sasl.oauthbearer.scope", "OAUTHBEARER scope requested from the token endpoint"),
     ("sasl.oauthbearer.extensions", "OAUTHBEARER SASL extensions, key=value,..."),
     ("sasl.login.callback.handler.class", "Java: OAuthBearerLoginCallbackHandler (built in: the OIDC client credentials flow)"),
+    ("sasl.kerberos.service.name", "GSSAPI: the brokers' Kerberos service name (default kafka)"),
+    ("sasl.kerberos.keytab", "GSSAPI: the client's keytab (default: the ticket cache or KRB5_CLIENT_KTNAME)"),
+    ("sasl.kerberos.principal", "GSSAPI: the client principal (default: the keytab's or ticket cache's)"),
     ("ssl.ca.location", "PEM file of the CA certificates to trust (default: the system roots; `probe`: the system roots)"),
     ("ssl.ca.pem", "the CA certificates to trust, as PEM text"),
     ("ssl.truststore.location", "truststore file to trust: PEM or PKCS#12 (JKS: convert it)"),
@@ -166,6 +172,8 @@ pub const IGNORED_KEYS: &[(&str, &str)] = &[
     ("reconnect.backoff.max.ms", "connections are redialed with the retry backoff"),
     ("socket.keepalive.enable", "not configurable"),
     ("api.version.request", "ApiVersions is always used"),
+    ("sasl.kerberos.kinit.cmd", "GSSAPI: no kinit is run; the Kerberos library gets tickets from sasl.kerberos.keytab"),
+    ("sasl.kerberos.min.time.before.relogin", "GSSAPI: the Kerberos library renews tickets from the keytab itself"),
 ];
 
 /// A client configuration read from Java / librdkafka properties; see the
@@ -666,6 +674,9 @@ struct SaslInputs {
     password: Option<String>,
     jaas: Option<Jaas>,
     oauth: OAuthInputs,
+    kerberos_service_name: Option<String>,
+    kerberos_keytab: Option<String>,
+    kerberos_principal: Option<String>,
 }
 
 /// The OAUTHBEARER (OIDC client credentials, KIP-768) inputs; each with the key it came
@@ -807,7 +818,117 @@ impl SaslInputs {
         } else if self.jaas.is_some() {
             Some("sasl.jaas.config")
         } else {
+            self.first_kerberos()
+        }
+    }
+
+    fn first_kerberos(&self) -> Option<&'static str> {
+        if self.kerberos_service_name.is_some() {
+            Some("sasl.kerberos.service.name")
+        } else if self.kerberos_keytab.is_some() {
+            Some("sasl.kerberos.keytab")
+        } else if self.kerberos_principal.is_some() {
+            Some("sasl.kerberos.principal")
+        } else {
             None
+        }
+    }
+
+    /// `GSSAPI` is chosen by `sasl.mechanism` or implied by a `Krb5LoginModule`.
+    fn is_gssapi(&self) -> bool {
+        let krb5 = self
+            .jaas
+            .as_ref()
+            .is_some_and(|j| j.module.rsplit('.').next().unwrap_or(&j.module) == "Krb5LoginModule");
+        match self.mechanism.as_deref() {
+            Some(m) => m == "GSSAPI",
+            None => krb5,
+        }
+    }
+
+    /// GSSAPI from `sasl.kerberos.*` and/or a `Krb5LoginModule` JAAS entry.
+    fn build_gssapi(self) -> Result<Arc<dyn Mechanism>> {
+        if let Some(key) = [
+            ("sasl.username", self.username.is_some()),
+            ("sasl.password", self.password.is_some()),
+        ]
+        .iter()
+        .find_map(|(k, set)| set.then_some(*k))
+        {
+            return Err(bad(
+                key,
+                "not used by sasl.mechanism=GSSAPI (Kerberos): give sasl.kerberos.keytab and sasl.kerberos.principal",
+            ));
+        }
+        let (mut keytab, mut principal, mut service) = (
+            self.kerberos_keytab,
+            self.kerberos_principal,
+            self.kerberos_service_name,
+        );
+        if let Some(jaas) = &self.jaas {
+            let class = jaas.module.rsplit('.').next().unwrap_or(&jaas.module);
+            if class != "Krb5LoginModule" {
+                return Err(bad(
+                    "sasl.jaas.config",
+                    format_args!("its login module does not match sasl.mechanism=GSSAPI (expected Krb5LoginModule, got {class})"),
+                ));
+            }
+            let opt = |name: &str| jaas.options.get(name).cloned();
+            let use_keytab = opt("useKeyTab").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            let merge = |slot: &mut Option<String>, value: Option<String>, key: &str| match (
+                slot.as_ref(),
+                value,
+            ) {
+                (Some(a), Some(b)) if *a != b => Err(bad(
+                    "sasl.jaas.config",
+                    format_args!("its value {b:?} contradicts {key}={a:?}"),
+                )),
+                (None, Some(b)) => {
+                    *slot = Some(b);
+                    Ok(())
+                }
+                _ => Ok(()),
+            };
+            if use_keytab {
+                let Some(k) = opt("keyTab") else {
+                    return Err(bad(
+                        "sasl.jaas.config",
+                        "Krb5LoginModule useKeyTab=true needs a keyTab option",
+                    ));
+                };
+                merge(&mut keytab, Some(k), "sasl.kerberos.keytab")?;
+            }
+            merge(&mut principal, opt("principal"), "sasl.kerberos.principal")?;
+            merge(
+                &mut service,
+                opt("serviceName"),
+                "sasl.kerberos.service.name",
+            )?;
+        }
+        #[cfg(feature = "gssapi")]
+        {
+            let mut g = crate::sasl::Gssapi::new();
+            if let Some(s) = service {
+                if s.is_empty() {
+                    return Err(bad("sasl.kerberos.service.name", "is empty"));
+                }
+                g = g.service_name(s);
+            }
+            if let Some(k) = keytab {
+                g = g.keytab(k);
+            }
+            if let Some(p) = principal {
+                g = g.principal(p);
+            }
+            Ok(Arc::new(g))
+        }
+        #[cfg(not(feature = "gssapi"))]
+        {
+            let _ = (keytab, principal, service);
+            Err(bad(
+                "sasl.mechanism",
+                "GSSAPI (Kerberos) needs the `gssapi` cargo feature",
+            ))
         }
     }
 
@@ -821,8 +942,20 @@ impl SaslInputs {
             None if oauth_jaas => return self.oauthbearer(),
             _ => {}
         }
+        if self.is_gssapi() {
+            return self.build_gssapi();
+        }
         if let Some(key) = self.oauth.first_set() {
             return Err(bad(key, "needs sasl.mechanism=OAUTHBEARER"));
+        }
+        if let Some(key) = self.first_kerberos() {
+            return Err(bad(
+                key,
+                format_args!(
+                    "is for sasl.mechanism=GSSAPI (it is {})",
+                    self.mechanism.as_deref().unwrap_or("PLAIN")
+                ),
+            ));
         }
         let from_jaas = match &self.jaas {
             None => None,
@@ -906,8 +1039,8 @@ impl SaslInputs {
                 return Err(bad(
                     "sasl.mechanism",
                     format_args!(
-                        "expected PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER, got \
-                         {other:?} (other mechanisms are set in code: ConnectionConfig::sasl)"
+                        "expected PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or GSSAPI, \
+                         got {other:?} (other mechanisms are set in code: ConnectionConfig::sasl)"
                     ),
                 ))
             }
@@ -1178,6 +1311,9 @@ impl Properties {
                     p.conn.dialer = crate::conn::Dialer::new().with_socks5_proxy(proxy.clone());
                     p.socks5_proxy = Some(proxy);
                 }
+                "sasl.kerberos.service.name" => sasl.kerberos_service_name = s(),
+                "sasl.kerberos.keytab" => sasl.kerberos_keytab = s(),
+                "sasl.kerberos.principal" => sasl.kerberos_principal = s(),
                 "ssl.ca.location" => tls.ca_location = s(),
                 "ssl.ca.pem" => tls.ca_pem = s(),
                 "ssl.truststore.location" => tls.truststore_location = s(),

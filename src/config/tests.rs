@@ -345,6 +345,73 @@ fn sasl_from_username_or_jaas() {
 }
 
 #[test]
+fn gssapi_from_kerberos_keys_or_krb5_jaas() {
+    let sp = ("security.protocol", "sasl_plaintext");
+    let krb5 = "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true \
+                storeKey=true keyTab=\"/etc/app.keytab\" principal=\"app@EXAMPLE.COM\";";
+    let keys = [
+        sp,
+        ("sasl.mechanism", "GSSAPI"),
+        ("sasl.kerberos.service.name", "kafka-prod"),
+        ("sasl.kerberos.keytab", "/etc/app.keytab"),
+        ("sasl.kerberos.principal", "app@EXAMPLE.COM"),
+    ];
+    #[cfg(feature = "gssapi")]
+    {
+        for pairs in [&keys[..], &[sp, ("sasl.jaas.config", krb5)][..]] {
+            let sasl = props(pairs).unwrap().connection_config().sasl.unwrap();
+            assert_eq!(sasl.name(), "GSSAPI");
+            let d = format!("{sasl:?}");
+            assert!(
+                d.contains("/etc/app.keytab") && d.contains("app@EXAMPLE.COM"),
+                "{d}"
+            );
+        }
+        let sasl = props(&keys).unwrap().connection_config().sasl.unwrap();
+        assert!(format!("{sasl:?}").contains("kafka-prod"));
+        // The ticket cache: no keytab, no principal.
+        let cache = props(&[sp, ("sasl.mechanism", "gssapi")]).unwrap();
+        assert_eq!(cache.connection_config().sasl.unwrap().name(), "GSSAPI");
+    }
+    #[cfg(not(feature = "gssapi"))]
+    assert!(err(&keys).contains("`gssapi` cargo feature"));
+    // Kerberos keys with another mechanism, or a JAAS entry that contradicts them.
+    let e = err(&[
+        sp,
+        ("sasl.mechanism", "PLAIN"),
+        ("sasl.kerberos.keytab", "/k"),
+    ]);
+    assert!(
+        e.contains("sasl.kerberos.keytab") && e.contains("GSSAPI"),
+        "{e}"
+    );
+    let e = err(&[
+        sp,
+        ("sasl.jaas.config", krb5),
+        ("sasl.kerberos.principal", "other@EXAMPLE.COM"),
+    ]);
+    assert!(
+        e.contains("sasl.jaas.config") && e.contains("contradicts"),
+        "{e}"
+    );
+    let e = err(&[
+        sp,
+        (
+            "sasl.jaas.config",
+            "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;",
+        ),
+    ]);
+    assert!(e.contains("keyTab"), "{e}");
+    let plain = "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\" password=\"p\";";
+    let e = err(&[
+        sp,
+        ("sasl.mechanism", "GSSAPI"),
+        ("sasl.jaas.config", plain),
+    ]);
+    assert!(e.contains("Krb5LoginModule"), "{e}");
+}
+
+#[test]
 fn debug_shows_no_secret() {
     let p = props(&[
         ("security.protocol", "sasl_plaintext"),

@@ -38,6 +38,8 @@ use crate::error::{Error, ErrorKind, Result};
 
 #[cfg(feature = "aws-msk-iam")]
 mod aws_msk_iam;
+#[cfg(feature = "gssapi")]
+mod gssapi;
 #[cfg(feature = "oidc")]
 mod http;
 mod oauthbearer;
@@ -49,6 +51,8 @@ mod scram;
 
 #[cfg(feature = "aws-msk-iam")]
 pub use aws_msk_iam::{AwsCredentials, MskIamTokenProvider};
+#[cfg(feature = "gssapi")]
+pub use gssapi::Gssapi;
 pub use oauthbearer::{CachedTokenProvider, OAuthBearer, OAuthToken, TokenProvider};
 #[cfg(feature = "oidc")]
 pub use oidc::ClientCredentials;
@@ -62,7 +66,7 @@ pub type StartFuture<'a> = BoxFuture<'a, Result<(Box<dyn Session>, Vec<u8>)>>;
 
 /// A SASL mechanism: a name and a way to start an exchange.
 ///
-/// Implement it for mechanisms this crate does not ship (GSSAPI, AWS_MSK_IAM, …).
+/// Implement it for mechanisms this crate does not ship.
 ///
 /// ```
 /// use kafkapipe::sasl::{Mechanism, Session, StartFuture};
@@ -94,6 +98,23 @@ pub trait Mechanism: fmt::Debug + Send + Sync {
     /// Called once per connection and once per re-authentication, so a mechanism can
     /// fetch fresh credentials here (OAUTHBEARER asks its token provider).
     fn start(&self) -> StartFuture<'_>;
+
+    /// Begin one exchange with the broker at `broker` (the `host:port` the connection
+    /// dialled). The connection calls this; by default it is [`Mechanism::start`].
+    /// Mechanisms that name the server in their first message override it: GSSAPI asks
+    /// for a ticket to `service/host`.
+    ///
+    /// ```
+    /// # async fn demo() -> kafkapipe::Result<()> {
+    /// use kafkapipe::sasl::{Mechanism, Plain};
+    /// let (_session, first) = Plain::new("a", "b").start_for("broker1:9092").await?;
+    /// assert_eq!(first, b"\0a\0b");
+    /// # Ok(()) }
+    /// ```
+    fn start_for(&self, broker: &str) -> StartFuture<'_> {
+        let _ = broker;
+        self.start()
+    }
 }
 
 /// The state machine of one SASL exchange, created by [`Mechanism::start`].

@@ -642,15 +642,30 @@ pub fn start_single(
     props: &[(String, String)],
     jvm_args: &[String],
 ) -> (KafkaNode, Vec<String>) {
+    start_single_advertised(name, extra, props, jvm_args, "127.0.0.1")
+}
+
+/// [`start_single`] whose extra listeners are advertised (and returned) as
+/// `host:PORT`, e.g. `localhost` for Kerberos, whose service principal names the host the
+/// client dials. They still bind 127.0.0.1.
+pub fn start_single_advertised(
+    name: &str,
+    extra: &[(&str, &str)],
+    props: &[(String, String)],
+    jvm_args: &[String],
+    host: &str,
+) -> (KafkaNode, Vec<String>) {
     let dir = temp_dir(name);
     let plain = free_port();
     let controller = free_port();
     let ports: Vec<u16> = extra.iter().map(|_| free_port()).collect();
     let mut p = base_props(1);
     let mut listeners = format!("PLAINTEXT://127.0.0.1:{plain}");
+    let mut advertised = listeners.clone();
     let mut map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".to_string();
     for ((l, proto), port) in extra.iter().zip(&ports) {
         listeners.push_str(&format!(",{l}://127.0.0.1:{port}"));
+        advertised.push_str(&format!(",{l}://{host}:{port}"));
         map.push_str(&format!(",{l}:{proto}"));
     }
     p.insert("node.id".into(), "1".into());
@@ -662,7 +677,7 @@ pub fn start_single(
         "listeners".into(),
         format!("{listeners},CONTROLLER://127.0.0.1:{controller}"),
     );
-    p.insert("advertised.listeners".into(), listeners);
+    p.insert("advertised.listeners".into(), advertised);
     p.insert("listener.security.protocol.map".into(), map);
     p.insert("log.dirs".into(), dir.join("data").display().to_string());
     for (k, v) in props {
@@ -673,7 +688,7 @@ pub fn start_single(
     let started = Instant::now();
     node.spawn();
     node.wait_ready(started);
-    let addrs = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let addrs = ports.iter().map(|p| format!("{host}:{p}")).collect();
     (node, addrs)
 }
 

@@ -14,6 +14,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod kafka;
+pub mod kdc;
 pub mod oidc;
 pub mod pki;
 pub mod proxy;

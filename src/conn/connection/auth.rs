@@ -109,7 +109,7 @@ impl Connection {
         let version = self.version_for::<SaslAuthenticateRequest>()?;
         let timeout = self.config().request_timeout;
         let (mut session, mut message) =
-            match tokio::time::timeout(timeout, mechanism.start()).await {
+            match tokio::time::timeout(timeout, mechanism.start_for(&broker)).await {
                 Ok(r) => r.map_err(|e| self.err(e))?,
                 Err(_) => {
                     return Err(self.err(Error::timeout(format!(
