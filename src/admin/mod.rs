@@ -29,9 +29,11 @@
 mod configs;
 mod groups;
 mod offsets;
+mod quotas;
 mod share;
 mod types;
 
+pub use quotas::{QuotaEntity, QuotaEntityType, QuotaFilter, QuotaMatch, QuotaOp, QuotaValues};
 pub use share::{ShareGroupDescription, ShareGroupOffset, ShareMemberDescription};
 
 pub use types::{
