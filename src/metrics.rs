@@ -57,6 +57,8 @@
 //! | `kafka_consumer_offset_reset_total` | counter | client_id | `OffsetOutOfRange` resets (kafkapipe) |
 //! | `kafka_consumer_fetch_latency_avg` | gauge | client_id | mean fetch request time over the interval, ms (`fetch-latency-avg`) |
 //! | `kafka_consumer_fetch_latency_max` | gauge | client_id | longest fetch request time over the interval, ms (`fetch-latency-max`) |
+//! | `kafka_consumer_fetch_throttle_time_avg` | gauge | client_id | mean quota throttle time of the fetch responses over the interval, ms (KIP-219; `fetch-throttle-time-avg`) |
+//! | `kafka_consumer_fetch_throttle_time_max` | gauge | client_id | longest quota throttle time of a fetch response since the start, ms (`fetch-throttle-time-max`) |
 //! | `kafka_consumer_records_lag` | gauge | client_id, topic, partition | high watermark of the last fetch response − the application's position (`records-lag`) |
 //! | `kafka_consumer_records_lag_max` | gauge | client_id | the largest `records_lag` of the assigned partitions (`records-lag-max`) |
 //! | `kafka_consumer_assigned_partitions` | gauge | client_id | partitions assigned (`assigned-partitions`) |
@@ -77,6 +79,8 @@
 //! | `kafka_producer_batch_total` | counter | client_id | record batches acknowledged (kafkapipe) |
 //! | `kafka_producer_request_latency_avg` | gauge | client_id | mean produce request time over the interval, ms (`request-latency-avg`) |
 //! | `kafka_producer_request_latency_max` | gauge | client_id | longest produce request time since the start, ms (`request-latency-max`) |
+//! | `kafka_producer_produce_throttle_time_avg` | gauge | client_id | mean quota throttle time of the produce responses over the interval, ms (KIP-219; `produce-throttle-time-avg`) |
+//! | `kafka_producer_produce_throttle_time_max` | gauge | client_id | longest quota throttle time of a produce response since the start, ms (`produce-throttle-time-max`) |
 //! | `kafka_producer_batch_size_avg` | gauge | client_id | mean encoded (compressed) batch bytes over the interval (`batch-size-avg`) |
 //! | `kafka_producer_batch_size_max` | gauge | client_id | largest encoded batch since the start, bytes (`batch-size-max`) |
 //! | `kafka_producer_records_per_request_avg` | gauge | client_id | mean records per produce request over the interval (`records-per-request-avg`) |
@@ -86,7 +90,7 @@
 //! | `kafka_producer_queued_records` | gauge | client_id | records accepted and not yet acknowledged or failed (kafkapipe) |
 //! | `kafka_producer_connection_count` | gauge | client_id, broker | open connections to the broker: 0 or 1 (`connection-count`) |
 //!
-//! Not published yet: `produce-throttle-time-avg`, `record-queue-time-avg` and per-topic
+//! Not published yet: `record-queue-time-avg` and per-topic
 //! producer metrics (their counters would live in the writer's per-request code).
 //!
 //! A partition's `records_lag` is set while it is assigned; after a revocation it keeps

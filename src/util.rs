@@ -62,3 +62,43 @@ pub(crate) fn noise(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Quota throttle times reported by the broker in one kind of response (produce or fetch),
+/// for the `throttle_time_avg`/`throttle_time_max` stats: every answered request counts,
+/// throttled or not, as the Java client's `produce-throttle-time-avg` does.
+#[derive(Debug, Default)]
+pub(crate) struct ThrottleTimes {
+    responses: std::sync::atomic::AtomicU64,
+    total_ms: std::sync::atomic::AtomicU64,
+    max_ms: std::sync::atomic::AtomicU64,
+}
+
+impl ThrottleTimes {
+    /// One response's `throttle_time_ms` (negative counts as 0).
+    pub(crate) fn record(&self, throttle_time_ms: i32) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let ms = u64::try_from(throttle_time_ms).unwrap_or(0);
+        self.responses.fetch_add(1, Relaxed);
+        self.total_ms.fetch_add(ms, Relaxed);
+        self.max_ms.fetch_max(ms, Relaxed);
+    }
+
+    /// The mean throttle time over every recorded response.
+    pub(crate) fn avg(&self) -> Duration {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.responses.load(Relaxed).max(1);
+        Duration::from_micros(self.total_ms.load(Relaxed).saturating_mul(1000) / n)
+    }
+
+    /// Responses recorded and the sum of their throttle times in ms (for interval means).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn totals(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.responses.load(Relaxed), self.total_ms.load(Relaxed))
+    }
+
+    /// The longest throttle time recorded.
+    pub(crate) fn max(&self) -> Duration {
+        Duration::from_millis(self.max_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}

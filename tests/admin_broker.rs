@@ -730,3 +730,132 @@ async fn describe_group_with_a_joined_member() {
     let e = deleted[0].1.as_ref().unwrap_err();
     assert_eq!(e.kafka_code(), Some(ErrorCode::NonEmptyGroup), "{e}");
 }
+
+/// Client quotas (KIP-546): set on a client id and on a user + client id pair, described
+/// by exact and strict filters, one key removed, validate-only changes nothing, an unknown
+/// key is refused per entity. Describe is answered from the broker's metadata, which
+/// catches up with the controller asynchronously: it is polled until it shows the change.
+#[tokio::test]
+async fn client_quotas_set_describe_remove() {
+    use kafkapipe::admin::{QuotaEntity, QuotaEntityType, QuotaFilter, QuotaMatch, QuotaOp};
+    let admin = admin();
+    let id = format!("quota-admin-{}", std::process::id());
+    let alone = QuotaEntity::new().client_id(&id);
+    let paired = QuotaEntity::new().user("quota-user").client_id(&id);
+    let r = admin
+        .alter_client_quotas(
+            &[
+                (
+                    alone.clone(),
+                    vec![
+                        QuotaOp::set("producer_byte_rate", 1024.0),
+                        QuotaOp::set("consumer_byte_rate", 2048.0),
+                    ],
+                ),
+                (
+                    paired.clone(),
+                    vec![QuotaOp::set("request_percentage", 50.0)],
+                ),
+            ],
+            false,
+        )
+        .await
+        .unwrap();
+    assert!(r.iter().all(|(_, r)| r.is_ok()), "{r:?}");
+    let by_id =
+        QuotaFilter::all().component(QuotaEntityType::ClientId, QuotaMatch::Exact(id.clone()));
+    let describe = |filter: QuotaFilter, want: usize| {
+        let admin = admin.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let got = admin.describe_client_quotas(&filter).await.unwrap();
+                if got.len() == want || Instant::now() > deadline {
+                    return got;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let got = describe(by_id.clone(), 2).await;
+    let sorted = |e: &QuotaEntity| {
+        let mut e = e.clone();
+        e.components.sort();
+        e
+    };
+    assert_eq!(got.len(), 2, "{got:?}");
+    let alone_values = &got.iter().find(|(e, _)| *e == sorted(&alone)).unwrap().1;
+    assert_eq!(alone_values.get("producer_byte_rate"), Some(&1024.0));
+    assert_eq!(alone_values.get("consumer_byte_rate"), Some(&2048.0));
+    let paired_values = &got.iter().find(|(e, _)| *e == sorted(&paired)).unwrap().1;
+    assert_eq!(paired_values.get("request_percentage"), Some(&50.0));
+    // strict: only entities made of a client id alone
+    let strict = admin
+        .describe_client_quotas(&by_id.clone().strict(true))
+        .await
+        .unwrap();
+    assert_eq!(strict.len(), 1, "{strict:?}");
+    assert_eq!(strict[0].0, alone);
+
+    // validate-only changes nothing; an unknown key fails for its entity only
+    let r = admin
+        .alter_client_quotas(
+            &[
+                (alone.clone(), vec![QuotaOp::set("producer_byte_rate", 1.0)]),
+                (
+                    QuotaEntity::new().client_id("x"),
+                    vec![QuotaOp::set("no_such_quota", 1.0)],
+                ),
+            ],
+            true,
+        )
+        .await
+        .unwrap();
+    assert!(r[0].1.is_ok(), "{r:?}");
+    let e = r[1].1.as_ref().unwrap_err();
+    assert_eq!(e.kafka_code(), Some(ErrorCode::InvalidRequest), "{e}");
+
+    // remove one key, then the rest
+    admin
+        .alter_client_quotas(
+            &[(alone.clone(), vec![QuotaOp::remove("consumer_byte_rate")])],
+            false,
+        )
+        .await
+        .unwrap()[0]
+        .1
+        .clone()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = admin
+            .describe_client_quotas(&by_id.clone().strict(true))
+            .await
+            .unwrap();
+        let values = got[0].1.clone();
+        if !values.contains_key("consumer_byte_rate") {
+            assert_eq!(
+                values.get("producer_byte_rate"),
+                Some(&1024.0),
+                "validate-only changed it"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "consumer_byte_rate never removed: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    admin
+        .alter_client_quotas(
+            &[
+                (alone, vec![QuotaOp::remove("producer_byte_rate")]),
+                (paired, vec![QuotaOp::remove("request_percentage")]),
+            ],
+            false,
+        )
+        .await
+        .unwrap();
+    assert!(describe(by_id, 0).await.is_empty());
+}

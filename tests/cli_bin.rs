@@ -1505,3 +1505,110 @@ async fn stats_lines_show_rate_lag_and_errors() {
         assert!(r.err.contains("--stats"), "{}", r.err);
     }
 }
+
+/// `quotas alter` and `quotas describe`: set two quotas on a client id, describe them
+/// (strict), remove one, validate-only, usage errors (exit 2) and a refused key (exit 1).
+#[test]
+fn quotas_alter_describe_remove() {
+    let id = format!("cli-quota-{}", std::process::id());
+    let out = ok(
+        &[
+            "quotas",
+            "alter",
+            "--client-id",
+            &id,
+            "--set",
+            "producer_byte_rate=1024",
+            "--set",
+            "consumer_byte_rate=2048",
+        ],
+        "",
+    );
+    assert_eq!(out.trim(), format!("altered client-id={id}"));
+    let describe = ["quotas", "describe", "--client-id", &id, "--strict"];
+    let wanted = format!("client-id={id}\tconsumer_byte_rate=2048,producer_byte_rate=1024");
+    // the broker's metadata catches up with the controller asynchronously
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = ok(&describe, "");
+    while out.trim() != wanted && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        out = ok(&describe, "");
+    }
+    assert_eq!(out.trim(), wanted);
+
+    let out = ok(
+        &[
+            "quotas",
+            "alter",
+            "--client-id",
+            &id,
+            "--set",
+            "producer_byte_rate=1",
+            "--validate-only",
+        ],
+        "",
+    );
+    assert_eq!(out.trim(), format!("validated client-id={id}"));
+    ok(
+        &[
+            "quotas",
+            "alter",
+            "--client-id",
+            &id,
+            "--remove",
+            "consumer_byte_rate",
+        ],
+        "",
+    );
+    let wanted = format!("client-id={id}\tproducer_byte_rate=1024");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = ok(&describe, "");
+    while out.trim() != wanted && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        out = ok(&describe, "");
+    }
+    assert_eq!(
+        out.trim(),
+        wanted,
+        "validate-only must not have changed the value"
+    );
+
+    let r = run(&["quotas", "alter", "--set", "producer_byte_rate=1"], "");
+    assert_eq!(r.code, Some(2), "no entity: {}", r.err);
+    let r = run(
+        &[
+            "quotas",
+            "alter",
+            "--client-id",
+            &id,
+            "--set",
+            "producer_byte_rate=fast",
+        ],
+        "",
+    );
+    assert_eq!(r.code, Some(2), "not a number: {}", r.err);
+    let r = run(
+        &[
+            "quotas",
+            "alter",
+            "--client-id",
+            &id,
+            "--set",
+            "no_such_quota=1",
+        ],
+        "",
+    );
+    assert_eq!(r.code, Some(1), "{}", r.err);
+    assert!(r.err.contains(&format!("client-id={id}")), "{}", r.err);
+    ok(
+        &[
+            "quotas",
+            "alter",
+            "--client-id",
+            &id,
+            "--remove",
+            "producer_byte_rate",
+        ],
+        "",
+    );
+}

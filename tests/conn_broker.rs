@@ -19,7 +19,7 @@ use kafkapipe::protocol::messages::{
     ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest, ListOffsetsRequest,
     MetadataRequest, ProduceRequest,
 };
-use kafkapipe::protocol::{ErrorCode, Request};
+use kafkapipe::protocol::{Decode, ErrorCode, Request};
 use kafkapipe::record::{Header, Record};
 
 const CODECS: [Compression; 5] = [
@@ -538,5 +538,250 @@ async fn we_decode_what_librdkafka_produces_with_every_codec() {
                 "{codec}: timestamp of record {i}"
             );
         }
+    }
+}
+
+/// What a [`Recording`] stream saw: request frames as they started to be written, and
+/// response frames once wholly read.
+#[derive(Default)]
+struct Wire {
+    /// (first byte written at, api key, api version, correlation id)
+    requests: Vec<(Instant, i16, i16, i32)>,
+    /// (last byte read at, correlation id, body after the correlation id)
+    responses: Vec<(Instant, i32, Vec<u8>)>,
+}
+
+/// Splits a byte stream into size-prefixed frames, keeping the first `keep` bytes of each.
+struct Frames {
+    keep: usize,
+    head: Vec<u8>,
+    remaining: usize,
+    current: Vec<u8>,
+}
+
+impl Frames {
+    fn new(keep: usize) -> Self {
+        Frames {
+            keep,
+            head: Vec::new(),
+            remaining: 0,
+            current: Vec::new(),
+        }
+    }
+
+    /// Feed `bytes`; calls `started` when a frame's first byte goes by and `done` with
+    /// the kept bytes once a frame is complete.
+    fn feed(&mut self, mut bytes: &[u8], mut started: impl FnMut(), mut done: impl FnMut(Vec<u8>)) {
+        while !bytes.is_empty() {
+            if self.remaining == 0 {
+                if self.head.is_empty() {
+                    started();
+                }
+                let take = (4 - self.head.len()).min(bytes.len());
+                self.head.extend_from_slice(&bytes[..take]);
+                bytes = &bytes[take..];
+                if self.head.len() == 4 {
+                    let size = i32::from_be_bytes(self.head[..4].try_into().unwrap());
+                    self.remaining = size as usize;
+                    self.head.clear();
+                    self.current.clear();
+                }
+                continue;
+            }
+            let take = self.remaining.min(bytes.len());
+            let room = self.keep.saturating_sub(self.current.len()).min(take);
+            self.current.extend_from_slice(&bytes[..room]);
+            bytes = &bytes[take..];
+            self.remaining -= take;
+            if self.remaining == 0 {
+                done(std::mem::take(&mut self.current));
+            }
+        }
+    }
+}
+
+/// A TCP stream that records the request and response frames going through it.
+struct Recording {
+    inner: tokio::net::TcpStream,
+    wire: std::sync::Arc<std::sync::Mutex<Wire>>,
+    written: Frames,
+    read: Frames,
+    /// When the request frames being written started.
+    starts: std::collections::VecDeque<Instant>,
+}
+
+impl tokio::io::AsyncWrite for Recording {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        let r = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &r {
+            let now = Instant::now();
+            let wire = &this.wire;
+            let starts = std::cell::RefCell::new(&mut this.starts);
+            this.written.feed(
+                &buf[..*n],
+                || starts.borrow_mut().push_back(now),
+                |head| {
+                    let at = starts.borrow_mut().pop_front().unwrap_or(now);
+                    let key = i16::from_be_bytes([head[0], head[1]]);
+                    let version = i16::from_be_bytes([head[2], head[3]]);
+                    let id = i32::from_be_bytes(head[4..8].try_into().unwrap());
+                    wire.lock().unwrap().requests.push((at, key, version, id));
+                },
+            );
+        }
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl tokio::io::AsyncRead for Recording {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &r {
+            let now = Instant::now();
+            let wire = &this.wire;
+            this.read.feed(
+                &buf.filled()[before..],
+                || {},
+                |frame| {
+                    let id = i32::from_be_bytes(frame[..4].try_into().unwrap());
+                    wire.lock()
+                        .unwrap()
+                        .responses
+                        .push((now, id, frame[4..].to_vec()));
+                },
+            );
+        }
+        r
+    }
+}
+
+/// KIP-219 on a real broker: over its 1 MB/s producer quota, the client gets produce
+/// responses with a throttle time and writes no request on the connection until that time
+/// has passed — so the broker never has to hold a request of ours behind its muted
+/// channel. Checked on the bytes the client wrote, recorded below the connection.
+#[tokio::test]
+async fn a_throttled_connection_writes_nothing_until_the_throttle_ends() {
+    let broker = common::shared();
+    let client_id = format!("quota-conn-{}", std::process::id());
+    common::set_client_quota(
+        &broker.addr,
+        &client_id,
+        "producer_byte_rate",
+        Some(1_000_000.0),
+    )
+    .await;
+    let topic = common::unique_topic("quota-conn");
+    create(&conn().await, &topic, 1).await;
+
+    let wire = std::sync::Arc::new(std::sync::Mutex::new(Wire::default()));
+    let stream = Recording {
+        inner: tokio::net::TcpStream::connect(&broker.addr).await.unwrap(),
+        wire: wire.clone(),
+        written: Frames::new(8),
+        read: Frames::new(usize::MAX),
+        starts: Default::default(),
+    };
+    let config = kafkapipe::conn::ConnectionConfig {
+        client_id: client_id.clone(),
+        ..Default::default()
+    };
+    let connection = kafkapipe::conn::Connection::from_stream(stream, broker.addr.clone(), config)
+        .await
+        .unwrap();
+    let conn = Conn::from_connection(connection);
+    // 12 requests of 256 KiB, 4 in flight at a time: 3 MiB against a 1 MB/s quota.
+    let value = Bytes::from(vec![7u8; 64 * 1024]);
+    let records: Vec<Record> = (0..4)
+        .map(|_| Record {
+            offset: 0,
+            timestamp: -1,
+            key: None,
+            value: Some(value.clone()),
+            headers: Vec::new(),
+        })
+        .collect();
+    let started = Instant::now();
+    let opts = ProduceOptions::default();
+    use futures::StreamExt;
+    let results: Vec<_> = futures::stream::iter(0..12)
+        .map(|_| conn.produce(&topic, 0, &records, &opts))
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    let elapsed = started.elapsed();
+    for r in results {
+        r.unwrap();
+    }
+    conn.close().await;
+
+    let wire = wire.lock().unwrap();
+    let produce_versions: std::collections::HashMap<i32, i16> = wire
+        .requests
+        .iter()
+        .filter(|r| r.1 == ProduceRequest::API_KEY.0)
+        .map(|r| (r.3, r.2))
+        .collect();
+    let mut throttles = Vec::new();
+    for (at, id, body) in &wire.responses {
+        let Some(&version) = produce_versions.get(id) else {
+            continue;
+        };
+        let mut body = Bytes::from(body.clone());
+        if version >= 9 {
+            body = body.slice(1..); // response header v1: empty tagged fields
+        }
+        let resp =
+            kafkapipe::protocol::messages::ProduceResponse::decode(&mut body, version).unwrap();
+        if resp.throttle_time_ms > 0 {
+            throttles.push((*at, Duration::from_millis(resp.throttle_time_ms as u64)));
+        }
+    }
+    eprintln!(
+        "{} requests, {} throttled responses {:?}, {elapsed:?}",
+        wire.requests.len(),
+        throttles.len(),
+        throttles.iter().map(|t| t.1).collect::<Vec<_>>()
+    );
+    assert!(!throttles.is_empty(), "3 MiB at 1 MB/s was never throttled");
+    // 5 ms of slack either side: the response's last byte is recorded just before the
+    // connection reads the throttle time from it.
+    let slack = Duration::from_millis(5);
+    for (at, throttle) in &throttles {
+        let window = (*at + slack)..(*at + *throttle).checked_sub(slack).unwrap_or(*at);
+        let inside: Vec<_> = wire
+            .requests
+            .iter()
+            .filter(|r| window.contains(&r.0))
+            .map(|r| (r.0 - *at, r.3))
+            .collect();
+        assert!(
+            inside.is_empty(),
+            "requests written {inside:?} after a response throttling for {throttle:?}"
+        );
     }
 }

@@ -20,6 +20,8 @@ mod admin;
 mod consumer;
 #[path = "oracle/consumer_group.rs"]
 mod consumer_group;
+#[path = "oracle/quotas.rs"]
+mod quotas;
 #[path = "oracle/security.rs"]
 mod security;
 #[path = "oracle/share.rs"]

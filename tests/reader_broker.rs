@@ -455,3 +455,61 @@ fn now_ms() -> i64 {
         .unwrap()
         .as_millis() as i64
 }
+
+/// KIP-219 for fetches: a reader over its client id's 1 MB/s consumer quota reads 4 MiB
+/// at about the quota and sees the throttle times in its stats. The data is written first
+/// by another client id (no quota). The broker lets about one sample window (1 s) of
+/// burst through, and a fetch returns up to 1 MiB per partition, so the floor is loose:
+/// 1.5 s for 4 MiB (about 4.2 s at the quota).
+#[tokio::test]
+async fn a_consumer_byte_rate_quota_paces_the_reader() {
+    let broker = common::shared();
+    let client_id = format!("quota-reader-{}", std::process::id());
+    common::set_client_quota(
+        &broker.addr,
+        &client_id,
+        "consumer_byte_rate",
+        Some(1_000_000.0),
+    )
+    .await;
+    let topic = new_topic("quota-reader", 1).await;
+    let conn = admin().await;
+    let value = bytes::Bytes::from(vec![b'r'; 16 * 1024]);
+    for _ in 0..16 {
+        let records: Vec<Record> = (0..16)
+            .map(|_| Record::new(bytes::Bytes::new(), value.clone()))
+            .collect();
+        conn.produce(&topic, 0, &records, &ProduceOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut reader = Reader::new(
+        config()
+            .partition(&topic, 0)
+            .client_id(&client_id)
+            .start_offset(StartOffset::First),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    for _ in 0..256 {
+        next(&mut reader).await;
+    }
+    let elapsed = started.elapsed();
+    let stats = reader.stats();
+    reader.close().await;
+    eprintln!(
+        "4 MiB in {elapsed:?}: {} fetches, throttle avg {:?} max {:?}",
+        stats.fetches, stats.throttle_time_avg, stats.throttle_time_max
+    );
+    assert!(
+        stats.throttle_time_max > Duration::ZERO,
+        "no throttle time in the stats: {stats:?}"
+    );
+    assert!(stats.throttle_time_avg > Duration::ZERO);
+    assert!(
+        elapsed >= Duration::from_millis(1500),
+        "4 MiB read at more than 2.7 MB/s under a 1 MB/s quota: {elapsed:?}"
+    );
+    common::set_client_quota(&broker.addr, &client_id, "consumer_byte_rate", None).await;
+}

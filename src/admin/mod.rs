@@ -30,6 +30,7 @@ mod acls;
 mod configs;
 mod groups;
 mod offsets;
+mod quotas;
 mod scram;
 mod share;
 mod types;
@@ -37,10 +38,10 @@ mod types;
 pub use acls::{
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType,
 };
+pub use quotas::{QuotaEntity, QuotaEntityType, QuotaFilter, QuotaMatch, QuotaOp, QuotaValues};
 pub use scram::{
     ScramCredential, ScramCredentialAlteration, ScramMechanism, DEFAULT_SCRAM_ITERATIONS,
 };
-
 pub use share::{ShareGroupDescription, ShareGroupOffset, ShareMemberDescription};
 
 pub use types::{

@@ -18,6 +18,12 @@
 //!   decodes the response header at the version the request recorded and hands the rest of
 //!   the frame to the caller (or discards it if the caller gave up), releasing the permit.
 //!
+//! Quotas (KIP-219): a response whose `throttle_time_ms` the client must honour (see
+//! [`crate::protocol::throttle`]) holds the writer back: no further request is written on
+//! the connection until the throttle time, counted from the response's arrival, has
+//! passed (the Java client's per-node `throttleUntil`). Requests issued meanwhile queue;
+//! the time spent throttled does not count against their timeouts.
+//!
 //! Any failure (peer hang-up, I/O error, a frame size out of range, an unknown
 //! correlation id, an undecodable header) kills the connection: the reason is recorded,
 //! every pending request fails with it, the semaphore is closed so waiting and later sends
@@ -45,8 +51,8 @@ use super::Dialer;
 
 mod auth;
 use crate::protocol::{
-    check_version, ApiKey, Decode, ErrorCode, Request, RequestHeader, ResponseHeader, Splices,
-    TaggedFields,
+    check_version, throttle, ApiKey, Decode, ErrorCode, Request, RequestHeader, ResponseHeader,
+    Splices, TaggedFields,
 };
 
 /// Settings of one [`Connection`].
@@ -333,6 +339,7 @@ impl Connection {
             failure: Mutex::new(None),
             spare_frames: Mutex::new(Vec::new()),
             shutdown: Notify::new(),
+            throttle: Mutex::new(Throttle::default()),
         });
         let span = tracing::debug_span!("kafka_connection", broker = %broker);
         let driver = runtime.spawn(
@@ -579,6 +586,7 @@ impl Connection {
             permit: None,
             reply: Reply::Response {
                 api_key: R::API_KEY,
+                api_version: version,
                 header_version: R::response_header_version(version),
                 tx,
                 ordered: true,
@@ -691,6 +699,7 @@ impl Connection {
                 permit,
                 reply: Reply::Response {
                     api_key: R::API_KEY,
+                    api_version: version,
                     header_version,
                     tx,
                     ordered: false,
@@ -785,9 +794,9 @@ impl Connection {
         work: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
         let timeout = self.shared.config.request_timeout;
-        match tokio::time::timeout(timeout, work).await {
-            Ok(result) => result,
-            Err(_) => {
+        match self.timeout_unthrottled(timeout, work).await {
+            Some(result) => result,
+            None => {
                 debug!(broker = %self.shared.broker, api = %api_key, api_version = version, "request timed out; closing the connection");
                 // Like the Java client: a broker that does not answer in time on this
                 // socket is treated as gone. Every other in-flight request fails with
@@ -801,6 +810,44 @@ impl Connection {
                     "{api_key} v{version} request timed out after {} ms",
                     timeout.as_millis()
                 ))))
+            }
+        }
+    }
+
+    /// Until when the broker throttles this connection (KIP-219): `Some` while a quota
+    /// throttle time is running, during which no request is written. See
+    /// [`crate::protocol::throttle`].
+    ///
+    /// ```no_run
+    /// # async fn f(conn: kafkapipe::conn::Connection) {
+    /// if let Some(until) = conn.throttled_until() {
+    ///     println!("throttled for {:?} more", until - tokio::time::Instant::now());
+    /// }
+    /// # }
+    /// ```
+    pub fn throttled_until(&self) -> Option<tokio::time::Instant> {
+        self.shared.state.throttled_until()
+    }
+
+    /// Run `work` for at most `timeout`, not counting the time this connection is
+    /// throttled by a quota meanwhile (KIP-219): a request held back by the throttle has
+    /// its whole timeout once it may go. `None` if the time ran out.
+    pub(crate) async fn timeout_unthrottled<F: std::future::Future>(
+        &self,
+        timeout: Duration,
+        work: F,
+    ) -> Option<F::Output> {
+        let state = &self.shared.state;
+        let start = tokio::time::Instant::now();
+        let mark = state.throttle_mark(start);
+        tokio::pin!(work);
+        loop {
+            let deadline = start + timeout + state.throttled_since(&mark);
+            if let Ok(out) = tokio::time::timeout_at(deadline, &mut work).await {
+                return Some(out);
+            }
+            if start + timeout + state.throttled_since(&mark) <= tokio::time::Instant::now() {
+                return None;
             }
         }
     }
@@ -865,6 +912,23 @@ struct State {
     /// touched before instead of fresh pages.
     spare_frames: Mutex<Vec<BytesMut>>,
     shutdown: Notify,
+    /// The quota throttle (KIP-219) the broker asked for.
+    throttle: Mutex<Throttle>,
+}
+
+/// A connection's quota throttle: until when nothing may be written, and the total
+/// throttled time so far (each throttle counting only what it added to the window), from
+/// which a request's timeout learns how long it was held back.
+#[derive(Debug, Default)]
+struct Throttle {
+    until: Option<tokio::time::Instant>,
+    total: Duration,
+}
+
+/// Where the throttle stood when a request started (see [`State::throttled_since`]).
+struct ThrottleMark {
+    total: Duration,
+    remaining: Duration,
 }
 
 /// Frame buffers kept per connection for reuse.
@@ -902,6 +966,41 @@ impl State {
 
     fn failure(&self) -> Option<Failure> {
         lock(&self.failure).clone()
+    }
+
+    /// The broker asked for `ms` of quiet from `now` on: extend the throttle window.
+    fn throttle(&self, now: tokio::time::Instant, ms: i32) {
+        let until = now + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+        let mut t = lock(&self.throttle);
+        let from = t.until.map_or(now, |u| u.max(now));
+        if until > from {
+            t.total += until - from;
+            t.until = Some(until);
+        }
+    }
+
+    /// The end of the running throttle, if one runs.
+    fn throttled_until(&self) -> Option<tokio::time::Instant> {
+        lock(&self.throttle)
+            .until
+            .filter(|u| *u > tokio::time::Instant::now())
+    }
+
+    fn throttle_mark(&self, now: tokio::time::Instant) -> ThrottleMark {
+        let t = lock(&self.throttle);
+        ThrottleMark {
+            total: t.total,
+            remaining: t
+                .until
+                .map_or(Duration::ZERO, |u| u.saturating_duration_since(now)),
+        }
+    }
+
+    /// How much throttled time falls after `mark` was taken (an upper bound: the rest of
+    /// the throttle then running, and every throttle added since).
+    fn throttled_since(&self, mark: &ThrottleMark) -> Duration {
+        let total = lock(&self.throttle).total;
+        mark.remaining + total.saturating_sub(mark.total)
     }
 
     fn error_from(&self, f: &Failure) -> Error {
@@ -990,6 +1089,17 @@ impl State {
             size = body.len(),
             "received response"
         );
+        if let Some(ms) = throttle::client_throttle_ms(pending.api_key, pending.api_version, &body)
+        {
+            self.throttle(tokio::time::Instant::now(), ms);
+            debug!(
+                broker = %self.broker,
+                api = %pending.api_key,
+                correlation_id,
+                throttle_time_ms = ms,
+                "throttled by a broker quota: holding further requests (KIP-219)"
+            );
+        }
         if pending.tx.send(Ok(body)).is_err() {
             debug!(
                 broker = %self.broker,
@@ -1008,6 +1118,7 @@ const UNANSWERED_MEMORY: usize = 1024;
 /// A request written and awaiting its response. Holds its in-flight permit until then.
 struct Pending {
     api_key: ApiKey,
+    api_version: i16,
     header_version: i16,
     tx: oneshot::Sender<Result<Bytes>>,
     _permit: Option<OwnedSemaphorePermit>,
@@ -1071,6 +1182,7 @@ enum Reply {
     /// A response is expected, with a header of `header_version`.
     Response {
         api_key: ApiKey,
+        api_version: i16,
         header_version: i16,
         tx: oneshot::Sender<Result<Bytes>>,
         /// Written even when the caller gave up before its turn (see
@@ -1120,6 +1232,13 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     while let Some(first) = commands.recv().await {
         let mut next = Some(first);
         while let Some(command) = next {
+            if state.throttled_until().is_some() {
+                writer.flush().await.map_err(write_failure)?;
+                while let Some(until) = state.throttled_until() {
+                    tokio::time::sleep_until(until).await;
+                }
+                trace!(broker = %state.broker, "quota throttle over: writing again");
+            }
             write_one(&mut writer, command, state).await?;
             next = commands.try_recv().ok();
         }
@@ -1159,6 +1278,7 @@ async fn write_one<W: AsyncWrite + Unpin>(
     match reply {
         Reply::Response {
             api_key,
+            api_version,
             header_version,
             tx,
             ordered,
@@ -1181,6 +1301,7 @@ async fn write_one<W: AsyncWrite + Unpin>(
                     correlation_id,
                     Pending {
                         api_key,
+                        api_version,
                         header_version,
                         tx,
                         _permit: permit,
@@ -1385,10 +1506,11 @@ mod tests {
             self.write_raw(&frame).await;
         }
 
-        /// Answer `seen` at its version with `throttle_time_ms` set to `tag`.
+        /// Answer `seen` at its version with `tag` as the key of its only API range (see
+        /// [`tag_in`]; not in `throttle_time_ms`, which would throttle the connection).
         async fn answer(&mut self, seen: &Seen, tag: i32) {
             let resp = ApiVersionsResponse {
-                throttle_time_ms: tag,
+                api_keys: vec![range(ApiKey(tag as i16), 0, 0)],
                 ..ApiVersionsResponse::default()
             };
             self.respond(seen.header.correlation_id, seen.header.api_version, &resp)
@@ -1424,7 +1546,7 @@ mod tests {
     }
 
     /// A request whose response can be told apart: the peer echoes `n` in
-    /// `throttle_time_ms` (see [`tag_of`]).
+    /// an API range key (see [`tag_of`]).
     fn tagged(n: i32) -> ApiVersionsRequest {
         ApiVersionsRequest {
             client_software_name: format!("r{n}"),
@@ -1439,6 +1561,11 @@ mod tests {
 
     async fn send_negotiated(conn: &Connection, n: i32) -> Result<ApiVersionsResponse> {
         conn.send(&tagged(n)).await
+    }
+
+    /// The tag [`Peer::answer`] put in a response.
+    fn tag_in(resp: &ApiVersionsResponse) -> i32 {
+        resp.api_keys.first().map_or(-1, |r| i32::from(r.api_key.0))
     }
 
     fn tag_of(seen: &Seen) -> i32 {
@@ -1661,7 +1788,7 @@ mod tests {
             assert_eq!(seen.header.api_version, 2);
             peer.answer(&seen, 7).await;
         });
-        assert_eq!(resp.unwrap().throttle_time_ms, 7);
+        assert_eq!(tag_in(&resp.unwrap()), 7);
     }
 
     #[tokio::test]
@@ -1819,7 +1946,7 @@ mod tests {
         };
         let (results, ()) = tokio::join!(sends, serve);
         for (n, r) in results.into_iter().enumerate() {
-            assert_eq!(r.unwrap().throttle_time_ms, 100 + n as i32);
+            assert_eq!(tag_in(&r.unwrap()), 100 + n as i32);
         }
         assert!(!conn.is_closed());
     }
@@ -1854,7 +1981,7 @@ mod tests {
         };
         let (results, ()) = tokio::join!(sends, serve);
         for (n, r) in results.into_iter().enumerate() {
-            assert_eq!(r.unwrap().throttle_time_ms, n as i32);
+            assert_eq!(tag_in(&r.unwrap()), n as i32);
         }
     }
 
@@ -1990,7 +2117,7 @@ mod tests {
             peer.answer(&first, 1).await;
             peer.answer(&second, 2).await;
         });
-        assert_eq!(r.unwrap().throttle_time_ms, 2);
+        assert_eq!(tag_in(&r.unwrap()), 2);
         assert!(!conn.is_closed());
     }
 
@@ -2009,13 +2136,13 @@ mod tests {
                 .is_err());
             peer.answer(&first, 1).await;
         });
-        assert_eq!(r.unwrap().throttle_time_ms, 1);
+        assert_eq!(tag_in(&r.unwrap()), 1);
         let (r, seen) = tokio::join!(send_tagged(&conn, 3, 3), async {
             let s = peer.read_request().await;
             peer.answer(&s, 3).await;
             s
         });
-        assert_eq!(r.unwrap().throttle_time_ms, 3);
+        assert_eq!(tag_in(&r.unwrap()), 3);
         assert_eq!(tag_of(&seen), 3, "abandoned request must not be written");
     }
 
@@ -2040,8 +2167,8 @@ mod tests {
             tags
         });
         assert_eq!(seen, [1, 2, 3]);
-        assert_eq!(r1.unwrap().throttle_time_ms, 1);
-        assert_eq!(r3.unwrap().throttle_time_ms, 3);
+        assert_eq!(tag_in(&r1.unwrap()), 1);
+        assert_eq!(tag_in(&r3.unwrap()), 3);
     }
 
     #[tokio::test]
@@ -2059,7 +2186,7 @@ mod tests {
             let s = peer.read_request().await;
             peer.answer(&s, 6).await;
         });
-        assert_eq!(r.unwrap().throttle_time_ms, 6);
+        assert_eq!(tag_in(&r.unwrap()), 6);
     }
 
     #[tokio::test]
@@ -2073,7 +2200,7 @@ mod tests {
             let s = peer.read_request().await;
             peer.answer(&s, 6).await;
         });
-        assert_eq!(r.unwrap().throttle_time_ms, 6);
+        assert_eq!(tag_in(&r.unwrap()), 6);
         assert!(!conn.is_closed());
     }
 
@@ -2104,7 +2231,7 @@ mod tests {
             let s = peer.read_request().await;
             peer.answer(&s, 1).await;
         });
-        assert_eq!(r.unwrap().throttle_time_ms, 1);
+        assert_eq!(tag_in(&r.unwrap()), 1);
         drop(other);
         // EOF: the driver task ended and dropped the stream.
         assert!(peer.request_within(T).await.is_none());
@@ -2127,5 +2254,109 @@ mod tests {
         assert_eq!(conn.next_correlation_id(), i32::MAX);
         assert_eq!(conn.next_correlation_id(), 0);
         assert_eq!(conn.next_correlation_id(), 1);
+    }
+
+    /// Answer `seen` asking for `ms` of quota throttle (KIP-219).
+    async fn answer_throttled(peer: &mut Peer, seen: &Seen, ms: i32) {
+        let resp = ApiVersionsResponse {
+            throttle_time_ms: ms,
+            ..ApiVersionsResponse::default()
+        };
+        peer.respond(seen.header.correlation_id, seen.header.api_version, &resp)
+            .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_response_holds_the_next_request_back() {
+        let (conn, mut peer) = handshake_with(vec![range(ApiKey::API_VERSIONS, 0, 3)]).await;
+        let (r, ()) = tokio::join!(send_negotiated(&conn, 1), async {
+            let seen = peer.read_request().await;
+            answer_throttled(&mut peer, &seen, 500).await;
+        });
+        assert_eq!(r.unwrap().throttle_time_ms, 500);
+        let answered = tokio::time::Instant::now();
+        assert!(conn.throttled_until().is_some());
+        let (r, ()) = tokio::join!(send_negotiated(&conn, 2), async {
+            assert!(
+                peer.request_within(Duration::from_millis(490))
+                    .await
+                    .is_none(),
+                "a request was written while the connection was throttled"
+            );
+            let seen = peer.read_request().await;
+            assert!(answered.elapsed() >= Duration::from_millis(500));
+            assert_eq!(tag_of(&seen), 2);
+            peer.answer(&seen, 2).await;
+        });
+        assert_eq!(tag_in(&r.unwrap()), 2);
+        assert!(conn.throttled_until().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queued_requests_wait_for_the_throttle_too() {
+        let (conn, mut peer) = handshake_with(vec![range(ApiKey::API_VERSIONS, 0, 3)]).await;
+        let (r, ()) = tokio::join!(send_negotiated(&conn, 1), async {
+            let seen = peer.read_request().await;
+            answer_throttled(&mut peer, &seen, 300).await;
+        });
+        assert!(r.is_ok());
+        let answered = tokio::time::Instant::now();
+        let queued = conn.queue_request(&tagged(2), 3).unwrap();
+        let (r, ()) = tokio::join!(queued, async {
+            assert!(peer
+                .request_within(Duration::from_millis(290))
+                .await
+                .is_none());
+            let seen = peer.read_request().await;
+            assert!(answered.elapsed() >= Duration::from_millis(300));
+            peer.answer(&seen, 2).await;
+        });
+        assert_eq!(tag_in(&r.unwrap()), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_throttled_does_not_count_against_the_request_timeout() {
+        let (client, broker) = tokio::io::duplex(64 * 1024);
+        let config = ConnectionConfig {
+            request_timeout: Duration::from_secs(1),
+            ..ConnectionConfig::default()
+        };
+        let conn = Connection::from_stream_without_handshake(client, "fake:9092", config).unwrap();
+        let mut peer = Peer { io: broker };
+        let (r, ()) = tokio::join!(send_tagged(&conn, 1, 3), async {
+            let seen = peer.read_request().await;
+            answer_throttled(&mut peer, &seen, 3000).await;
+        });
+        assert!(r.is_ok());
+        // Held back for 3 s, then answered at once: not a timeout of the 1 s request.
+        let (r, ()) = tokio::join!(send_tagged(&conn, 2, 3), async {
+            let seen = peer.read_request().await;
+            peer.answer(&seen, 2).await;
+        });
+        assert_eq!(tag_in(&r.unwrap()), 2);
+        assert!(!conn.is_closed());
+        // A broker that then does not answer still times out.
+        let (r, _) = tokio::join!(send_tagged(&conn, 3, 3), peer.read_request());
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::Timeout);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn broker_throttled_versions_do_not_hold_requests() {
+        // ApiVersions v1 predates KIP-219: the broker delayed the answer itself.
+        let (conn, mut peer) = handshake_with(vec![range(ApiKey::API_VERSIONS, 0, 1)]).await;
+        let (r, ()) = tokio::join!(send_negotiated(&conn, 1), async {
+            let seen = peer.read_request().await;
+            assert_eq!(seen.header.api_version, 1);
+            answer_throttled(&mut peer, &seen, 5000).await;
+        });
+        assert_eq!(r.unwrap().throttle_time_ms, 5000);
+        assert!(conn.throttled_until().is_none());
+        let started = tokio::time::Instant::now();
+        let (_, seen) = tokio::join!(
+            tokio::time::timeout(Duration::from_millis(100), send_negotiated(&conn, 2)),
+            peer.read_request()
+        );
+        assert_eq!(seen.header.api_version, 1);
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 }

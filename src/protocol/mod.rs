@@ -5,6 +5,7 @@
 //! - [`messages`]: one module per API, each with its request and response, both of which
 //!   encode *and* decode (so tests and fake peers can play either side).
 //! - [`ErrorCode`]: the protocol's error codes.
+//! - [`throttle`]: which responses carry a quota throttle time the client honours (KIP-219).
 //! - [`consumer_protocol`]: the Java consumer's subscription and assignment bytes carried
 //!   inside group requests.
 //!
@@ -20,6 +21,7 @@ pub mod error;
 pub mod header;
 pub mod messages;
 pub mod primitives;
+pub mod throttle;
 
 pub use error::ErrorCode;
 pub use header::{RequestHeader, ResponseHeader};
@@ -260,6 +262,8 @@ api_keys! {
     DELETE_GROUPS = 42, "DeleteGroups";
     INCREMENTAL_ALTER_CONFIGS = 44, "IncrementalAlterConfigs";
     OFFSET_DELETE = 47, "OffsetDelete";
+    DESCRIBE_CLIENT_QUOTAS = 48, "DescribeClientQuotas";
+    ALTER_CLIENT_QUOTAS = 49, "AlterClientQuotas";
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50, "DescribeUserScramCredentials";
     ALTER_USER_SCRAM_CREDENTIALS = 51, "AlterUserScramCredentials";
     DESCRIBE_CLUSTER = 60, "DescribeCluster";

@@ -510,6 +510,8 @@ impl ReaderHandle {
                 .filter(|p| p.fetch == Position::Parked)
                 .count(),
             log_truncations: c.log_truncations.load(Ordering::Relaxed),
+            throttle_time_avg: c.throttle.avg(),
+            throttle_time_max: c.throttle.max(),
         }
     }
 

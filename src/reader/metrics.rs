@@ -25,6 +25,9 @@ struct Published {
     fetch_latency_avg: Gauge,
     fetch_latency_max: Gauge,
     fetch_window: Window,
+    throttle_avg: Gauge,
+    throttle_max: Gauge,
+    throttle_window: Window,
     lag_max: Gauge,
     assigned: Gauge,
     buffered: Gauge,
@@ -59,6 +62,9 @@ impl Published {
             fetch_latency_avg: gauge!("kafka_consumer_fetch_latency_avg", "client_id" => id()),
             fetch_latency_max: gauge!("kafka_consumer_fetch_latency_max", "client_id" => id()),
             fetch_window: Window::default(),
+            throttle_avg: gauge!("kafka_consumer_fetch_throttle_time_avg", "client_id" => id()),
+            throttle_max: gauge!("kafka_consumer_fetch_throttle_time_max", "client_id" => id()),
+            throttle_window: Window::default(),
             lag_max: gauge!("kafka_consumer_records_lag_max", "client_id" => id()),
             assigned: gauge!("kafka_consumer_assigned_partitions", "client_id" => id()),
             buffered: gauge!("kafka_consumer_buffered_records", "client_id" => id()),
@@ -96,6 +102,11 @@ impl Published {
             self.fetch_latency_avg.set(ms(mean));
             self.fetch_latency_max.set(ms(max as f64));
         }
+        let (responses, throttle_ms) = c.throttle.totals();
+        if let Some(mean) = self.throttle_window.mean(responses, throttle_ms) {
+            self.throttle_avg.set(mean);
+        }
+        self.throttle_max.set(c.throttle.max().as_millis() as f64);
         let mut lag_max = 0i64;
         let mut lags: Vec<((Arc<str>, i32), i64)> = Vec::new();
         let (assigned, buffered) = {

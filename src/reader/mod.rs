@@ -172,6 +172,14 @@ pub struct ReaderStats {
     /// election): each continued per [`ReaderConfig::offset_reset`] or was yielded as a
     /// [`LogTruncation`] error.
     pub log_truncations: u64,
+    /// Mean quota throttle time the brokers reported in fetch responses, over every
+    /// answered fetch (Java `fetch-throttle-time-avg`). While a broker throttles a
+    /// connection nothing more is sent on it (KIP-219, see
+    /// [`Connection::throttled_until`](crate::conn::Connection::throttled_until)).
+    pub throttle_time_avg: std::time::Duration,
+    /// Longest quota throttle time reported in a fetch response (Java
+    /// `fetch-throttle-time-max`).
+    pub throttle_time_max: std::time::Duration,
 }
 
 /// A Kafka consumer over explicit partitions: a `Stream` of messages.

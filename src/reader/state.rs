@@ -1148,6 +1148,8 @@ pub(crate) struct Counters {
     /// The last failure of the fetch task or the group task.
     pub(crate) last_error: LastError,
     pub(crate) tasks_running: AtomicUsize,
+    /// `throttle_time_ms` of fetch responses.
+    pub(crate) throttle: crate::util::ThrottleTimes,
     /// Fetch request times, for the metrics collector.
     #[cfg(feature = "metrics")]
     pub(crate) fetch_latency: crate::metrics::Latency,

@@ -465,6 +465,7 @@ async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<Fet
         _ => tracing::debug_span!("fetch", broker_id = broker, partitions = jobs.len()),
     };
     let resp = conn.send_version(&req, version).instrument(span).await?;
+    shared.counters.throttle.record(resp.throttle_time_ms);
     #[cfg(feature = "metrics")]
     shared.counters.fetch_latency.record(started.elapsed());
     if resp.error_code != 0 {

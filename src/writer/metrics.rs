@@ -32,6 +32,9 @@ struct Published {
     available: Gauge,
     total: Gauge,
     queued: Gauge,
+    throttle_avg: Gauge,
+    throttle_max: Gauge,
+    throttle_window: Window,
     connections: Connections,
 }
 
@@ -58,6 +61,9 @@ impl Published {
             available: gauge!("kafka_producer_buffer_available_bytes", "client_id" => id()),
             total: gauge!("kafka_producer_buffer_total_bytes", "client_id" => id()),
             queued: gauge!("kafka_producer_queued_records", "client_id" => id()),
+            throttle_avg: gauge!("kafka_producer_produce_throttle_time_avg", "client_id" => id()),
+            throttle_max: gauge!("kafka_producer_produce_throttle_time_max", "client_id" => id()),
+            throttle_window: Window::default(),
             connections: Connections::new("kafka_producer", client_id),
         }
     }
@@ -106,6 +112,11 @@ impl Published {
             .set(shared.max_buffered.saturating_sub(buffered) as f64);
         self.total.set(shared.max_buffered as f64);
         self.queued.set(load(&c.queued) as f64);
+        let (responses, throttle_ms) = c.throttle.totals();
+        if let Some(mean) = self.throttle_window.mean(responses, throttle_ms) {
+            self.throttle_avg.set(mean);
+        }
+        self.throttle_max.set(c.throttle.max().as_millis() as f64);
         self.connections.publish(cluster);
         true
     }

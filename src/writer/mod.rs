@@ -231,6 +231,15 @@ pub struct WriterStats {
     pub write_time_avg: std::time::Duration,
     /// Longest time from sending a produce request to its answer.
     pub write_time_max: std::time::Duration,
+    /// Mean quota throttle time the brokers reported in produce responses, over every
+    /// answered produce request (Java `produce-throttle-time-avg`). While a broker
+    /// throttles a connection, nothing more is sent on it (KIP-219, see
+    /// [`Connection::throttled_until`](crate::conn::Connection::throttled_until)), so
+    /// a producer over its quota writes at about the quota's rate.
+    pub throttle_time_avg: std::time::Duration,
+    /// Longest quota throttle time reported in a produce response (Java
+    /// `produce-throttle-time-max`).
+    pub throttle_time_max: std::time::Duration,
 }
 
 #[derive(Default)]
@@ -249,6 +258,8 @@ struct Counters {
     answered: AtomicU64,
     write_micros: AtomicU64,
     write_micros_max: AtomicU64,
+    /// `throttle_time_ms` of produce responses.
+    throttle: crate::util::ThrottleTimes,
 }
 
 /// State shared by the writer's clones, handles and task.
@@ -555,6 +566,8 @@ impl Shared {
             write_time_max: std::time::Duration::from_micros(
                 c.write_micros_max.load(Ordering::Relaxed),
             ),
+            throttle_time_avg: c.throttle.avg(),
+            throttle_time_max: c.throttle.max(),
         }
     }
 

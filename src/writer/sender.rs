@@ -347,21 +347,30 @@ impl Task {
                 tracing::debug_span!("produce", broker_id = broker, partitions = batches.len());
             let result = match queued {
                 Some((conn, Ok(response))) => {
-                    match tokio::time::timeout(timeout, response)
+                    // time held back by a broker quota (KIP-219) does not count
+                    match conn
+                        .timeout_unthrottled(timeout, response)
                         .instrument(span)
                         .await
                     {
-                        Ok(Ok(resp)) => Ok(produce_outcomes(&resp, &batches, conn.broker())),
-                        Ok(Err(e)) => Err(e),
-                        Err(_) => Err(produce_timeout(broker, timeout)),
+                        Some(Ok(resp)) => {
+                            shared.stats.throttle.record(resp.throttle_time_ms);
+                            Ok(produce_outcomes(&resp, &batches, conn.broker()))
+                        }
+                        Some(Err(e)) => Err(e),
+                        None => Err(produce_timeout(broker, timeout)),
                     }
                 }
                 Some((_, Err(e))) => Err(e),
-                None => {
-                    produce(&cluster, broker, &batches, acks, timeout, txn_id, versions)
-                        .instrument(span)
-                        .await
-                }
+                None => produce(&cluster, broker, &batches, acks, timeout, txn_id, versions)
+                    .instrument(span)
+                    .await
+                    .map(|(outcomes, throttle_ms)| {
+                        if let Some(ms) = throttle_ms {
+                            shared.stats.throttle.record(ms);
+                        }
+                        outcomes
+                    }),
             };
             if result.is_ok() {
                 let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
@@ -870,7 +879,8 @@ fn produce_timeout(broker: i32, timeout: Duration) -> Error {
 }
 
 /// Send one produce request carrying `batches` to broker `broker`, connecting first if
-/// needed; one outcome per batch, in order, or one error for the whole request.
+/// needed; one outcome per batch, in order, and the response's throttle time (none with
+/// `acks=0`), or one error for the whole request.
 async fn produce(
     cluster: &Cluster,
     broker: i32,
@@ -879,17 +889,20 @@ async fn produce(
     timeout: Duration,
     transactional_id: Option<Arc<str>>,
     versions: (i16, i16),
-) -> Result<Vec<Outcome>> {
+) -> Result<(Vec<Outcome>, Option<i32>)> {
     let work = async {
         let conn = cluster.connection(broker).await?;
         let version = produce_version(&conn, versions)?;
         let req = produce_request(batches, acks, timeout, transactional_id.as_deref());
         if acks == RequiredAcks::None {
             conn.send_no_response(&req, version).await?;
-            return Ok(batches.iter().map(|_| (Ok(-1), -1)).collect());
+            return Ok((batches.iter().map(|_| (Ok(-1), -1)).collect(), None));
         }
         let resp = conn.send_version(&req, version).await?;
-        Ok(produce_outcomes(&resp, batches, conn.broker()))
+        Ok((
+            produce_outcomes(&resp, batches, conn.broker()),
+            Some(resp.throttle_time_ms),
+        ))
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,

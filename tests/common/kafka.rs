@@ -215,6 +215,10 @@ fn base_props(replication: usize) -> BTreeMap<String, String> {
         ("group.consumer.min.heartbeat.interval.ms", "500"),
         ("group.consumer.heartbeat.interval.ms", "1000"),
         ("log.cleaner.dedupe.buffer.size", "2097152"),
+        // Client quotas (KIP-219 tests): rates over 2 samples of 1 s instead of 11, so a
+        // quota bites after about a second's worth of bytes, not ten.
+        ("quota.window.num", "2"),
+        ("quota.window.size.seconds", "1"),
         ("log.segment.bytes", "67108864"),
         ("broker.heartbeat.interval.ms", "500"),
         ("broker.session.timeout.ms", "3000"),

@@ -561,3 +561,37 @@ pub fn librdkafka_partitions(
         })
         .collect()
 }
+
+/// Set (`Some`) or remove (`None`) the client quota `key` (`producer_byte_rate`,
+/// `consumer_byte_rate`, …) of the client id `client_id` with a raw AlterClientQuotas
+/// request to the broker at `addr`; panics unless the broker accepted it.
+pub async fn set_client_quota(addr: &str, client_id: &str, key: &str, value: Option<f64>) {
+    use kafkapipe::protocol::messages::{
+        AlterClientQuotaEntity, AlterClientQuotaEntry, AlterClientQuotaOp, AlterClientQuotasRequest,
+    };
+    let conn = kafkapipe::conn::Connection::connect(addr, Default::default())
+        .await
+        .unwrap();
+    let req = AlterClientQuotasRequest {
+        entries: vec![AlterClientQuotaEntry {
+            entity: vec![AlterClientQuotaEntity {
+                entity_type: "client-id".into(),
+                entity_name: Some(client_id.into()),
+                ..Default::default()
+            }],
+            ops: vec![AlterClientQuotaOp {
+                key: key.into(),
+                value: value.unwrap_or(0.0),
+                remove: value.is_none(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let resp = conn.send(&req).await.unwrap();
+    for e in &resp.entries {
+        assert_eq!(e.error_code, 0, "AlterClientQuotas: {:?}", e.error_message);
+    }
+    conn.close().await;
+}

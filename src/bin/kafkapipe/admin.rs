@@ -1,11 +1,11 @@
-//! The admin commands: `topics`, `groups`, `offsets`, `cluster`.
+//! The admin commands: `topics`, `groups`, `offsets`, `cluster`, `quotas`.
 
 use std::io::Write;
 
 use kafkapipe::admin::{Admin, ConfigResource, OffsetFetchOptions, OffsetSpec, TopicPartition};
 use kafkapipe::conn::NewTopic;
 
-use crate::{io, Fail, GroupsCmd, TopicsCmd};
+use crate::{io, Fail, GroupsCmd, QuotaEntityArgs, QuotasCmd, TopicsCmd};
 
 /// `topics [list|create|delete|describe]`.
 pub async fn topics(
@@ -328,4 +328,85 @@ pub async fn cluster(admin: &Admin, out: &mut dyn Write) -> Result<(), Fail> {
         writeln!(out, "broker {} {}", b.id, b.addr()).map_err(io)?;
     }
     Ok(())
+}
+
+/// The components given on the command line, as (type, name or `None` for the default).
+fn quota_components(
+    a: &QuotaEntityArgs,
+) -> Vec<(kafkapipe::admin::QuotaEntityType, Option<String>)> {
+    use kafkapipe::admin::QuotaEntityType as T;
+    let mut c = Vec::new();
+    for (kind, name, default) in [
+        (T::User, &a.user, a.default_user),
+        (T::ClientId, &a.client_id, a.default_client_id),
+        (T::Ip, &a.ip, a.default_ip),
+    ] {
+        match (name, default) {
+            (Some(n), _) => c.push((kind, Some(n.clone()))),
+            (None, true) => c.push((kind, None)),
+            (None, false) => {}
+        }
+    }
+    c
+}
+
+/// `quotas describe|alter`.
+pub async fn quotas(admin: &Admin, cmd: QuotasCmd, out: &mut dyn Write) -> Result<(), Fail> {
+    use kafkapipe::admin::{QuotaEntity, QuotaFilter, QuotaMatch, QuotaOp};
+    match cmd {
+        QuotasCmd::Describe { entity, strict } => {
+            let mut filter = QuotaFilter::all().strict(strict);
+            for (kind, name) in quota_components(&entity) {
+                let m = match name {
+                    Some(n) => QuotaMatch::Exact(n),
+                    None => QuotaMatch::Default,
+                };
+                filter = filter.component(kind, m);
+            }
+            for (entity, values) in admin.describe_client_quotas(&filter).await? {
+                let values: Vec<String> = values.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                writeln!(out, "{entity}\t{}", values.join(",")).map_err(io)?;
+            }
+            Ok(())
+        }
+        QuotasCmd::Alter {
+            entity,
+            set,
+            remove,
+            validate_only,
+        } => {
+            let components = quota_components(&entity);
+            if components.is_empty() {
+                return Err(Fail::Usage(
+                    "quotas alter needs an entity: --user, --client-id, --ip or a --default-*"
+                        .into(),
+                ));
+            }
+            let mut ops = Vec::new();
+            for kv in &set {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| Fail::Usage(format!("--set wants KEY=VALUE, got {kv:?}")))?;
+                let v: f64 = v
+                    .parse()
+                    .map_err(|_| Fail::Usage(format!("--set {k}: {v:?} is not a number")))?;
+                ops.push(QuotaOp::set(k, v));
+            }
+            ops.extend(remove.iter().map(QuotaOp::remove));
+            if ops.is_empty() {
+                return Err(Fail::Usage("quotas alter needs --set or --remove".into()));
+            }
+            let entity = QuotaEntity { components };
+            let done = if validate_only {
+                "validated"
+            } else {
+                "altered"
+            };
+            let r = admin
+                .alter_client_quotas(&[(entity, ops)], validate_only)
+                .await
+                .map(|r| r.into_iter().map(|(e, r)| (e.to_string(), r)).collect());
+            report(r, done, out)
+        }
+    }
 }

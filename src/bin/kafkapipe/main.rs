@@ -94,6 +94,63 @@ enum Cmd {
         #[command(subcommand)]
         cmd: security::UsersCmd,
     },
+    /// Describe or alter client quotas (KIP-546).
+    Quotas {
+        #[command(subcommand)]
+        cmd: QuotasCmd,
+    },
+}
+
+/// The entity a `quotas` command is about: at most one user and one client id, or an ip.
+#[derive(Debug, Args)]
+pub struct QuotaEntityArgs {
+    /// A user (principal name).
+    #[arg(long, conflicts_with = "default_user")]
+    pub user: Option<String>,
+    /// The default user (every user without a quota of its own).
+    #[arg(long)]
+    pub default_user: bool,
+    /// A client id.
+    #[arg(long, conflicts_with = "default_client_id")]
+    pub client_id: Option<String>,
+    /// The default client id.
+    #[arg(long)]
+    pub default_client_id: bool,
+    /// An IP address (only `connection_creation_rate`).
+    #[arg(long, conflicts_with = "default_ip")]
+    pub ip: Option<String>,
+    /// The default IP.
+    #[arg(long)]
+    pub default_ip: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QuotasCmd {
+    /// Print the quotas of the entities matching the given components (all without any):
+    /// one line per entity, `ENTITY<TAB>key=value,...`.
+    Describe {
+        #[command(flatten)]
+        entity: QuotaEntityArgs,
+        /// Only entities made of exactly the given component types.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Set or remove quota values of one entity, e.g.
+    /// `quotas alter --client-id app --set producer_byte_rate=1048576`.
+    Alter {
+        #[command(flatten)]
+        entity: QuotaEntityArgs,
+        /// Set a quota (repeatable): producer_byte_rate, consumer_byte_rate,
+        /// request_percentage, controller_mutation_rate, connection_creation_rate.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Remove a quota (repeatable).
+        #[arg(long = "remove", value_name = "KEY")]
+        remove: Vec<String>,
+        /// Only have the broker validate the change.
+        #[arg(long)]
+        validate_only: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -354,6 +411,7 @@ async fn run(cmd: Cmd, brokers: &[String], settings: &settings::Settings) -> Res
                 Cmd::Cluster => admin::cluster(&admin, &mut out).await,
                 Cmd::Acls { cmd } => security::acls(&admin, cmd, &mut out).await,
                 Cmd::Users { cmd } => security::users(&admin, cmd, &mut out).await,
+                Cmd::Quotas { cmd } => admin::quotas(&admin, cmd, &mut out).await,
                 Cmd::Produce(_) | Cmd::Consume(_) => Ok(()),
             };
             let flushed = std::io::Write::flush(&mut out).map_err(io);

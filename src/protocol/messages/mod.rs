@@ -35,6 +35,8 @@
 //! | DeleteGroups (42) | 0–2 | 2 |
 //! | IncrementalAlterConfigs (44) | 0–1 | 1 |
 //! | OffsetDelete (47) | 0–0 | — |
+//! | DescribeClientQuotas (48) | 0–1 | 1 |
+//! | AlterClientQuotas (49) | 0–1 | 1 |
 //! | DescribeUserScramCredentials (50) | 0–0 | 0 |
 //! | AlterUserScramCredentials (51) | 0–0 | 0 |
 //! | DescribeCluster (60) | 0–2 | 0 |
@@ -52,6 +54,7 @@
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
+pub mod alter_client_quotas;
 pub mod alter_configs;
 pub mod alter_share_group_offsets;
 pub mod alter_user_scram_credentials;
@@ -67,6 +70,7 @@ pub mod delete_records;
 pub mod delete_share_group_offsets;
 pub mod delete_topics;
 pub mod describe_acls;
+pub mod describe_client_quotas;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -182,6 +186,15 @@ pub use offset_for_leader_epoch::{
 pub use sasl_authenticate::{SaslAuthenticateRequest, SaslAuthenticateResponse};
 pub use sasl_handshake::{SaslHandshakeRequest, SaslHandshakeResponse};
 pub use sync_group::{SyncGroupRequest, SyncGroupRequestAssignment, SyncGroupResponse};
+
+pub use alter_client_quotas::{
+    AlterClientQuotaEntity, AlterClientQuotaEntry, AlterClientQuotaEntryResult, AlterClientQuotaOp,
+    AlterClientQuotaResultEntity, AlterClientQuotasRequest, AlterClientQuotasResponse,
+};
+pub use describe_client_quotas::{
+    ClientQuotaFilterComponent, DescribeClientQuotasRequest, DescribeClientQuotasResponse,
+    DescribedClientQuotaEntity, DescribedClientQuotaEntry, DescribedClientQuotaValue,
+};
 
 pub use add_offsets_to_txn::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
 pub use add_partitions_to_txn::{
