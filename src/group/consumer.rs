@@ -45,14 +45,14 @@ use tracing::{debug, info, warn};
 
 use super::coordinator::{coordinator_lost, coordinator_retriable, Lane};
 use super::{AbortOnDrop, CommitMode, GroupTask};
+use crate::common::retry::Streak;
+use crate::common::TopicPartition;
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatRequestTopicPartitions,
     ConsumerGroupHeartbeatResponse,
 };
 use crate::protocol::{ApiKey, ErrorCode};
-use crate::reader::retry::Streak;
-use crate::reader::TopicPartition;
 
 /// A Kafka topic id.
 pub(crate) type TopicId = [u8; 16];

@@ -74,11 +74,10 @@
 //! task whether or not the application polls the reader (no `max.poll.interval.ms`
 //! liveness check): a stuck application keeps its partitions.
 
-mod ack;
 mod assignor;
 mod commit;
 mod consumer;
-pub(crate) mod coordinator;
+pub(crate) use crate::coordinator;
 mod offset_store;
 mod revoke_hook;
 // Coordinator faults, against MockCluster.
@@ -104,9 +103,9 @@ use futures::Stream;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn, Instrument};
 
-pub use ack::{AckToken, SharedAck};
-pub(crate) use ack::{HeldAck, Pulse, Track};
-pub(crate) use ack::{ShareLedger, ShareOutcome};
+pub use crate::ack::{AckToken, SharedAck};
+pub(crate) use crate::ack::{Pulse, Track};
+pub(crate) use crate::ack::{ShareLedger, ShareOutcome};
 pub use assignor::{
     Assignor, CooperativeStickyAssignor, GroupMember, RangeAssignor, RebalanceProtocol,
     RoundRobinAssignor,
@@ -121,6 +120,8 @@ pub use revoke_hook::RevokeHook;
 pub(crate) use revoke_hook::SharedRevokeHook;
 
 use crate::admin::Admin;
+use crate::common::retry::{self, deadline_after, Streak, WarnLimit};
+use crate::common::{StartOffset, TopicPartition};
 use crate::conn::Connection;
 use crate::error::{Error, Result};
 use crate::protocol::consumer_protocol::{
@@ -131,8 +132,7 @@ use crate::protocol::messages::{
     LeaveGroupRequest, MemberIdentity, SyncGroupRequest, SyncGroupRequestAssignment,
 };
 use crate::protocol::ErrorCode;
-use crate::reader::retry::{self, deadline_after, Streak, WarnLimit};
-use crate::reader::{ReaderConfig, StartOffset, TopicPartition};
+use crate::reader::ReaderConfig;
 
 /// Whether `name` matches the glob `pattern`: `*` matches any run of characters
 /// (including none), `?` exactly one; everything else matches itself. The whole name must

@@ -97,7 +97,6 @@
 mod accumulator;
 mod balancer;
 mod config;
-mod eos;
 mod message;
 mod metadata;
 #[cfg(feature = "metrics")]
@@ -121,15 +120,17 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 pub use balancer::{Balancer, Crc32, Hash, LeastBytes, Murmur2, ReferenceHash, RoundRobin, Sticky};
 pub use config::{TransactionProtocol, WriterConfig};
-pub use eos::{ExactlyOnceSink, PipelineConfig, PipelineStats};
+// The exactly-once pipeline sits above the reader and the writer (DESIGN.md, "Layers");
+// its types keep their public paths here.
+pub use crate::eos::{ExactlyOnceSink, PipelineConfig, PipelineStats};
 pub use message::Message;
 pub use transactional::{GroupMetadata, TransactionalWriter};
 pub use txn::TransactionState;
 
+use crate::ack::HeldAck;
 use crate::cluster::Cluster;
+use crate::coordinator::Coordinator;
 use crate::error::{Error, Result};
-use crate::group::coordinator::Coordinator;
-use crate::group::HeldAck;
 use accumulator::Msg;
 use task::{Cmd, Task};
 
