@@ -19,8 +19,8 @@ use tracing::{debug, info, warn};
 use super::{ack_batches, Counters, Ledger, ShareReaderConfig, Tp, REJECT};
 use crate::admin::Admin;
 use crate::cluster::Cluster;
-use crate::coordinator::{coordinator_lost, Coordinator, Lane};
 use crate::error::{Error, ErrorKind, Result};
+use crate::group::coordinator::{coordinator_lost, Coordinator, Lane};
 use crate::group::AckToken;
 use crate::protocol::messages::{
     ShareAcknowledgePartition, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
