@@ -64,6 +64,7 @@
 
 mod admin_apis;
 mod consumer_group;
+mod gate;
 mod group;
 mod handlers;
 mod log;
@@ -85,6 +86,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::{ApiKey, ErrorCode, Request, RequestHeader};
 use crate::record::{decode_batches, Record, RecordBatchBuilder};
 
+pub use gate::Gate;
 use group::Group;
 use log::PartitionLog;
 
@@ -132,6 +134,9 @@ pub enum Fault {
     ErrorWithMessage(ErrorCode, String),
     /// Handle the request normally, but only after this long.
     Delay(Duration),
+    /// Handle the request normally once the [`Gate`] lets it through (one request per
+    /// [`Gate::release`]); the broker's connection reads nothing more meanwhile.
+    Hold(Gate),
     /// Never answer; the connection stays open and reads nothing more.
     Hang,
     /// Close the connection on receiving the request, without handling it.
@@ -1919,6 +1924,7 @@ async fn serve(id: i32, mut sock: TcpStream, shared: Arc<Shared>) {
             Some(Fault::Hang) => std::future::pending::<()>().await,
             Some(Fault::CloseOnRequest) => return,
             Some(Fault::Delay(d)) => tokio::time::sleep(*d).await,
+            Some(Fault::Hold(gate)) => gate.pass().await,
             Some(Fault::Error(code)) => forced = Some(*code),
             Some(Fault::ErrorWithMessage(code, m)) => {
                 forced = Some(*code);
