@@ -53,12 +53,16 @@
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+mod ack;
 pub mod admin;
 mod bufpool;
 pub mod cluster;
+mod common;
 pub mod compression;
 pub mod config;
 pub mod conn;
+mod coordinator;
+mod eos;
 mod error;
 pub mod group;
 #[cfg(feature = "metrics")]

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafkapipe::mock::{Fault, MockCluster};
+use kafkapipe::mock::{Fault, Gate, MockCluster};
 use kafkapipe::protocol::messages::ProduceRequest;
 use kafkapipe::protocol::{ApiKey, ErrorCode};
 use kafkapipe::record::decode_batches;
@@ -572,31 +572,49 @@ async fn produce_requests_are_capped_at_max_request_bytes() {
     assert_eq!(sizes, [1, 2], "{requests:?}");
 }
 
-/// While a partition cannot send (its broker is at the in-flight limit), its open batch
+/// While the only in-flight slot is taken (one produce request per broker), the next batch
 /// keeps growing past the linger instead of being sealed into a queue of tiny batches
 /// that then go out one request at a time (as the Java client keeps appending to a batch
-/// until the sender drains it). Before, 300 messages fed 1 ms apart with a 1 ms linger
-/// against 150 ms answers made ~150 one-message batches, sent one per 150 ms.
+/// until the sender drains it). The first request is held at the broker (a gate, not a
+/// delay) until the other 299 messages were fed, each after the 1 ms linger ran out; then
+/// they go out as full batches of `batch_size` (100): 1 + 3 requests. Before the fix each
+/// expired linger sealed a one-message batch: ~300 requests.
 #[tokio::test]
 async fn a_batch_waiting_for_an_in_flight_slot_keeps_filling() {
     use futures::SinkExt;
     let fake = Fake::start(1).await;
-    fake.cluster.fault(
-        ApiKey::PRODUCE,
-        Fault::Delay(Duration::from_millis(150)),
-        u32::MAX,
-    );
+    let gate = Gate::new();
+    fake.cluster
+        .fault(ApiKey::PRODUCE, Fault::Hold(gate.clone()), 1);
     let mut writer = fake.writer(|c| {
         c.batch_timeout(Duration::from_millis(1))
             .required_acks(kafkapipe::conn::RequiredAcks::Leader)
             .idempotent(false)
             .max_in_flight_per_broker(1)
     });
-    let started = std::time::Instant::now();
-    for m in numbered(0, 300) {
-        writer.feed(m).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    let mut msgs = numbered(0, 300).into_iter();
+    let first = msgs.next().unwrap();
+    writer.feed(first).await.unwrap();
+    // readiness: the first request (message 0 alone) is at the broker, held: the slot is taken
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while fake.cluster.requests(ApiKey::PRODUCE) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first produce request never reached the broker"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    for m in msgs {
+        writer.feed(m).await.unwrap();
+        // longer than the linger: the open batch's linger has run out before the next one
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(
+        fake.cluster.requests(ApiKey::PRODUCE),
+        1,
+        "the slot stayed taken"
+    );
+    gate.release(1);
     tokio::time::timeout(Duration::from_secs(20), writer.flush())
         .await
         .expect("flush within 20 s")
@@ -604,11 +622,11 @@ async fn a_batch_waiting_for_an_in_flight_slot_keeps_filling() {
     let requests = fake.requests();
     assert_eq!(fake.accepted(0).len(), 300);
     assert!(in_order(&fake.accepted(0)));
-    assert!(
-        requests.len() <= 12,
-        "{} produce requests in {:?}: batches did not grow while waiting",
+    assert_eq!(
         requests.len(),
-        started.elapsed()
+        4,
+        "{} produce requests: batches did not grow while waiting for the slot",
+        requests.len()
     );
 }
 

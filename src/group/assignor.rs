@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::common::TopicPartition;
 use crate::protocol::consumer_protocol::Subscription;
-use crate::reader::TopicPartition;
 
 /// One member of a group as the leader sees it after JoinGroup.
 ///

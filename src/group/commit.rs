@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::ack::Track;
 use super::GroupShared;
+use crate::ack::Track;
+use crate::common::TopicPartition;
 use crate::error::{Error, Result};
-use crate::reader::{Message, TopicPartition};
+use crate::reader::Message;
 use futures::Sink;
 
 /// A processed message's position, handed to a [`Committer`]: committing it makes the
@@ -450,7 +451,7 @@ mod tests {
 
     #[test]
     fn commits_due_filters_and_sorts() {
-        let pulse = Arc::new(super::super::ack::Pulse::default());
+        let pulse = Arc::new(crate::ack::Pulse::default());
         let mut c = Commits::default();
         let track = |committed| Arc::new(Track::new(committed, true, 10, pulse.clone()));
         c.own(&TopicPartition::new("t", 1), track(4));

@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use super::coordinator::{Coordinator, Lane};
 use super::GroupEvent;
 use crate::admin::Admin;
 use crate::cluster::Cluster;
 use crate::conn::ConnectionConfig;
+use crate::coordinator::{Coordinator, Lane};
 use crate::mock::{Fault, MockCluster};
 use crate::protocol::messages::*;
 use crate::protocol::{ApiKey, ErrorCode};

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use crate::common::TopicPartition;
 use crate::error::Result;
-use crate::reader::TopicPartition;
 
 /// Where a group reader's newly assigned partitions start, when the application keeps its
 /// consumed offsets itself — typically in the same database transaction as the results

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::reader::TopicPartition;
+use crate::common::TopicPartition;
 
 /// What a group reader runs before it gives partitions up, so the messages a stateful
 /// stage still holds get processed — and committed — first.

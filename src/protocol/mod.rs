@@ -16,6 +16,7 @@
 //! Reference: <https://kafka.apache.org/protocol> and Apache Kafka's message schemas
 //! (`clients/src/main/resources/common/message/*.json`).
 
+pub(crate) mod batch_bytes;
 pub mod consumer_protocol;
 pub mod error;
 pub mod header;
@@ -124,7 +125,7 @@ impl Splices {
     /// The whole encoding in order: pieces of `head` (the buffer the splices were taken
     /// from) and the splices between them. Empty pieces are skipped.
     pub fn pieces<'a>(&'a self, head: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-        crate::record::parts_of(head, &self.parts).map(|(piece, _)| piece)
+        batch_bytes::parts_of(head, &self.parts).map(|(piece, _)| piece)
     }
 
     /// The whole encoding in one buffer (a copy: for tests and small frames).

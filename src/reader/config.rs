@@ -3,35 +3,9 @@
 
 use std::time::Duration;
 
+pub use crate::common::{StartOffset, TopicPartition};
 use crate::conn::{ConnectionConfig, IsolationLevel};
 use crate::error::{Error, Result};
-
-/// Where a partition starts (or restarts after [`Reader::seek_to_time`]) when the reader
-/// has no explicit offset for it (kafka-go `StartOffset`, Java `auto.offset.reset` for the
-/// first two).
-///
-/// ```
-/// use kafkapipe::reader::StartOffset;
-/// assert_eq!(StartOffset::default(), StartOffset::First);
-/// let _ = StartOffset::At(42);
-/// ```
-///
-/// [`Reader::seek_to_time`]: super::Reader::seek_to_time
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StartOffset {
-    /// The first offset still in the log (kafka-go `FirstOffset`, Java `earliest`).
-    #[default]
-    First,
-    /// The high-water mark: only messages written from now on (kafka-go `LastOffset`,
-    /// Java `latest`).
-    Last,
-    /// This offset.
-    At(i64),
-    /// The first offset whose timestamp is at or after this many milliseconds since the
-    /// epoch, found with ListOffsets; the high-water mark if there is none (Java
-    /// `offsetsForTimes`, kafka-go `SetOffsetAt`).
-    AtTimestamp(i64),
-}
 
 /// What to do when the broker says a fetch offset is out of range (the log was truncated
 /// or deleted below it, or it is past the end) (Java `auto.offset.reset`; kafka-go always
@@ -51,37 +25,6 @@ pub enum OffsetReset {
     /// Yield an `OffsetOutOfRange` error and stop fetching the partition until it is
     /// [`seek`](super::Reader::seek)ed (kafka-go `OffsetOutOfRangeError: true`).
     Error,
-}
-
-/// One partition of one topic.
-///
-/// ```
-/// use kafkapipe::reader::TopicPartition;
-/// let tp = TopicPartition::new("events", 3);
-/// assert_eq!(tp.to_string(), "events/3");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TopicPartition {
-    /// Topic name.
-    pub topic: String,
-    /// Partition index.
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    /// `topic`/`partition`.
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        TopicPartition {
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
-
-impl std::fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.topic, self.partition)
-    }
 }
 
 /// What to read from one topic.
@@ -342,6 +285,16 @@ pub struct ReaderConfig {
     /// What runs before partitions are committed and given up (rebalance, close); see
     /// [`RevokeHook`](crate::group::RevokeHook). Group readers only. Default none.
     pub(crate) on_revoke: Option<crate::group::SharedRevokeHook>,
+}
+
+impl crate::common::retry::RetryPolicy for ReaderConfig {
+    fn retry_timeout(&self) -> Duration {
+        self.retry_timeout
+    }
+
+    fn backoff_for(&self, failures: u32) -> Duration {
+        ReaderConfig::backoff_for(self, failures)
+    }
 }
 
 impl ReaderConfig {

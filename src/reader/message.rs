@@ -91,6 +91,33 @@ impl PartialEq for Message {
 
 impl Eq for Message {}
 
+// Here rather than in `writer`: the reader sits above the writer (DESIGN.md, "Layers").
+impl From<Message> for crate::writer::Message {
+    /// The consumed record's key, value, headers and timestamp, carrying its
+    /// [`AckToken`]; topic and partition are left to the writer (a consumed topic is
+    /// rarely the destination).
+    ///
+    /// ```
+    /// use kafkapipe::{reader, writer};
+    /// let mut consumed = reader::Message::new("in", 0, 7);
+    /// consumed.value = Some("v".into());
+    /// let out = writer::Message::from(consumed).with_topic("out");
+    /// assert_eq!(out.value.as_deref(), Some(&b"v"[..]));
+    /// ```
+    fn from(mut m: Message) -> Self {
+        let ack = m.take_ack_token();
+        crate::writer::Message {
+            topic: None,
+            partition: None,
+            key: m.key,
+            value: m.value,
+            headers: m.headers,
+            timestamp: (m.timestamp >= 0).then_some(m.timestamp),
+            ack,
+        }
+    }
+}
+
 impl Message {
     #[inline]
     pub(crate) fn from_record(

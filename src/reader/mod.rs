@@ -86,7 +86,7 @@ mod handle;
 mod message;
 #[cfg(feature = "metrics")]
 mod metrics;
-pub(crate) mod retry;
+pub(crate) use crate::common::retry;
 mod state;
 mod task;
 mod tracked;

@@ -21,14 +21,13 @@ use bytes::Bytes;
 use crate::compression::Compression;
 use crate::error::{Error, Result};
 
-mod batch_bytes;
 pub(crate) mod crc32;
 mod decode;
 mod encode;
 mod legacy;
 
-pub use batch_bytes::BatchBytes;
-pub(crate) use batch_bytes::{crc32c_of, parts_from, parts_of};
+pub use crate::protocol::batch_bytes::BatchBytes;
+pub(crate) use crate::protocol::batch_bytes::{crc32c_of, parts_from};
 #[cfg(test)]
 pub(crate) use decode::DEFER_MAX;
 pub use decode::{decode_batches, decode_batches_within, DecodedBatches, MAX_BATCH_DECOMPRESSED};

@@ -24,10 +24,10 @@ use tracing::warn;
 use super::metadata::TopicState;
 use super::task::{after, Cmd, Task};
 use super::{Group, Message, Shared, WriterConfig};
+use crate::ack::HeldAck;
 use crate::compression::Compression;
 use crate::conn::Connection;
 use crate::error::{Error, Result};
-use crate::group::HeldAck;
 use crate::protocol::ErrorCode;
 use crate::record::{decode_batches, BatchBytes, RecordBatchBuilder};
 

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use crate::group::AckToken;
+use crate::ack::AckToken;
 use crate::record::Header;
 
 /// A message to write.
@@ -91,32 +91,6 @@ impl PartialEq for Message {
 }
 
 impl Eq for Message {}
-
-impl From<crate::reader::Message> for Message {
-    /// The consumed record's key, value, headers and timestamp, carrying its
-    /// [`AckToken`]; topic and partition are left to the writer (a consumed topic is
-    /// rarely the destination).
-    ///
-    /// ```
-    /// use kafkapipe::{reader, writer};
-    /// let mut consumed = reader::Message::new("in", 0, 7);
-    /// consumed.value = Some("v".into());
-    /// let out = writer::Message::from(consumed).with_topic("out");
-    /// assert_eq!(out.value.as_deref(), Some(&b"v"[..]));
-    /// ```
-    fn from(mut m: crate::reader::Message) -> Self {
-        let ack = m.take_ack_token();
-        Message {
-            topic: None,
-            partition: None,
-            key: m.key,
-            value: m.value,
-            headers: m.headers,
-            timestamp: (m.timestamp >= 0).then_some(m.timestamp),
-            ack,
-        }
-    }
-}
 
 impl Message {
     /// A message with a value and no key.

@@ -7,8 +7,8 @@ use crate::writer::accumulator::*;
 use crate::writer::metadata::*;
 use crate::writer::producer::*;
 
+use crate::ack::HeldAck;
 use crate::compression::Compression;
-use crate::group::HeldAck;
 use crate::record::{decode_batches, BatchBytes, RecordBatchBuilder};
 
 #[allow(clippy::unwrap_used)]
@@ -240,7 +240,7 @@ mod idempotence_tests {
     /// once the input was all read (eos_cluster stalled ~500 records short).
     #[tokio::test]
     async fn a_flush_is_answered_after_its_tokens_are_acked() {
-        use crate::group::{AckToken, Pulse, Track};
+        use crate::ack::{AckToken, Pulse, Track};
         use futures::task::ArcWake;
         use std::future::Future;
 

@@ -30,8 +30,8 @@ use super::txn::{
 use super::{closed_error, Message, TransactionProtocol, Writer, WriterConfig, WriterStats};
 use crate::admin::TopicPartition;
 use crate::cluster::Cluster;
+use crate::coordinator::Coordinator;
 use crate::error::{Error, Result};
-use crate::group::coordinator::Coordinator;
 use crate::protocol::messages::{
     AddOffsetsToTxnRequest, EndTxnRequest, InitProducerIdRequest, TxnOffsetCommitRequest,
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,

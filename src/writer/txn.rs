@@ -33,8 +33,8 @@ use super::accumulator::take_idle;
 use super::task::{Event, Task};
 use super::{TransactionProtocol, WriterConfig};
 use crate::conn::Connection;
+use crate::coordinator::Coordinator;
 use crate::error::{Error, ErrorKind, Result};
-use crate::group::coordinator::Coordinator;
 use crate::protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnTopic, EndTxnRequest, ProduceRequest,
     TxnOffsetCommitRequest,

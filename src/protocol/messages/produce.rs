@@ -12,9 +12,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::{get_tagged_if, parse_tagged, put_tagged_if, tagged_value};
 use crate::error::Result;
+use crate::protocol::batch_bytes::BatchBytes;
 use crate::protocol::primitives::*;
 use crate::protocol::{check_version, ApiKey, Decode, Encode, Request, Splices, TaggedFields};
-use crate::record::BatchBytes;
 
 /// Produce request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

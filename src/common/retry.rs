@@ -3,13 +3,25 @@
 //! [`ReaderConfig::retry_timeout`], then yielded), the run of consecutive failures each
 //! partition and the group membership keep, and the rate limit of the `warn` lines that
 //! make retried failures visible. See [`ReaderConfig::retry_timeout`] for the policy.
+//! The knobs come through [`RetryPolicy`] (which `ReaderConfig` implements), so this
+//! module sits below both of its users.
+//!
+//! [`ReaderConfig::retry_timeout`]: crate::reader::ReaderConfig::retry_timeout
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::ReaderConfig;
 use crate::error::{Error, ErrorKind};
 use crate::protocol::ErrorCode;
+
+/// The knobs of a retry: how long a run of transient failures is retried before the
+/// error is yielded, and the backoff after the `failures`th failure in a row.
+pub(crate) trait RetryPolicy {
+    /// How long a run of transient failures lasts before its error is yielded.
+    fn retry_timeout(&self) -> Duration;
+    /// The backoff after the `failures`th failure in a row.
+    fn backoff_for(&self, failures: u32) -> Duration;
+}
 
 /// At most one `warn` line about retried failures per this long per reader.
 const WARN_EVERY: Duration = Duration::from_secs(10);
@@ -64,10 +76,10 @@ impl Streak {
     /// A transient failure at `now`: the backoff before the next attempt, and whether the
     /// run has lasted `retry_timeout` (the error is then yielded and the window starts
     /// over).
-    pub(crate) fn fail(&mut self, now: Instant, config: &ReaderConfig) -> (Duration, bool) {
+    pub(crate) fn fail(&mut self, now: Instant, config: &impl RetryPolicy) -> (Duration, bool) {
         self.failures = self.failures.saturating_add(1);
         let since = *self.since.get_or_insert(now);
-        let expired = now.saturating_duration_since(since) >= config.retry_timeout;
+        let expired = now.saturating_duration_since(since) >= config.retry_timeout();
         if expired {
             self.since = Some(now);
         }
@@ -124,7 +136,7 @@ impl WarnLimit {
 }
 
 /// The last failure a reader saw (fetch task or group task), for
-/// [`ReaderStats::last_error`](super::ReaderStats::last_error).
+/// [`ReaderStats::last_error`](crate::reader::ReaderStats::last_error).
 #[derive(Debug, Default)]
 pub(crate) struct LastError(Mutex<Option<String>>);
 
@@ -147,6 +159,7 @@ impl LastError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reader::ReaderConfig;
 
     fn config(retry_timeout: Duration) -> ReaderConfig {
         ReaderConfig::new(["b:9092"])

@@ -11,6 +11,9 @@
 //! of, and closes once the commit in flight on it (if any) was answered, so an older
 //! commit is never applied after a newer one sent over a new connection. The
 //! membership (generation, member id) is untouched by that.
+//!
+//! A layer of its own below the writer and the groups: consumer groups, share groups and
+//! transactions (the writer's transaction coordinator, found with key type 1) all use it.
 
 use std::future::Future;
 use std::sync::Mutex;

@@ -1,11 +1,14 @@
 //! [`BatchBytes`]: encoded record batches whose large values are held by reference.
+//!
+//! Owned here, below `record/`, because the Produce request carries it and the codec
+//! writes its pieces; `record` builds it and re-exports it as `record::BatchBytes`.
 
 use bytes::{Bytes, BytesMut};
 
 /// The bytes of one or more encoded record batches, as a produce request carries them.
 ///
 /// Usually one contiguous buffer (`From<Bytes>`, and every batch
-/// [`RecordBatchBuilder::build`](super::RecordBatchBuilder::build) makes). The
+/// [`RecordBatchBuilder::build`](crate::record::RecordBatchBuilder::build) makes). The
 /// [`Writer`](crate::writer::Writer) appends each value of 8 KiB or more to an
 /// uncompressed batch as the message's own [`Bytes`] instead of copying it in: its
 /// batch is then a buffer with those values spliced in at their offsets, and the

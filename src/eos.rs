@@ -5,6 +5,11 @@
 //! the consumed offsets in the same transaction (KIP-447: with the group's generation and
 //! member id), so each consumed message's results are committed together with its offset,
 //! or not at all. See the type's documentation for the rules.
+//!
+//! The pipeline joins a group reader's handle and a transactional writer, so it sits
+//! above both (DESIGN.md, "Layers"); its public types keep their paths
+//! `writer::ExactlyOnceSink`, `writer::PipelineConfig` and `writer::PipelineStats`
+//! (re-exports).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,11 +23,12 @@ use futures::{Sink, SinkExt};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::{Message, TransactionState, TransactionalWriter};
+use crate::ack::Track;
 use crate::admin::TopicPartition;
 use crate::error::{Error, Result};
-use crate::group::{GroupShared, Track};
+use crate::group::GroupShared;
 use crate::reader::ReaderHandle;
+use crate::writer::{Message, TransactionState, TransactionalWriter};
 
 /// When an [`ExactlyOnceSink`] commits its transaction: after `commit_every_messages`
 /// messages, or `commit_interval` after the transaction began, whichever comes first (and
