@@ -841,12 +841,20 @@ impl Connection {
         let start = tokio::time::Instant::now();
         let mark = state.throttle_mark(start);
         tokio::pin!(work);
+        // A timeout too large to add to an instant (`Duration::MAX` settings) never ends.
+        let deadline = || {
+            start
+                .checked_add(timeout)
+                .and_then(|d| d.checked_add(state.throttled_since(&mark)))
+        };
         loop {
-            let deadline = start + timeout + state.throttled_since(&mark);
-            if let Ok(out) = tokio::time::timeout_at(deadline, &mut work).await {
+            let Some(at) = deadline() else {
+                return Some(work.await);
+            };
+            if let Ok(out) = tokio::time::timeout_at(at, &mut work).await {
                 return Some(out);
             }
-            if start + timeout + state.throttled_since(&mark) <= tokio::time::Instant::now() {
+            if deadline().is_some_and(|at| at <= tokio::time::Instant::now()) {
                 return None;
             }
         }
