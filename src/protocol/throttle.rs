@@ -11,8 +11,10 @@
 //! APIs added after KIP-219 throttle in every version that has the field.
 //!
 //! In every response that has it, `throttle_time_ms` is the first field of the body,
-//! except in Produce (after the per-topic responses) and ApiVersions (after the API
-//! ranges), which are decoded whole.
+//! except in OffsetDelete (after the error code), Produce (after the per-topic responses)
+//! and ApiVersions (after the API ranges), which are decoded whole, and in the
+//! delegation-token APIs, which this client does not send (checked against every
+//! `*Response.json` schema of kafka-clients 4.4).
 //!
 //! ```
 //! use bytes::Bytes;
@@ -55,7 +57,9 @@ pub fn first_client_throttled_version(api: ApiKey) -> Option<i16> {
         23 => 2,                // OffsetForLeaderEpoch (the field since v2)
         24..=26 | 28..=31 => 1, // transactions, ACLs
         32 => 2,                // DescribeConfigs
-        33..=35 | 37..=42 => 1, // AlterConfigs, log dirs, CreatePartitions, tokens, DeleteGroups
+        33..=35 | 37 | 42 => 1, // AlterConfigs, log dirs, CreatePartitions, DeleteGroups
+        // The delegation-token APIs (38–41) have variable fields before the throttle
+        // time; this client does not send them.
         // Added after KIP-219: throttled in every version.
         43..=49 | 50 | 51 | 57 | 60 | 61 | 65 | 66 | 68 | 69 | 71 | 72 | 74..=79 | 90..=92 => 0,
         _ => return None,
@@ -90,6 +94,11 @@ pub fn client_throttle_ms(api: ApiKey, version: i16, body: &Bytes) -> Option<i32
             ApiVersionsResponse::decode(&mut body.clone(), version)
                 .ok()?
                 .throttle_time_ms
+        }
+        // OffsetDelete: error_code (int16), then throttle_time_ms.
+        ApiKey::OFFSET_DELETE => {
+            let b = body.get(2..6)?;
+            i32::from_be_bytes([b[0], b[1], b[2], b[3]])
         }
         _ => {
             let b = body.get(..4)?;
@@ -173,6 +182,45 @@ mod tests {
             client_throttle_ms(ApiKey::API_VERSIONS, 3, &encoded(&resp, 3)),
             Some(3)
         );
+    }
+
+    /// OffsetDelete has its error code before the throttle time: a NOT_COORDINATOR (16)
+    /// with no throttle once read as 1048576 ms (0x0010_0000), holding the connection
+    /// for 17 minutes.
+    #[test]
+    fn offset_delete_reads_the_throttle_after_the_error_code() {
+        use crate::protocol::messages::OffsetDeleteResponse;
+        for version in 0..=crate::protocol::messages::OffsetDeleteRequest::MAX_VERSION {
+            let resp = OffsetDeleteResponse {
+                error_code: 16,
+                ..OffsetDeleteResponse::default()
+            };
+            let body = encoded(&resp, version);
+            assert_eq!(
+                client_throttle_ms(ApiKey::OFFSET_DELETE, version, &body),
+                None
+            );
+            let resp = OffsetDeleteResponse {
+                error_code: 16,
+                throttle_time_ms: 250,
+                ..OffsetDeleteResponse::default()
+            };
+            let body = encoded(&resp, version);
+            assert_eq!(
+                client_throttle_ms(ApiKey::OFFSET_DELETE, version, &body),
+                Some(250)
+            );
+        }
+    }
+
+    /// Delegation-token responses have variable fields before the throttle time; this
+    /// client does not send them, and must not guess at their bodies.
+    #[test]
+    fn delegation_token_responses_are_not_read() {
+        let body = Bytes::from_static(&[0, 16, 0, 0, 0, 0, 0, 0]);
+        for api in 38..=41 {
+            assert_eq!(client_throttle_ms(ApiKey(api), 3, &body), None, "api {api}");
+        }
     }
 
     #[test]
