@@ -328,7 +328,9 @@ async fn share_eight_members_on_two_partitions_all_get_work() {
 /// An external share-group member: the Java `KafkaShareConsumer`
 /// (`tests/interop/ShareMember.java`) or librdkafka's `ShareConsumer`
 /// (`tests/interop/share_member.py`); it prints "value<TAB>delivery count" per accepted
-/// record and stops once its stop file exists.
+/// record, "rejected<TAB>value" per rejected one (with `reject_every` N > 0 it rejects
+/// "r<i>" where `i % N == N - 3`, the rule of [`rejected_by_rule`]), and stops once its
+/// stop file exists.
 struct External {
     proc: common::Watched,
     stop: std::path::PathBuf,
@@ -337,12 +339,23 @@ struct External {
 
 impl External {
     fn start(kind: &'static str, group: &str, topic: &str, sleep_ms: u64) -> External {
+        External::start_rejecting(kind, group, topic, sleep_ms, 0)
+    }
+
+    fn start_rejecting(
+        kind: &'static str,
+        group: &str,
+        topic: &str,
+        sleep_ms: u64,
+        reject_every: u64,
+    ) -> External {
         let dir = common::temp_dir(&format!("share-{kind}"));
         let stop = dir.join("stop");
         let log = dir.join("out.log");
         let root = env!("CARGO_MANIFEST_DIR");
         let addr = common::shared().addr.clone();
         let sleep = sleep_ms.to_string();
+        let every = reject_every.to_string();
         let stop_s = stop.display().to_string();
         let proc = match kind {
             "java" => {
@@ -361,6 +374,7 @@ impl External {
                         topic,
                         &stop_s,
                         &sleep,
+                        &every,
                     ],
                     &dir,
                     log,
@@ -370,7 +384,7 @@ impl External {
                 let src = format!("{root}/tests/interop/share_member.py");
                 common::Watched::spawn(
                     "python3",
-                    &[&src, &addr, group, topic, &stop_s, &sleep],
+                    &[&src, &addr, group, topic, &stop_s, &sleep, &every],
                     &dir,
                     log,
                 )
@@ -396,12 +410,23 @@ impl External {
             .collect()
     }
 
+    /// The values it rejected so far.
+    fn rejected(&self) -> Vec<String> {
+        self.proc
+            .log_text()
+            .lines()
+            .filter_map(|l| l.strip_prefix("rejected\t"))
+            .map(str::to_string)
+            .collect()
+    }
+
     fn subscribed(&self) -> bool {
         self.proc.log_text().contains("share member subscribed")
     }
 
-    /// Ask it to stop and wait for the exit (it closes its consumer: leaves the group).
-    fn stop(mut self) -> Vec<(String, u16)> {
+    /// Ask it to stop and wait for the exit (it closes its consumer: leaves the group);
+    /// what it accepted and what it rejected.
+    fn stop(mut self) -> Outcome {
         std::fs::write(&self.stop, b"stop").unwrap();
         let deadline = Instant::now() + DEADLINE;
         while !self.proc.exited() {
@@ -413,7 +438,7 @@ impl External {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        self.records()
+        (self.records(), self.rejected())
     }
 }
 
@@ -524,17 +549,27 @@ async fn wait_lag_zero(
     }
 }
 
+/// The interop test's rejection rule, applied by every client: "r<i>" with
+/// `i % 10 == 7` is rejected.
+fn rejected_by_rule(v: &str) -> bool {
+    v.strip_prefix('r')
+        .and_then(|i| i.parse::<u64>().ok())
+        .is_some_and(|i| i % 10 == 7)
+}
+
 /// One share group, three clients: a kafkapipe member, the Java `KafkaShareConsumer` and
-/// librdkafka's `ShareConsumer`. Each gets work and every record is accepted exactly once.
+/// librdkafka's `ShareConsumer`. Each gets work; each rejects one record in ten. Every
+/// record is accepted exactly once or rejected, and a record rejected by any client is
+/// never delivered again (to anyone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn share_interop_with_java_and_librdkafka() {
     common::init_log();
     let topic = new_topic("share-interop", 1).await;
     let group = format!("{topic}-g");
     configure_group(&group, &[]).await;
-    let java = External::start("java", &group, &topic, 10);
-    let rdk = External::start("librdkafka", &group, &topic, 10);
-    let ours = Member::start(&group, &topic, Duration::from_millis(10), |_| false);
+    let java = External::start_rejecting("java", &group, &topic, 10, 10);
+    let rdk = External::start_rejecting("librdkafka", &group, &topic, 10, 10);
+    let ours = Member::start(&group, &topic, Duration::from_millis(10), rejected_by_rule);
     wait_members(&group, 3).await;
     // Records arrive in small produces until every client has won some: one produce of
     // 600 is one batch, and the first two pending fetches (Java's 500, librdkafka's 100)
@@ -561,26 +596,57 @@ async fn share_interop_with_java_and_librdkafka() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let offsets = wait_lag_zero(&group, &topic, Duration::from_secs(120)).await;
-    let (mine, _) = ours.stop().await;
-    let (j, r) = tokio::task::spawn_blocking(move || (java.stop(), rdk.stop()))
+    let (mine, mine_rej) = ours.stop().await;
+    let ((j, j_rej), (r, r_rej)) = tokio::task::spawn_blocking(move || (java.stop(), rdk.stop()))
         .await
         .unwrap();
     eprintln!(
-        "accepted: kafkapipe {}, java {}, librdkafka {}; broker offsets {offsets:?}",
+        "accepted: kafkapipe {}, java {}, librdkafka {}; rejected: {}, {}, {}; broker offsets {offsets:?}",
         mine.len(),
         j.len(),
-        r.len()
+        r.len(),
+        mine_rej.len(),
+        j_rej.len(),
+        r_rej.len()
     );
-    let mut all: BTreeMap<String, usize> = BTreeMap::new();
+    let mut accepted: BTreeMap<String, usize> = BTreeMap::new();
     for (v, _) in mine.iter().chain(&j).chain(&r) {
-        *all.entry(v.clone()).or_default() += 1;
+        *accepted.entry(v.clone()).or_default() += 1;
     }
-    assert_eq!(all.len(), n, "every record accepted");
-    let twice: Vec<_> = all.iter().filter(|(_, n)| **n > 1).collect();
+    let mut rejected: BTreeMap<String, usize> = BTreeMap::new();
+    for v in mine_rej.iter().chain(&j_rej).chain(&r_rej) {
+        *rejected.entry(v.clone()).or_default() += 1;
+    }
+    let twice: Vec<_> = accepted.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "accepted twice: {twice:?}");
+    let rejected_twice: Vec<_> = rejected.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        rejected_twice.is_empty(),
+        "a rejected record came back: {rejected_twice:?}"
+    );
+    let both: Vec<_> = rejected
+        .keys()
+        .filter(|v| accepted.contains_key(*v))
+        .collect();
+    assert!(both.is_empty(), "rejected and then accepted: {both:?}");
+    assert!(
+        accepted.keys().all(|v| !rejected_by_rule(v))
+            && rejected.keys().all(|v| rejected_by_rule(v)),
+        "each client follows the rule"
+    );
+    assert_eq!(
+        accepted.len() + rejected.len(),
+        n,
+        "every record accepted or rejected"
+    );
+    assert_eq!(rejected.len(), n / 10, "one in ten rejected");
     assert!(
         !mine.is_empty() && !j.is_empty() && !r.is_empty(),
         "every client gets work"
+    );
+    assert!(
+        !mine_rej.is_empty() || !j_rej.is_empty() || !r_rej.is_empty(),
+        "someone rejected"
     );
 }
 
@@ -648,7 +714,7 @@ async fn share_accounting_with_a_member_killed() {
     let victim_seen = victim.records();
     let (a_ok, a_rej) = a.stop().await;
     let (b_ok, b_rej) = b.stop().await;
-    let j = tokio::task::spawn_blocking(move || java.stop())
+    let (j, _) = tokio::task::spawn_blocking(move || java.stop())
         .await
         .unwrap();
 
