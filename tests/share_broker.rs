@@ -809,10 +809,17 @@ async fn share_lock_renewed_while_a_slow_stage_holds_the_record() {
     let group = format!("{topic}-g");
     const LOCK: Duration = Duration::from_secs(15);
     configure_group(&group, &[("share.record.lock.duration.ms", "15000")]).await;
+    // Both members hold at most the one record, so the holder sends no ShareFetch while
+    // it holds it. A holder with room keeps fetching, and its renewals wait for the
+    // session's fetch in flight: Kafka 4.4 was seen to answer such a ShareFetch (max
+    // wait 200 ms) only after 30 s, past the 15 s lock (an open defect, DESIGN.md
+    // "Share groups").
     let mut a = ShareReader::new(config(&group, &topic).max_in_flight(1))
         .await
         .unwrap();
-    let mut b = ShareReader::new(config(&group, &topic)).await.unwrap();
+    let mut b = ShareReader::new(config(&group, &topic).max_in_flight(1))
+        .await
+        .unwrap();
     wait_members(&group, 2).await;
     produce(&topic, 0, ["held".to_string()]).await;
     // whichever member gets it holds it (the slow stage); the other keeps reading

@@ -8,7 +8,8 @@
 //! (no KIP-848 consumer groups by default), fails at once with an error that names the
 //! missing feature and the ApiVersions evidence; transactions choose v2 where the cluster
 //! finalizes `transaction.version=2` (4.x) and v1 where it does not (3.9), where a forced
-//! v2 is refused with a reason.
+//! v2 is refused with a reason; a share-group reader (KIP-932) reads on Kafka 4.2+ and is
+//! refused with the reason before.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -21,6 +22,7 @@ use futures::StreamExt;
 use kafkapipe::conn::{Conn, IsolationLevel};
 use kafkapipe::group::{CommitMode, GroupProtocol};
 use kafkapipe::reader::{Reader, ReaderConfig, StartOffset};
+use kafkapipe::share::{ShareReader, ShareReaderConfig};
 use kafkapipe::writer::{Message, TransactionProtocol, TransactionalWriter, WriterConfig};
 use kafkapipe::ErrorKind;
 
@@ -127,6 +129,80 @@ async fn consumer_group_protocol_joins_or_is_refused_with_the_reason() {
         );
     }
     r.close().await;
+}
+
+/// Share groups (KIP-932): on Kafka 4.2+ a `ShareReader` joins and reads (the group set
+/// to start at the earliest offset); on an older release the first item is an
+/// `UnsupportedVersion` error that names share groups' minimum release and the API the
+/// broker lacks, and the stream ends after it instead of retrying.
+#[tokio::test]
+async fn share_groups_read_or_are_refused_with_the_reason() {
+    common::init_log();
+    let topic = topic("ver-share", 1).await;
+    let group = common::unique_topic("ver-share-g");
+    let supported = common::kafka::version_major_minor() >= (4, 2);
+    if supported {
+        let admin = kafkapipe::admin::Admin::new(
+            kafkapipe::cluster::Cluster::new([addr()], Default::default()).unwrap(),
+        );
+        let ops = vec![kafkapipe::admin::AlterConfigOp::Set(
+            "share.auto.offset.reset".into(),
+            "earliest".into(),
+        )];
+        for (_, r) in admin
+            .incremental_alter_configs(
+                &[(kafkapipe::admin::ConfigResource::group(&group), ops)],
+                false,
+            )
+            .await
+            .unwrap()
+        {
+            r.unwrap();
+        }
+        admin.close().await;
+    }
+    let mut w = kafkapipe::writer::Writer::new(WriterConfig::new([addr()]).topic(&topic)).unwrap();
+    futures::SinkExt::send(&mut w, Message::new("one"))
+        .await
+        .unwrap();
+    futures::SinkExt::close(&mut w).await.unwrap();
+    let mut r = ShareReader::new(
+        ShareReaderConfig::new([addr()], &group)
+            .topic(&topic)
+            .max_wait(Duration::from_millis(200))
+            .close_timeout(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(60), r.next())
+        .await
+        .expect("a record or an error within 60 s, not a hang")
+        .expect("the stream yields something");
+    if supported {
+        let m = first.unwrap();
+        assert_eq!(m.value.as_deref(), Some(&b"one"[..]));
+    } else {
+        let e = first.expect_err("share groups need Kafka 4.2+");
+        let text = e.to_string();
+        eprintln!("refused: {text}");
+        assert_eq!(e.kind(), ErrorKind::UnsupportedVersion, "{text}");
+        for want in ["share group", "4.2", "ShareGroupHeartbeat"] {
+            assert!(text.contains(want), "{want:?} missing from: {text}");
+        }
+        let rest = tokio::time::timeout(Duration::from_secs(10), r.next())
+            .await
+            .expect("the stream ends after share groups were refused");
+        assert!(
+            rest.is_none(),
+            "{:?}",
+            rest.map(|r| r.map(|m| m.offset).map_err(|e| e.to_string()))
+        );
+    }
+    // After a refusal the close only reports that the reader had already failed.
+    let closed = r.close().await;
+    if supported {
+        closed.unwrap();
+    }
 }
 
 /// Every value of `topic`, read committed, once `expected` were read.

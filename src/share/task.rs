@@ -258,6 +258,21 @@ impl ShareTask {
                 if code.is_retriable() {
                     return Ok(soon);
                 }
+                if code == ErrorCode::UnsupportedVersion {
+                    // Kafka 4.0/4.1 list ShareGroupHeartbeat (the share-group preview) and
+                    // refuse it unless the cluster finalizes share.version
+                    let level = c
+                        .api_versions()
+                        .map_or(0, |v| v.finalized_level("share.version"));
+                    return Err(Error::new(
+                        ErrorKind::UnsupportedVersion,
+                        format!(
+                            "share group {}: broker {} refused ShareGroupHeartbeat with UNSUPPORTED_VERSION: share groups need Apache Kafka 4.2+, or a cluster that finalizes the share.version feature (this one finalizes share.version={level})",
+                            self.group(),
+                            c.broker()
+                        ),
+                    ));
+                }
                 return Err(Error::new(
                     e.kind(),
                     format!(
@@ -596,10 +611,15 @@ impl ShareTask {
         sent: Instant,
         result: Result<ShareAcknowledgeResponse>,
     ) {
-        let retry = |ledger: &Ledger| {
+        // a renewal that failed as a whole is tried again once the session may be used
+        // again (a failed request holds it for 200 ms): without a new time the records
+        // would wait for the next lock to start elsewhere, and their locks run out
+        let retry = |task: &mut Self| {
             for (tp, v) in &renew {
-                ledger.renewed(*tp, v, Renewal::Retry);
+                task.ledger.renewed(*tp, v, Renewal::Retry);
             }
+            let at = Instant::now() + Duration::from_millis(200);
+            task.renew_at = Some(task.renew_at.map_or(at, |r| r.min(at)));
         };
         let resp = match result {
             Ok(r) => r,
@@ -607,12 +627,12 @@ impl ShareTask {
                 // nothing was sent: the session is as it was
                 warn!(group = %self.group(), broker, error = %e, "lock renewal not supported; records held longer than the lock are redelivered");
                 self.renew_off = true;
-                retry(&self.ledger);
+                retry(self);
                 return;
             }
             Err(e) => {
                 self.failed(broker, Acks::new(), &e);
-                retry(&self.ledger);
+                retry(self);
                 return;
             }
         };
@@ -625,7 +645,7 @@ impl ShareTask {
                 self.renew_off = true;
             }
             self.failed(broker, Acks::new(), &Error::kafka(code));
-            retry(&self.ledger);
+            retry(self);
             return;
         }
         if let Some(s) = self.sessions.get_mut(&broker) {
