@@ -3,6 +3,10 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
+use crate::conn::FetchOptions;
+use crate::group::CommitMode;
+use crate::reader::ReaderConfig;
+use crate::writer::WriterConfig;
 use crate::ErrorKind;
 
 fn props(pairs: &[(&str, &str)]) -> Result<Properties> {
