@@ -121,7 +121,7 @@ struct Job(tokio::task::JoinHandle<Done>, bool);
 /// The rebalance under way, for the metrics (feature `metrics`; without it this is
 /// empty and does nothing): a reconciliation starts with the heartbeat answer that
 /// brings a target assignment the member does not own, and ends when it owns it —
-/// then its time goes into [`GroupTimings::rebalance`](crate::metrics::GroupTimings), as
+/// then its time goes into `GroupTimings::rebalance` (`crate::metrics`), as
 /// the Java client's KIP-848 consumer times its `RECONCILING` state. A membership lost
 /// on the way ends it uncounted.
 #[derive(Default)]
