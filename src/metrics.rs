@@ -39,7 +39,10 @@
 //!
 //! Names are the Java client's metric names (`records-lag`, `fetch-latency-avg`, …) with
 //! `kafka_consumer_` or `kafka_producer_` before them and `_` for `-`, as Prometheus
-//! spells them. Every metric has the label `client_id` (the configured
+//! spells them; the Java producer's per-topic group (`producer-topic-metrics`) gets
+//! `kafka_producer_topic_`, so that a per-topic series never shares its name with the
+//! client-wide one of the same Java name (a `sum` over one name then counts each
+//! record once). Every metric has the label `client_id` (the configured
 //! [`client_id`](crate::reader::ReaderConfig::client_id)); some also `topic` and
 //! `partition`, or `broker` (the broker's node id). Latencies are in milliseconds, as in
 //! the Java client. Java's `*-rate` metrics are the `*_total` counters here: a rate is
@@ -66,9 +69,10 @@
 //! | `kafka_consumer_commit_total` | counter | client_id | offset commits answered, group readers (`commit-total`) |
 //! | `kafka_consumer_commit_latency_avg` | gauge | client_id | mean OffsetCommit time over the interval, ms (`commit-latency-avg`) |
 //! | `kafka_consumer_commit_latency_max` | gauge | client_id | longest OffsetCommit time over the interval, ms (`commit-latency-max`) |
-//! | `kafka_consumer_rebalance_total` | counter | client_id | generations joined: JoinGroup + SyncGroup (classic protocol) or a new member epoch (KIP-848) (`rebalance-total`) |
-//! | `kafka_consumer_rebalance_latency_avg` | gauge | client_id | mean time to join over the interval, ms: JoinGroup + SyncGroup; classic protocol (`rebalance-latency-avg`) |
-//! | `kafka_consumer_rebalance_latency_max` | gauge | client_id | longest time to join over the interval, ms; classic protocol (`rebalance-latency-max`) |
+//! | `kafka_consumer_rebalance_total` | counter | client_id | rebalances completed: a JoinGroup + SyncGroup answered (classic protocol), or a KIP-848 reconciliation finished (see below) (`rebalance-total`) |
+//! | `kafka_consumer_rebalance_latency_avg` | gauge | client_id | mean rebalance time over the interval, ms (`rebalance-latency-avg`) |
+//! | `kafka_consumer_rebalance_latency_max` | gauge | client_id | longest rebalance time over the interval, ms (`rebalance-latency-max`) |
+//! | `kafka_consumer_rebalance_latency_total` | counter | client_id | time spent in completed rebalances since the start, ms (`rebalance-latency-total`) |
 //! | `kafka_consumer_group_generation` | gauge | client_id | the current generation (member epoch with KIP-848), -1 while there is none (kafkapipe) |
 //! | `kafka_consumer_connection_count` | gauge | client_id, broker | open connections to the broker: 0 or 1 (sum over `broker` for Java's `connection-count`) |
 //! | `kafka_producer_record_send_total` | counter | client_id | records acknowledged (`record-send-total`) |
@@ -89,9 +93,25 @@
 //! | `kafka_producer_buffer_total_bytes` | gauge | client_id | [`max_buffered_bytes`](crate::writer::WriterConfig::max_buffered_bytes) (`buffer-total-bytes`) |
 //! | `kafka_producer_queued_records` | gauge | client_id | records accepted and not yet acknowledged or failed (kafkapipe) |
 //! | `kafka_producer_connection_count` | gauge | client_id, broker | open connections to the broker: 0 or 1 (`connection-count`) |
+//! | `kafka_producer_record_queue_time_avg` | gauge | client_id | mean time a batch waited in the writer before it was first sent, over the interval, ms: from its oldest message's acceptance to its produce request ([`WriterStats::queue_time_avg`](crate::writer::WriterStats::queue_time_avg); `record-queue-time-avg`) |
+//! | `kafka_producer_record_queue_time_max` | gauge | client_id | longest such wait since the start, ms (`record-queue-time-max`) |
+//! | `kafka_producer_topic_record_send_total` | counter | client_id, topic | the topic's records acknowledged (`producer-topic-metrics` `record-send-total`) |
+//! | `kafka_producer_topic_byte_total` | counter | client_id, topic | their bytes, as [`Message::size`](crate::writer::Message::size) counts them (`byte-total`) |
+//! | `kafka_producer_topic_record_error_total` | counter | client_id, topic | the topic's records failed for good (`record-error-total`) |
+//! | `kafka_producer_topic_compression_rate` | gauge | client_id, topic | encoded batch bytes / record bytes of the topic's acknowledged batches over the interval (`compression-rate`) |
 //!
-//! Not published yet: `record-queue-time-avg` and per-topic
-//! producer metrics (their counters would live in the writer's per-request code).
+//! A rebalance with the classic protocol is a JoinGroup + SyncGroup, timed from the
+//! JoinGroup request to the SyncGroup answer. With KIP-848
+//! ([`GroupProtocol::Consumer`](crate::group::GroupProtocol::Consumer)) it is a
+//! reconciliation: timed from the heartbeat answer that brought a target assignment
+//! the member did not own to the moment it owns it (revoked partitions committed,
+//! given up and acknowledged, added ones started), as the Java client's KIP-848
+//! consumer times its `RECONCILING` state. A member epoch that moves without changing the
+//! member's partitions is no rebalance; a reconciliation cut short by a lost
+//! membership is not counted.
+//!
+//! The per-topic counters cost nothing without the feature: they are kept only when
+//! it is on (one lookup per finished batch).
 //!
 //! A partition's `records_lag` is set while it is assigned; after a revocation it keeps
 //! its last value in the recorder unless the exporter drops idle metrics (Prometheus:
@@ -118,6 +138,15 @@ impl Latency {
         self.max_micros.fetch_max(us, Ordering::Relaxed);
     }
 
+    /// `(count, total µs)` since the start.
+    #[cfg(test)]
+    pub(crate) fn totals(&self) -> (u64, u64) {
+        (
+            self.count.load(Ordering::Relaxed),
+            self.micros.load(Ordering::Relaxed),
+        )
+    }
+
     /// `(count, total µs)` since the start, and the largest µs since the last `take`.
     pub(crate) fn take(&self) -> (u64, u64, u64) {
         (
@@ -128,13 +157,13 @@ impl Latency {
     }
 }
 
-/// A consumer group's timings: OffsetCommit requests, and joins (JoinGroup + SyncGroup).
+/// A consumer group's timings: OffsetCommit requests, and rebalances — JoinGroup +
+/// SyncGroup (classic protocol), or a KIP-848 reconciliation from the heartbeat answer
+/// that brought its target assignment to the member owning it.
 #[derive(Debug, Default)]
 pub(crate) struct GroupTimings {
     pub(crate) commit: Latency,
     pub(crate) rebalance: Latency,
-    /// Generations joined (a new generation or member epoch), either protocol.
-    pub(crate) joined: AtomicU64,
 }
 
 /// A cumulative `(count, sum)` pair turned into per-interval means: the mean of what was

@@ -2,7 +2,13 @@
 //! `examples/metrics_prometheus.rs` is scraped over HTTP during a run, its exposition text
 //! parsed, and the numbers checked against what moved: the producer's send counter, the
 //! per-partition lag gauge (the whole backlog while the application has read nothing, 0
-//! once it has read everything) and the consumer's record counter.
+//! once it has read everything) and the consumer's record counter. Then the producer's
+//! per-topic counters and queue time against what a writer did on two topics, and a
+//! KIP-848 member's rebalance count and latency against the rebalance a second member
+//! caused.
+//!
+//! One recorder serves the whole process (a recorder is installed once); each test
+//! tells its clients apart by `client_id`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -13,12 +19,16 @@ mod common;
 mod example;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::{SinkExt, TryStreamExt};
-use kafkapipe::reader::{Reader, ReaderConfig};
+use kafkapipe::compression::Compression;
+use kafkapipe::group::GroupProtocol;
+use kafkapipe::reader::{Reader, ReaderConfig, TopicPartition};
 use kafkapipe::writer::{Message, Writer, WriterConfig};
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -92,6 +102,47 @@ fn value(samples: &[Sample], name: &str, client: &str) -> Option<f64> {
     of(samples, name, client).first().map(|s| s.value)
 }
 
+/// The process's recorder, installed by the first test that asks.
+fn recorder() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| PrometheusBuilder::new().install_recorder().unwrap())
+        .clone()
+}
+
+/// The samples named `name` of client `client` and topic `topic`.
+fn topic_value(samples: &[Sample], name: &str, client: &str, topic: &str) -> Option<f64> {
+    of(samples, name, client)
+        .into_iter()
+        .find(|s| s.labels.get("topic").map(String::as_str) == Some(topic))
+        .map(|s| s.value)
+}
+
+/// Render the recorder's exposition text until `ok` holds (or 30 s passed: then fail,
+/// showing the last rendering's samples of `client`).
+async fn render_until(
+    handle: &PrometheusHandle,
+    client: &str,
+    what: &str,
+    ok: impl Fn(&[Sample]) -> bool,
+) -> Vec<Sample> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let samples = parse(&handle.render());
+        if ok(&samples) {
+            return samples;
+        }
+        if Instant::now() > deadline {
+            let mine: Vec<_> = samples
+                .iter()
+                .filter(|s| s.labels.get("client_id").map(String::as_str) == Some(client))
+                .collect();
+            panic!("{what}: not seen within 30 s; last rendering: {mine:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Scrape until `ok` holds (or 30 s passed: then fail, showing the last scrape).
 async fn scrape_until(
     addr: std::net::SocketAddr,
@@ -122,7 +173,7 @@ async fn scraped_metrics_match_what_moved_and_lag_goes_to_zero() {
     let topic = format!("metrics-scrape-{}", std::process::id());
     common::create_topic(broker, &topic, 2, 1);
 
-    let handle = PrometheusBuilder::new().install_recorder().unwrap();
+    let handle = recorder();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(example::serve_metrics(listener, handle));
@@ -224,4 +275,161 @@ async fn scraped_metrics_match_what_moved_and_lag_goes_to_zero() {
         .sum();
     assert!(connected >= 1.0, "{connected}");
     reader.close().await;
+}
+
+/// The producer-topic metrics count each topic's records, bytes and failures as the
+/// writer did (their sums are the client-wide counters), the compression rate is the
+/// topic's, and a batch that lingered shows its wait in the queue time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_topic_counters_and_queue_time_match_what_the_writer_did() {
+    const CLIENT: &str = "mt-topics";
+    let (to_a, to_b) = (30usize, 70usize);
+    let handle = recorder();
+    let broker = &common::shared().addr;
+    let a = format!("metrics-topic-a-{}", std::process::id());
+    let b = format!("metrics-topic-b-{}", std::process::id());
+    common::create_topic(broker, &a, 1, 1);
+    common::create_topic(broker, &b, 1, 1);
+
+    let linger = Duration::from_millis(200);
+    let mut writer = Writer::new(
+        WriterConfig::new([broker.clone()])
+            .client_id(CLIENT)
+            .batch_timeout(linger)
+            .compression(Compression::Lz4)
+            .metrics_interval(Duration::from_millis(100)),
+    )
+    .unwrap();
+    // `produce` does not flush: every batch waits out the linger. Topic a gets varied
+    // values, topic b runs of one byte (which LZ4 shrinks to almost nothing).
+    let sends = (0..to_a + to_b).map(|i| {
+        let msg = if i < to_a {
+            Message::new(format!("a-{i}-{}", i * 7919)).with_topic(&a)
+        } else {
+            Message::new(vec![b'x'; 1000]).with_topic(&b)
+        };
+        writer.produce(msg)
+    });
+    futures::future::try_join_all(sends).await.unwrap();
+    // one message too large for a batch fails for good, counted against topic a
+    let too_large = Message::new(vec![0u8; 2 << 20]).with_topic(&a);
+    assert!(writer.produce(too_large).await.is_err());
+    let stats = writer.stats();
+    assert!(
+        stats.queue_time_max >= linger,
+        "WriterStats::queue_time_max {:?} < linger {linger:?}",
+        stats.queue_time_max
+    );
+    writer.close().await.unwrap();
+
+    let s = render_until(&handle, CLIENT, "per-topic send totals after close", |s| {
+        topic_value(s, "kafka_producer_topic_record_send_total", CLIENT, &a) == Some(to_a as f64)
+            && topic_value(s, "kafka_producer_topic_record_send_total", CLIENT, &b)
+                == Some(to_b as f64)
+            && topic_value(s, "kafka_producer_topic_record_error_total", CLIENT, &a) == Some(1.0)
+    })
+    .await;
+    let topic = |name: &str, t: &str| topic_value(&s, name, CLIENT, t).unwrap();
+    let client = |name: &str| value(&s, name, CLIENT).unwrap();
+    assert_eq!(topic("kafka_producer_topic_record_error_total", &b), 0.0);
+    assert_eq!(
+        topic("kafka_producer_topic_record_send_total", &a)
+            + topic("kafka_producer_topic_record_send_total", &b),
+        client("kafka_producer_record_send_total")
+    );
+    assert_eq!(client("kafka_producer_record_error_total"), 1.0);
+    let (bytes_a, bytes_b) = (
+        topic("kafka_producer_topic_byte_total", &a),
+        topic("kafka_producer_topic_byte_total", &b),
+    );
+    assert!(bytes_b >= (to_b * 1000) as f64, "{bytes_b}");
+    assert_eq!(bytes_a + bytes_b, client("kafka_producer_byte_total"));
+    let (rate_a, rate_b) = (
+        topic("kafka_producer_topic_compression_rate", &a),
+        topic("kafka_producer_topic_compression_rate", &b),
+    );
+    assert!(
+        rate_b > 0.0 && rate_b < 0.2,
+        "compression rate of b: {rate_b}"
+    );
+    assert!(rate_a > rate_b, "compression rates: a {rate_a}, b {rate_b}");
+    // every batch lingered: the longest and the mean wait are at least the linger
+    let linger_ms = linger.as_millis() as f64;
+    let max = client("kafka_producer_record_queue_time_max");
+    let avg = client("kafka_producer_record_queue_time_avg");
+    assert!(
+        max >= linger_ms && avg >= linger_ms && avg <= max,
+        "avg {avg}, max {max}"
+    );
+    assert!(
+        (max - stats.queue_time_max.as_secs_f64() * 1000.0).abs() < 1.0,
+        "the gauge {max} ms is WriterStats::queue_time_max {:?}",
+        stats.queue_time_max
+    );
+}
+
+/// A KIP-848 member times its reconciliations as rebalances: its join, then the
+/// revocation a second member causes, which takes at least the revoke hook's sleep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_rebalances_are_counted_and_timed() {
+    if common::kafka::skip_before((4, 0), "kip848_rebalances_are_counted_and_timed") {
+        return;
+    }
+    const CLIENT: &str = "mt-848";
+    let handle = recorder();
+    let broker = &common::shared().addr;
+    let topic = format!("metrics-848-{}", std::process::id());
+    common::create_topic(broker, &topic, 2, 1);
+    let config = |client: &str| {
+        ReaderConfig::new([broker.clone()])
+            .group_id(format!("{topic}-g"))
+            .topic(&topic)
+            .group_protocol(GroupProtocol::Consumer)
+            .client_id(client)
+            .metrics_interval(Duration::from_millis(100))
+    };
+    let hook = Duration::from_millis(500);
+    let revocations = Arc::new(AtomicUsize::new(0));
+    let counted = revocations.clone();
+    let mut first = Reader::new(config(CLIENT).on_revoke(move |_: Vec<TopicPartition>| {
+        let counted = counted.clone();
+        async move {
+            tokio::time::sleep(hook).await;
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    }))
+    .await
+    .unwrap();
+    let s = render_until(&handle, CLIENT, "the join timed", |s| {
+        value(s, "kafka_consumer_assigned_partitions", CLIENT) == Some(2.0)
+            && value(s, "kafka_consumer_rebalance_total", CLIENT).is_some_and(|n| n >= 1.0)
+    })
+    .await;
+    let joins = value(&s, "kafka_consumer_rebalance_total", CLIENT).unwrap();
+    let total = value(&s, "kafka_consumer_rebalance_latency_total", CLIENT).unwrap();
+    let max = value(&s, "kafka_consumer_rebalance_latency_max", CLIENT).unwrap();
+    assert!(max > 0.0, "the join's reconciliation took {max} ms");
+    assert!(
+        value(&s, "kafka_consumer_rebalance_latency_avg", CLIENT).unwrap() > 0.0,
+        "{s:?}"
+    );
+    assert_eq!(revocations.load(Ordering::SeqCst), 0);
+
+    let mut second = Reader::new(config("mt-848-second")).await.unwrap();
+    let s = render_until(&handle, CLIENT, "the revocation timed", |s| {
+        value(s, "kafka_consumer_assigned_partitions", CLIENT) == Some(1.0)
+            && value(s, "kafka_consumer_rebalance_total", CLIENT) == Some(joins + 1.0)
+    })
+    .await;
+    assert_eq!(revocations.load(Ordering::SeqCst), 1);
+    let hook_ms = hook.as_millis() as f64;
+    let max = value(&s, "kafka_consumer_rebalance_latency_max", CLIENT).unwrap();
+    assert!(
+        max >= hook_ms,
+        "the revocation took {max} ms, its hook {hook_ms} ms"
+    );
+    let grown = value(&s, "kafka_consumer_rebalance_latency_total", CLIENT).unwrap() - total;
+    assert!(grown >= hook_ms - 1.0, "latency total grew by {grown} ms");
+    second.close().await;
+    first.close().await;
 }

@@ -118,6 +118,44 @@ enum Done {
 /// beside it. Whether it is a revocation (which commits).
 struct Job(tokio::task::JoinHandle<Done>, bool);
 
+/// The rebalance under way, for the metrics (feature `metrics`; without it this is
+/// empty and does nothing): a reconciliation starts with the heartbeat answer that
+/// brings a target assignment the member does not own, and ends when it owns it —
+/// then its time goes into `GroupTimings::rebalance` (`crate::metrics`), as
+/// the Java client's KIP-848 consumer times its `RECONCILING` state. A membership lost
+/// on the way ends it uncounted.
+#[derive(Default)]
+struct RebalanceClock {
+    #[cfg(feature = "metrics")]
+    since: Option<Instant>,
+}
+
+impl RebalanceClock {
+    /// After a heartbeat's answer or a reconciliation step: start the clock if `m`
+    /// has a target to reach, stop it and count the rebalance once `m` owns it.
+    fn observe(&mut self, m: &Member, g: &super::GroupShared) {
+        #[cfg(feature = "metrics")]
+        match (m.target.is_some(), self.since) {
+            (true, None) => self.since = Some(Instant::now()),
+            (false, Some(since)) => {
+                self.since = None;
+                g.timings.rebalance.record(since.elapsed());
+            }
+            _ => {}
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (m, g);
+    }
+
+    /// The membership was lost: the reconciliation under way is no rebalance.
+    fn abandon(&mut self) {
+        #[cfg(feature = "metrics")]
+        {
+            self.since = None;
+        }
+    }
+}
+
 impl Drop for Job {
     fn drop(&mut self) {
         self.0.abort();
@@ -183,6 +221,7 @@ impl GroupTask {
         let mut job: Option<Job> = None;
         let mut reconcile_after = Instant::now();
         let mut names_wait = Duration::ZERO;
+        let mut clock = RebalanceClock::default();
         loop {
             if g.closing() {
                 if let Some(j) = job.take() {
@@ -243,6 +282,7 @@ impl GroupTask {
                             } else if m.target.is_none() {
                                 streak.reset();
                             }
+                            clock.observe(&m, &g);
                         }
                         Done::Taken { learned, started, result } => {
                             names.extend(learned);
@@ -274,6 +314,7 @@ impl GroupTask {
                             } else {
                                 names_wait = Duration::ZERO;
                             }
+                            clock.observe(&m, &g);
                         }
                     }
                     continue;
@@ -302,6 +343,7 @@ impl GroupTask {
                 Step::Beat => {
                     last_ok = Instant::now();
                     g.set_member(m.epoch, m.member_id.clone());
+                    clock.observe(&m, &g);
                     if inflight.as_ref().is_some_and(|c| c.epoch != m.epoch) {
                         // built for an epoch that ended: the broker refuses it
                         // (STALE_MEMBER_EPOCH); the next tick commits with this one
@@ -326,6 +368,7 @@ impl GroupTask {
                             settle(j, &mut m, &mut names).await;
                         }
                         let lost = m.lose();
+                        clock.abandon();
                         g.set_member(-1, m.member_id.clone());
                         let tps = to_partitions(&names, flatten(&lost).into_iter());
                         if !tps.is_empty() {
@@ -348,6 +391,7 @@ impl GroupTask {
                         }
                         None => lost,
                     };
+                    clock.abandon();
                     warn!(group = %g.group_id, error = %e, partitions = flatten(&lost).len(), "membership lost; rejoining");
                     g.set_member(-1, m.member_id.clone());
                     let tps = to_partitions(&names, flatten(&lost).into_iter());

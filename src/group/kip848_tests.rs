@@ -452,3 +452,53 @@ async fn a_broker_without_consumer_group_heartbeat_is_refused_and_ends_the_strea
         .unwrap();
     refused(mock, "no ConsumerGroupHeartbeat").await;
 }
+
+/// Feature `metrics`: a KIP-848 rebalance is timed from the heartbeat answer that
+/// brings a new target assignment to the end of its reconciliation — the join's, and a
+/// revocation's when a second member comes, which includes the revoke hook's run.
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn reconciliations_are_timed_as_rebalances() {
+    let mock = mock(2, Duration::from_secs(10)).await;
+    let hook = Duration::from_millis(300);
+    let revoked = Arc::new(AtomicBool::new(false));
+    let seen = revoked.clone();
+    let mut a = Reader::new(
+        config(&mock)
+            // the collector's first look takes nothing: no later one runs in this test
+            .metrics_interval(Duration::from_secs(3600))
+            .on_revoke(move |_: Vec<TopicPartition>| {
+                let seen = seen.clone();
+                async move {
+                    tokio::time::sleep(hook).await;
+                    seen.store(true, Ordering::SeqCst);
+                }
+            }),
+    )
+    .await
+    .unwrap();
+    let g = a.handle().group.clone().unwrap();
+    wait_until("a owns both partitions", Duration::from_secs(10), || {
+        a.stats().partitions == 2 && g.timings.rebalance.totals().0 >= 1
+    })
+    .await;
+    let (joins, joined_us) = g.timings.rebalance.totals();
+    assert!(joined_us > 0, "the join's reconciliation took no time");
+    let (b, stop) = (Shared::default(), Arc::new(AtomicBool::new(false)));
+    let tb = spawn_member(config(&mock), b.clone(), stop.clone());
+    wait_until("a gave a partition up", Duration::from_secs(10), || {
+        g.timings.rebalance.totals().0 > joins
+    })
+    .await;
+    assert!(revoked.load(Ordering::SeqCst), "the hook ran");
+    let (n, us) = g.timings.rebalance.totals();
+    assert_eq!(n, joins + 1, "one reconciliation: the revocation");
+    assert!(
+        Duration::from_micros(us - joined_us) >= hook,
+        "the revocation took {:?}, its hook {hook:?}",
+        Duration::from_micros(us - joined_us)
+    );
+    stop.store(true, Ordering::SeqCst);
+    tb.await.unwrap();
+    a.close().await;
+}

@@ -261,10 +261,6 @@ impl GroupShared {
     /// and the member id; a generation of -1 while there is none.
     pub(crate) fn set_member(&self, generation: i32, member_id: String) {
         let mut member = lock(&self.member);
-        #[cfg(feature = "metrics")]
-        if generation >= 0 && member.0 != generation {
-            self.timings.joined.fetch_add(1, Ordering::Relaxed);
-        }
         *member = (generation, member_id);
         drop(member);
         self.member_moved.notify_waiters();

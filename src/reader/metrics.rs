@@ -42,6 +42,7 @@ struct GroupPublished {
     commit_latency_max: Gauge,
     commit_window: Window,
     rebalances: Counter,
+    rebalance_latency_total: Counter,
     rebalance_latency_avg: Gauge,
     rebalance_latency_max: Gauge,
     rebalance_window: Window,
@@ -75,6 +76,7 @@ impl Published {
                 commit_latency_max: gauge!("kafka_consumer_commit_latency_max", "client_id" => id()),
                 commit_window: Window::default(),
                 rebalances: counter!("kafka_consumer_rebalance_total", "client_id" => id()),
+                rebalance_latency_total: counter!("kafka_consumer_rebalance_latency_total", "client_id" => id()),
                 rebalance_latency_avg: gauge!("kafka_consumer_rebalance_latency_avg", "client_id" => id()),
                 rebalance_latency_max: gauge!("kafka_consumer_rebalance_latency_max", "client_id" => id()),
                 rebalance_window: Window::default(),
@@ -143,8 +145,8 @@ impl Published {
                 p.commit_latency_max.set(ms(max as f64));
             }
             let (n, us, max) = t.rebalance.take();
-            let joined = t.joined.load(Ordering::Relaxed);
-            p.rebalances.absolute(joined);
+            p.rebalances.absolute(n);
+            p.rebalance_latency_total.absolute(us / 1000);
             if let Some(mean) = p.rebalance_window.mean(n, us) {
                 p.rebalance_latency_avg.set(ms(mean));
                 p.rebalance_latency_max.set(ms(max as f64));

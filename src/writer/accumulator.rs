@@ -233,6 +233,9 @@ pub(super) struct Sealed {
     pub(super) attempts: u32,
     /// When the batch fails for good unless acknowledged (delivery timeout).
     pub(super) expires: Instant,
+    /// Acceptance time of its oldest message: its queue time runs from here until it is
+    /// first sent.
+    pub(super) accepted: Instant,
     /// The last retriable error it met, reported if it expires.
     pub(super) last_error: Option<Error>,
     /// In a produce request right now.
@@ -849,6 +852,7 @@ pub(super) fn seal(
                 bytes: open.bytes,
                 attempts: 0,
                 expires: after(open.first_accepted, delivery_timeout),
+                accepted: open.first_accepted,
                 last_error: None,
             });
             None
@@ -858,6 +862,11 @@ pub(super) fn seal(
             warn!(topic, partition, error = %e, "building a record batch failed");
             shared
                 .stats
+                .errors
+                .fetch_add(open.count as u64, Ordering::Relaxed);
+            #[cfg(feature = "metrics")]
+            shared
+                .topic_counters(topic)
                 .errors
                 .fetch_add(open.count as u64, Ordering::Relaxed);
             // The tokens fail before the flush groups are answered (as in `finish`).
@@ -977,6 +986,7 @@ pub(super) fn split(
             bytes: bytes1,
             attempts: 0,
             expires: b.expires,
+            accepted: b.accepted,
             last_error: b.last_error.clone(),
         },
         Sealed {
@@ -993,6 +1003,7 @@ pub(super) fn split(
             bytes: b.bytes.saturating_sub(bytes1),
             attempts: 0,
             expires: b.expires,
+            accepted: b.accepted,
             last_error: b.last_error,
         },
     ))

@@ -107,6 +107,9 @@ pub(super) struct TopicState {
     pub(super) meta_pending: bool,
     pub(super) meta_attempts: u32,
     pub(super) meta_retry_at: Option<Instant>,
+    /// The topic's counters (feature `metrics`), once a batch or message of it is done.
+    #[cfg(feature = "metrics")]
+    pub(super) counters: Option<Arc<super::shared::TopicCounters>>,
 }
 
 impl Task {

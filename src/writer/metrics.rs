@@ -2,11 +2,13 @@
 //! [`WriterStats`](super::WriterStats) to the `metrics` facade. The list is in
 //! [`crate::metrics`].
 
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use metrics::{counter, gauge, Counter, Gauge};
 
+use super::shared::TopicCounters;
 use super::{Shared, WriterConfig};
 use crate::cluster::Cluster;
 use crate::metrics::{ms, Connections, Window};
@@ -35,7 +37,48 @@ struct Published {
     throttle_avg: Gauge,
     throttle_max: Gauge,
     throttle_window: Window,
+    queue_time_avg: Gauge,
+    queue_time_max: Gauge,
+    queue_window: Window,
+    topics: HashMap<Arc<str>, TopicPublished>,
+    client_id: String,
     connections: Connections,
+}
+
+/// The metric handles of one topic (Java's `producer-topic-metrics`).
+struct TopicPublished {
+    records: Counter,
+    bytes: Counter,
+    errors: Counter,
+    compression: Gauge,
+    compression_window: Window,
+}
+
+impl TopicPublished {
+    fn new(client_id: &str, topic: &str) -> Self {
+        let (id, t) = (|| client_id.to_string(), || topic.to_string());
+        TopicPublished {
+            records: counter!("kafka_producer_topic_record_send_total",
+                "client_id" => id(), "topic" => t()),
+            bytes: counter!("kafka_producer_topic_byte_total", "client_id" => id(), "topic" => t()),
+            errors: counter!("kafka_producer_topic_record_error_total",
+                "client_id" => id(), "topic" => t()),
+            compression: gauge!("kafka_producer_topic_compression_rate",
+                "client_id" => id(), "topic" => t()),
+            compression_window: Window::default(),
+        }
+    }
+
+    fn publish(&mut self, c: &TopicCounters) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (records, bytes) = (load(&c.records), load(&c.bytes));
+        self.records.absolute(records);
+        self.bytes.absolute(bytes);
+        self.errors.absolute(load(&c.errors));
+        if let Some(rate) = self.compression_window.mean(bytes, load(&c.batch_bytes)) {
+            self.compression.set(rate);
+        }
+    }
 }
 
 impl Published {
@@ -64,6 +107,11 @@ impl Published {
             throttle_avg: gauge!("kafka_producer_produce_throttle_time_avg", "client_id" => id()),
             throttle_max: gauge!("kafka_producer_produce_throttle_time_max", "client_id" => id()),
             throttle_window: Window::default(),
+            queue_time_avg: gauge!("kafka_producer_record_queue_time_avg", "client_id" => id()),
+            queue_time_max: gauge!("kafka_producer_record_queue_time_max", "client_id" => id()),
+            queue_window: Window::default(),
+            topics: HashMap::new(),
+            client_id: id(),
             connections: Connections::new("kafka_producer", client_id),
         }
     }
@@ -117,6 +165,21 @@ impl Published {
             self.throttle_avg.set(mean);
         }
         self.throttle_max.set(c.throttle.max().as_millis() as f64);
+        if let Some(mean) = self
+            .queue_window
+            .mean(load(&c.sent_batches), load(&c.queue_micros))
+        {
+            self.queue_time_avg.set(ms(mean));
+        }
+        self.queue_time_max
+            .set(ms(load(&c.queue_micros_max) as f64));
+        for (topic, counters) in shared.topics() {
+            let client_id = &self.client_id;
+            self.topics
+                .entry(topic)
+                .or_insert_with_key(|topic| TopicPublished::new(client_id, topic))
+                .publish(&counters);
+        }
         self.connections.publish(cluster);
         true
     }

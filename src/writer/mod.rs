@@ -245,6 +245,14 @@ pub struct WriterStats {
     /// Longest quota throttle time reported in a produce response (Java
     /// `produce-throttle-time-max`).
     pub throttle_time_max: std::time::Duration,
+    /// Mean time a batch waited in the writer before it was first sent: from when its
+    /// oldest message was accepted (a message fed to the sink: when the writer's task
+    /// took it off its queue, a moment later) to the produce request that carried it,
+    /// over every batch sent (Java `record-queue-time-avg`). Linger, a full in-flight
+    /// window, a metadata lookup or a producer id all count.
+    pub queue_time_avg: std::time::Duration,
+    /// Longest such wait of a batch (Java `record-queue-time-max`).
+    pub queue_time_max: std::time::Duration,
 }
 
 type SpaceFuture = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
@@ -950,6 +958,49 @@ mod tests {
             .expect("the sender was not woken")
             .unwrap();
         assert!(shared.has_space());
+    }
+
+    /// Queue time (Java `record-queue-time-avg/max`): a batch waits its linger before
+    /// it is sent, so its queue time is at least the linger and at most the wait of the
+    /// `produce` call; a flushed batch goes at once, and brings the mean down.
+    #[cfg(feature = "mock")]
+    #[tokio::test]
+    async fn queue_time_is_the_wait_of_a_batch_before_it_is_sent() {
+        use futures::SinkExt;
+        use std::time::{Duration, Instant};
+        let cluster = crate::mock::MockCluster::builder()
+            .topic("t", 1)
+            .start()
+            .await
+            .unwrap();
+        let linger = Duration::from_millis(300);
+        let mut w = Writer::new(
+            WriterConfig::new(cluster.bootstrap())
+                .topic("t")
+                .batch_timeout(linger),
+        )
+        .unwrap();
+        // the metadata first: the lingering batch below then waits for nothing else
+        w.send(Message::new("warm-up")).await.unwrap();
+        let before = w.stats();
+        assert_eq!(before.messages, 1);
+        assert!(before.queue_time_max < linger, "{before:?}");
+        let started = Instant::now();
+        w.produce(Message::new("lingers")).await.unwrap();
+        let waited = started.elapsed();
+        let s = w.stats();
+        assert_eq!(s.messages, 2);
+        assert!(
+            s.queue_time_max >= linger && s.queue_time_max <= waited,
+            "queue time {:?}, linger {linger:?}, produce took {waited:?}",
+            s.queue_time_max
+        );
+        // two batches sent: the mean is between the flushed one's and the lingered one's
+        assert!(
+            s.queue_time_avg < s.queue_time_max && s.queue_time_avg >= linger / 2,
+            "{s:?}"
+        );
+        w.close().await.unwrap();
     }
 
     #[tokio::test]

@@ -185,7 +185,7 @@ impl Task {
     /// bumped under the new id once its requests are answered.
     fn renumber_bumped(&mut self, producer: (i64, i16)) {
         let mut written = Vec::new();
-        for t in self.topics.values_mut() {
+        for (name, t) in &mut self.topics {
             for ps in t.parts.values_mut() {
                 if !ps.bump || ps.in_flight > 0 {
                     continue;
@@ -206,7 +206,7 @@ impl Task {
                     while i < ps.sealed.len() {
                         if ps.sealed.get(i).is_some_and(|b| !b.in_flight && proven(b)) {
                             if let Some(b) = ps.sealed.remove(i) {
-                                written.push(b);
+                                written.push((name.clone(), b));
                             }
                         } else {
                             i += 1;
@@ -227,12 +227,12 @@ impl Task {
                 ps.bump = false;
             }
         }
-        for b in written {
+        for (name, b) in written {
             debug!(
                 messages = b.count,
                 "batch acknowledged past by a later one: written, not renumbered"
             );
-            self.finish(b, Ok(-1));
+            self.finish(&name, b, Ok(-1));
         }
     }
 

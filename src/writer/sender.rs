@@ -276,6 +276,9 @@ impl Task {
             let Some(b) = ps.sealed.get_mut(i) else {
                 continue;
             };
+            if !b.sent {
+                self.shared.stats.batch_sent(b.accepted, now);
+            }
             b.in_flight = true;
             b.sent = true;
             b.attempts += 1;
@@ -537,7 +540,7 @@ impl Task {
                 ));
                 warn!(topic = %name, partition = p, attempts, error = %e, "produce failed: overtaken by later batches");
                 if let Some(b) = ps.sealed.remove(i) {
-                    self.finish(b, Err(&e));
+                    self.finish(name, b, Err(&e));
                 }
             }
             Ok(base_offset) => {
@@ -547,7 +550,7 @@ impl Task {
                     }
                 }
                 if let Some(b) = ps.sealed.remove(i) {
-                    self.finish(b, Ok(base_offset));
+                    self.finish(name, b, Ok(base_offset));
                 }
             }
             Err(e)
@@ -684,12 +687,47 @@ impl Task {
             }
         }
         self.txn_failed(err);
-        self.finish(b, Err(err));
+        self.finish(name, b, Err(err));
     }
 
-    /// A batch is done: tell its callers, count it, report its messages if asked, free
-    /// its bytes. `result` is the base offset the broker assigned (-1 with acks=0).
-    pub(super) fn finish(&mut self, mut b: Sealed, result: std::result::Result<i64, &Error>) {
+    /// The counters of `topic` (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(super) fn topic_counters(&mut self, topic: &str) -> Arc<super::shared::TopicCounters> {
+        match self.topics.get_mut(topic) {
+            Some(t) => t
+                .counters
+                .get_or_insert_with(|| self.shared.topic_counters(topic))
+                .clone(),
+            None => self.shared.topic_counters(topic),
+        }
+    }
+
+    /// A batch of `topic` is done: tell its callers, count it, report its messages if
+    /// asked, free its bytes. `result` is the base offset the broker assigned (-1 with
+    /// acks=0).
+    pub(super) fn finish(
+        &mut self,
+        topic: &str,
+        mut b: Sealed,
+        result: std::result::Result<i64, &Error>,
+    ) {
+        #[cfg(feature = "metrics")]
+        {
+            let t = self.topic_counters(topic);
+            match result {
+                Ok(_) => {
+                    t.records.fetch_add(b.count as u64, Ordering::Relaxed);
+                    t.bytes.fetch_add(b.bytes as u64, Ordering::Relaxed);
+                    t.batch_bytes
+                        .fetch_add(b.data.len() as u64, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    t.errors.fetch_add(b.count as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = topic;
         let stats = &self.shared.stats;
         match result {
             Ok(_) => {
@@ -759,6 +797,15 @@ impl Task {
         debug!(error = %err, "message rejected");
         self.txn_failed(&err);
         self.shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            let cfg = self.cfg.clone();
+            if let Some(topic) = m.msg.topic.as_deref().or(cfg.topic.as_deref()) {
+                self.topic_counters(topic)
+                    .errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
         m.group.done(1, Some(&err));
         self.shared.release_messages(1, 0);
         let delivery = Delivery {

@@ -23,6 +23,37 @@ pub(super) struct Counters {
     pub(super) write_micros_max: AtomicU64,
     /// `throttle_time_ms` of produce responses.
     pub(super) throttle: crate::util::ThrottleTimes,
+    /// Batches sent for the first time, and their total and largest queue time (from
+    /// the oldest message's acceptance to the send), in microseconds.
+    pub(super) sent_batches: AtomicU64,
+    pub(super) queue_micros: AtomicU64,
+    pub(super) queue_micros_max: AtomicU64,
+}
+
+impl Counters {
+    /// A batch whose oldest message was accepted at `accepted` is sent for the first
+    /// time at `now`.
+    pub(super) fn batch_sent(&self, accepted: std::time::Instant, now: std::time::Instant) {
+        let us =
+            u64::try_from(now.saturating_duration_since(accepted).as_micros()).unwrap_or(u64::MAX);
+        self.sent_batches.fetch_add(1, Ordering::Relaxed);
+        self.queue_micros.fetch_add(us, Ordering::Relaxed);
+        self.queue_micros_max.fetch_max(us, Ordering::Relaxed);
+    }
+}
+
+/// One topic's share of the counters (feature `metrics`): the Java producer's
+/// `producer-topic-metrics`, kept only when the metrics are published.
+#[cfg(feature = "metrics")]
+#[derive(Default)]
+pub(super) struct TopicCounters {
+    /// Messages acknowledged, and their bytes ([`Message::size`]).
+    pub(super) records: AtomicU64,
+    pub(super) bytes: AtomicU64,
+    /// Messages failed for good.
+    pub(super) errors: AtomicU64,
+    /// Encoded bytes of the acknowledged batches (for the compression rate).
+    pub(super) batch_bytes: AtomicU64,
 }
 
 /// State shared by the writer's clones, handles and task.
@@ -47,6 +78,11 @@ pub(super) struct Shared {
     pub(super) writers: AtomicUsize,
     /// Bytes of the task's batches sealed and not done yet (kept by `accumulator::Encoded`).
     pub(super) encoded: AtomicUsize,
+    /// Each topic's counters, for the metrics collector (the task keeps a topic's
+    /// `Arc` in its `TopicState`, so the lock is taken once per topic, and by the
+    /// collector).
+    #[cfg(feature = "metrics")]
+    pub(super) topics: Mutex<std::collections::HashMap<Arc<str>, Arc<TopicCounters>>>,
 }
 
 /// Commands per segment of the [`Queue`]: small enough to come from the allocator's heap
@@ -132,7 +168,35 @@ impl Shared {
             waiting: AtomicUsize::new(0),
             writers: AtomicUsize::new(0),
             encoded: AtomicUsize::new(0),
+            #[cfg(feature = "metrics")]
+            topics: Mutex::default(),
         }
+    }
+
+    /// The counters of `topic`, made on first use (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(super) fn topic_counters(&self, topic: &str) -> Arc<TopicCounters> {
+        let mut topics = self
+            .topics
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = topics.get(topic) {
+            return c.clone();
+        }
+        let c = Arc::new(TopicCounters::default());
+        topics.insert(Arc::from(topic), c.clone());
+        c
+    }
+
+    /// Every topic's counters so far (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(super) fn topics(&self) -> Vec<(Arc<str>, Arc<TopicCounters>)> {
+        self.topics
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     pub(super) fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -339,6 +403,13 @@ impl Shared {
             ),
             throttle_time_avg: c.throttle.avg(),
             throttle_time_max: c.throttle.max(),
+            queue_time_avg: std::time::Duration::from_micros(
+                c.queue_micros.load(Ordering::Relaxed)
+                    / c.sent_batches.load(Ordering::Relaxed).max(1),
+            ),
+            queue_time_max: std::time::Duration::from_micros(
+                c.queue_micros_max.load(Ordering::Relaxed),
+            ),
         }
     }
 

@@ -31,6 +31,7 @@ impl Sealed {
             bytes,
             attempts: 1,
             expires: Instant::now() + Duration::from_secs(60),
+            accepted: Instant::now(),
             last_error: None,
         }
     }
@@ -282,7 +283,7 @@ mod idempotence_tests {
         let mut cx = std::task::Context::from_waker(&waker);
         assert!(std::pin::Pin::new(&mut rx).poll(&mut cx).is_pending());
 
-        task.finish(b, Ok(0));
+        task.finish("t", b, Ok(0));
         assert!(matches!(rx.try_recv(), Ok(Ok(()))), "the flush is answered");
         assert_eq!(
             *probe.seen.lock().unwrap(),
@@ -924,7 +925,7 @@ mod idempotence_tests {
             let indexes = indexes(&b.data.to_bytes());
             sizes.push(indexes.len());
             got.extend(indexes);
-            task.finish(b, Ok(0));
+            task.finish("t", b, Ok(0));
             task.release_held();
             assert!(shared.encoded.load(Ordering::Relaxed) < allowed + (8 << 10));
         }
