@@ -712,20 +712,8 @@ impl Task {
         result: std::result::Result<i64, &Error>,
     ) {
         #[cfg(feature = "metrics")]
-        {
-            let t = self.topic_counters(topic);
-            match result {
-                Ok(_) => {
-                    t.records.fetch_add(b.count as u64, Ordering::Relaxed);
-                    t.bytes.fetch_add(b.bytes as u64, Ordering::Relaxed);
-                    t.batch_bytes
-                        .fetch_add(b.data.len() as u64, Ordering::Relaxed);
-                }
-                Err(_) => {
-                    t.errors.fetch_add(b.count as u64, Ordering::Relaxed);
-                }
-            }
-        }
+        self.topic_counters(topic)
+            .finished(b.count, b.bytes, b.data.len(), result.is_ok());
         #[cfg(not(feature = "metrics"))]
         let _ = topic;
         let stats = &self.shared.stats;
@@ -799,11 +787,9 @@ impl Task {
         self.shared.stats.errors.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
         {
-            let cfg = self.cfg.clone();
+            let cfg = Arc::clone(&self.cfg);
             if let Some(topic) = m.msg.topic.as_deref().or(cfg.topic.as_deref()) {
-                self.topic_counters(topic)
-                    .errors
-                    .fetch_add(1, Ordering::Relaxed);
+                self.topic_counters(topic).finished(1, 0, 0, false);
             }
         }
         m.group.done(1, Some(&err));

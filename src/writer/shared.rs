@@ -56,6 +56,22 @@ pub(super) struct TopicCounters {
     pub(super) batch_bytes: AtomicU64,
 }
 
+impl TopicCounters {
+    /// `count` messages of `bytes` ([`Message::size`]) in a batch of `batch_bytes`
+    /// encoded bytes are done: acknowledged if `ok`, failed for good if not.
+    #[cfg(feature = "metrics")]
+    pub(super) fn finished(&self, count: usize, bytes: usize, batch_bytes: usize, ok: bool) {
+        if ok {
+            self.records.fetch_add(count as u64, Ordering::Relaxed);
+            self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+            self.batch_bytes
+                .fetch_add(batch_bytes as u64, Ordering::Relaxed);
+        } else {
+            self.errors.fetch_add(count as u64, Ordering::Relaxed);
+        }
+    }
+}
+
 /// State shared by the writer's clones, handles and task.
 pub(super) struct Shared {
     pub(super) buffered: AtomicUsize,
