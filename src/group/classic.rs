@@ -332,8 +332,7 @@ impl GroupTask {
             CommitMode::Interval(d) if !d.is_zero() => Some(d),
             _ => None,
         };
-        let mut commit = tokio::time::interval(commit_every.unwrap_or(Duration::from_secs(3600)));
-        commit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut commit = super::commit::interval_timer(commit_every);
         let watch_every = Some(config.partition_watch_interval).filter(|d| !d.is_zero());
         let mut watch = tokio::time::interval(watch_every.unwrap_or(Duration::from_secs(3600)));
         watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -439,6 +439,18 @@ impl Sink<&Message> for Committer {
     }
 }
 
+/// The interval commit's timer, `every` apart (`None`: an hour, for a mode that never
+/// ticks); a tick missed while the loop was busy is delayed, not bunched. Its first tick
+/// is one interval after the membership starts, as the Java consumer's first
+/// auto-commit: a tokio interval ticks at once, which committed right at the start of
+/// every generation.
+pub(crate) fn interval_timer(every: Option<Duration>) -> tokio::time::Interval {
+    let every = every.unwrap_or(Duration::from_secs(3600));
+    let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,5 +484,22 @@ mod tests {
         c.disown(&TopicPartition::new("t", 1));
         assert_eq!(c.due(None).len(), 1);
         assert!(c.get("x", 0).is_none());
+    }
+
+    /// No interval commit before one interval has passed: a tokio interval ticks at once,
+    /// which committed right at the start of every membership (pipeline_broker's
+    /// interval_mode_does_not_commit_on_every_flush saw `{0: 1}` committed under load).
+    #[tokio::test(start_paused = true)]
+    async fn the_interval_commit_waits_one_interval_before_its_first_tick() {
+        use futures::FutureExt;
+        let every = Duration::from_secs(5);
+        let mut timer = interval_timer(Some(every));
+        assert!(timer.tick().now_or_never().is_none(), "ticked at once");
+        tokio::time::advance(every - Duration::from_millis(1)).await;
+        assert!(timer.tick().now_or_never().is_none(), "ticked early");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(timer.tick().now_or_never().is_some(), "no tick after the interval");
+        tokio::time::advance(every).await;
+        assert!(timer.tick().now_or_never().is_some(), "no second tick");
     }
 }

@@ -208,8 +208,7 @@ impl GroupTask {
             CommitMode::Interval(d) if !d.is_zero() => Some(d),
             _ => None,
         };
-        let mut commit = tokio::time::interval(commit_every.unwrap_or(Duration::from_secs(3600)));
-        commit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut commit = super::commit::interval_timer(commit_every);
         // The interval commit in flight, in a task of its own (a slow commit never delays a
         // heartbeat). It never outlives what it was built for: a lost membership or a new
         // member epoch abandons it at once, a revocation or a close lets it finish for a
