@@ -135,7 +135,7 @@ pub struct Fetched {
     pub log_start_offset: i64,
 }
 
-/// A broker as listed by [`Conn::metadata`].
+/// A broker as listed by [`Conn::metadata`](super::Conn::metadata).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Broker {
     /// The broker id.
@@ -155,7 +155,7 @@ impl Broker {
     }
 }
 
-/// A partition as listed by [`Conn::metadata`].
+/// A partition as listed by [`Conn::metadata`](super::Conn::metadata).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionInfo {
     /// Partition index.
@@ -172,7 +172,7 @@ pub struct PartitionInfo {
     pub error: Option<ErrorCode>,
 }
 
-/// A topic as listed by [`Conn::metadata`].
+/// A topic as listed by [`Conn::metadata`](super::Conn::metadata).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
     /// Topic name.
@@ -187,7 +187,7 @@ pub struct TopicInfo {
     pub error: Option<ErrorCode>,
 }
 
-/// Cluster metadata as returned by [`Conn::metadata`].
+/// Cluster metadata as returned by [`Conn::metadata`](super::Conn::metadata).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Metadata {
     /// The cluster id, if reported.
@@ -212,7 +212,7 @@ impl Metadata {
     }
 }
 
-/// A topic to create with [`Conn::create_topics`].
+/// A topic to create with [`Conn::create_topics`](super::Conn::create_topics).
 ///
 /// ```
 /// use kafkapipe::conn::NewTopic;
