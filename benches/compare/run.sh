@@ -20,7 +20,10 @@
 #   --rows COUNT:SIZE:CODEC:ACKS:PARTITIONS[,...]   explicit rows instead of a set
 #   --reps N                       repetitions per client and row (default 3)
 #   --peers LIST                   comma-separated subset of
-#                                  kafkapipe,librdkafka,kafka-go,franz-go,java (default all)
+#                                  kafkapipe,librdkafka,kafka-go,franz-go,java (default all),
+#                                  and kafkapipe-metrics: compare_peer built with feature
+#                                  `metrics`, publishing into a Prometheus recorder (the
+#                                  metrics cost row of BENCHMARKS.md; not in the default)
 #   --ops LIST                     produce,consume,group (default produce,consume); group =
 #                                  consume as a member of a new consumer group (offset
 #                                  tracking and commits included), for the clients that
@@ -132,6 +135,17 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "compare_peer" and m.get("executable"):
         print(m["executable"])')"
 [[ -x "$kp" ]] || { echo "could not build compare_peer (cargo build ${cargo_profile[*]} --bench compare_peer)" >&2; exit 1; }
+kpm=""
+if has_peer kafkapipe-metrics; then
+    echo "building kafkapipe's compare_peer with feature metrics ($profile)" >&2
+    kpm="$(cargo build "${cargo_profile[@]}" --features metrics --bench compare_peer --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "compare_peer" and m.get("executable"):
+        print(m["executable"])')"
+    [[ -x "$kpm" ]] || { echo "could not build compare_peer --features metrics" >&2; exit 1; }
+fi
 rdk=""
 if has_peer librdkafka; then
     rdk="$("$here/build_rdkafka.sh")"
@@ -165,15 +179,17 @@ client_cmd() {
     local op="$1" client="$2" topic="$3" count="$4" size="$5" codec="$6" acks="$7" parts="$8" group="$9"
     local jacks="$acks" racks="$acks" p
     [[ "$acks" == all ]] && racks=-1
+    local bin="$kp"
+    [[ "$client" == kafkapipe-metrics ]] && { bin="$kpm"; client=kafkapipe; }
     case "$client/$op" in
     kafkapipe/produce)
-        printf '%s\n' "$kp" produce --brokers "$broker" --topic "$topic" --count "$count" \
+        printf '%s\n' "$bin" produce --brokers "$broker" --topic "$topic" --count "$count" \
             --size "$size" --compression "$codec" --acks "$acks" --linger-ms "$linger" \
             --batch-bytes 1048576 --batch-msgs 10000 ;;
     kafkapipe/consume)
-        printf '%s\n' "$kp" consume --brokers "$broker" --topic "$topic" --count "$count" ;;
+        printf '%s\n' "$bin" consume --brokers "$broker" --topic "$topic" --count "$count" ;;
     kafkapipe/group)
-        printf '%s\n' "$kp" consume --brokers "$broker" --topic "$topic" --count "$count" \
+        printf '%s\n' "$bin" consume --brokers "$broker" --topic "$topic" --count "$count" \
             --group "$group" ;;
     librdkafka/produce)
         printf '%s\n' "$rdk" -P -b "$broker" -t "$topic" -c "$count" -s "$size" -z "$codec" \
@@ -266,7 +282,7 @@ for row in "${row_list[@]}"; do
                 for ((i = 0; i < ${#peer_list[@]}; i++)); do
                     client="${peer_list[$(((i + rep - 1) % ${#peer_list[@]}))]}"
                     # the Go peers read without a group here
-                    if [[ "$op" == group && ",kafkapipe,librdkafka,java," != *",$client,"* ]]; then
+                    if [[ "$op" == group && ",kafkapipe,kafkapipe-metrics,librdkafka,java," != *",$client,"* ]]; then
                         continue
                     fi
                     timed_run "$label" "$op" "$client" "$topic" "$count" "$size" "$codec" - "$parts" "$rep"
