@@ -27,6 +27,11 @@ krb5_ensure
 features="cli,mock${KAFKAPIPE_GSSAPI_FEATURES}"
 cargo test --no-fail-fast --all-targets --features "$features" "$@"
 cargo test --no-fail-fast --doc --features "$features" "$@"
+# The tests of the optional observability features (their targets need them: without,
+# `--all-targets` leaves them out): metrics scraped during a run, and W3C trace context
+# from producer to consumer. One more build of the library, with both features.
+cargo test --no-fail-fast --features "$features,metrics,trace-context" \
+    --test metrics_broker --test trace_context_broker "$@"
 
 # Benchmark smoke (benches/compare): kafkapipe's compare_peer, built in the dev profile, produces
 # and consumes 10k messages and runs a short fixed-rate latency test against its own broker; it

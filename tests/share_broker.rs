@@ -915,3 +915,103 @@ async fn share_lock_renewal_stops_at_max_lock_hold() {
         "left after the redelivery was accepted: {rest:?}"
     );
 }
+
+/// Retries an admin call while the broker still counts a member that has just left.
+async fn while_non_empty<T, F, Fut>(what: &str, mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = kafkapipe::Result<T>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        match call().await {
+            Ok(v) => return v,
+            Err(e)
+                if e.kafka_code() == Some(kafkapipe::protocol::ErrorCode::NonEmptyGroup)
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_admin_lists_alters_and_deletes_group_offsets() {
+    common::init_log();
+    let topic = new_topic("share-admin", 1).await;
+    let group = format!("{topic}-g");
+    configure_group(&group, &[]).await;
+    produce(&topic, 0, (0..20).map(|i| format!("v{i}"))).await;
+    let admin = admin();
+    let tp = kafkapipe::admin::TopicPartition::new(topic.clone(), 0);
+
+    // a member accepts everything: the group is listed, its lag goes to 0
+    let mut r = ShareReader::new(config(&group, &topic)).await.unwrap();
+    for _ in 0..20 {
+        next(&mut r, "20 records").await;
+    }
+    // while the member is in the group, its offsets cannot be altered (the refusal may
+    // come for the request or for the partition)
+    let code = match admin
+        .alter_share_group_offsets(&group, &[(tp.clone(), 0)])
+        .await
+    {
+        Err(e) => e.kafka_code(),
+        Ok(results) => results.into_iter().find_map(|(_, r)| r.err()?.kafka_code()),
+    };
+    assert_eq!(
+        code,
+        Some(kafkapipe::protocol::ErrorCode::NonEmptyGroup),
+        "altering the offsets of a group with a member"
+    );
+    r.close().await.unwrap();
+    let listed = admin.list_share_groups().await.unwrap();
+    let g = listed
+        .iter()
+        .find(|g| g.group_id == group)
+        .unwrap_or_else(|| panic!("{group} not in {listed:?}"));
+    assert_eq!(g.group_type.as_deref(), Some("share"));
+    wait_lag_zero(&group, &topic, DEADLINE).await;
+
+    // alter: the group goes on from offset 15
+    let to_15 = [(tp.clone(), 15)];
+    for (p, res) in
+        while_non_empty("alter", || admin.alter_share_group_offsets(&group, &to_15)).await
+    {
+        res.unwrap_or_else(|e| panic!("alter {p}: {e}"));
+    }
+    let offsets = admin
+        .describe_share_group_offsets(&group, Some(&[topic.as_str()]))
+        .await
+        .unwrap();
+    assert_eq!(offsets.len(), 1, "{offsets:?}");
+    assert_eq!(offsets[0].start_offset, 15, "{offsets:?}");
+    let seen = read_until_marker(&group, &topic, "m1").await;
+    assert_eq!(seen, (15..20).map(|i| format!("v{i}")).collect::<Vec<_>>());
+
+    // delete: the group's state of the topic is gone, and it starts again from the
+    // earliest offset (the group config)
+    let topics = [topic.as_str()];
+    for (t, res) in while_non_empty("delete", || {
+        admin.delete_share_group_offsets(&group, &topics)
+    })
+    .await
+    {
+        res.unwrap_or_else(|e| panic!("delete {t}: {e}"));
+    }
+    let left = admin
+        .describe_share_group_offsets(&group, None)
+        .await
+        .unwrap();
+    assert!(
+        left.iter().all(|o| o.partition.topic != topic),
+        "offsets left after the delete: {left:?}"
+    );
+    let seen = read_until_marker(&group, &topic, "m2").await;
+    let mut want: Vec<String> = (0..20).map(|i| format!("v{i}")).collect();
+    want.push("m1".into());
+    assert_eq!(seen, want);
+    admin.close().await;
+}

@@ -498,7 +498,10 @@ mod tests {
         tokio::time::advance(every - Duration::from_millis(1)).await;
         assert!(timer.tick().now_or_never().is_none(), "ticked early");
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(timer.tick().now_or_never().is_some(), "no tick after the interval");
+        assert!(
+            timer.tick().now_or_never().is_some(),
+            "no tick after the interval"
+        );
         tokio::time::advance(every).await;
         assert!(timer.tick().now_or_never().is_some(), "no second tick");
     }

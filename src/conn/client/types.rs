@@ -35,7 +35,7 @@ impl RequiredAcks {
     }
 }
 
-/// Options of [`Conn::produce`].
+/// Options of [`Conn::produce`](super::Conn::produce).
 ///
 /// ```
 /// use std::time::Duration;
@@ -90,7 +90,7 @@ impl IsolationLevel {
     }
 }
 
-/// Options of [`Conn::fetch`].
+/// Options of [`Conn::fetch`](super::Conn::fetch).
 #[derive(Debug, Clone)]
 pub struct FetchOptions {
     /// The least data the broker should wait for. Default 1 byte (Java: `fetch.min.bytes`).
@@ -117,7 +117,7 @@ impl Default for FetchOptions {
     }
 }
 
-/// What [`Conn::fetch`] returned for one partition.
+/// What [`Conn::fetch`](super::Conn::fetch) returned for one partition.
 #[derive(Debug, Clone, Default)]
 pub struct Fetched {
     /// Data records at or after the requested offset, in offset order. Control records

@@ -47,7 +47,7 @@ impl Connection {
     /// # Errors
     ///
     /// `UnsupportedVersion` if `version` is outside `R`'s implemented range; `Encode` if the
-    /// request cannot be encoded; `Timeout` after [`ConnectionConfig::request_timeout`]
+    /// request cannot be encoded; `Timeout` after [`ConnectionConfig::request_timeout`](super::ConnectionConfig::request_timeout)
     /// (the connection stays usable); `Closed`, `Io` or `Protocol` if the connection is or
     /// becomes dead; `Protocol` if the response body cannot be decoded. Every error names
     /// the broker.
@@ -84,7 +84,7 @@ impl Connection {
     /// this way are written in the order of the calls (the writer relies on it to keep a
     /// partition's batches in sequence order on the wire). No in-flight slot is taken —
     /// the caller bounds its own requests. The returned future awaits the response, within
-    /// [`ConnectionConfig::request_timeout`] from the first poll.
+    /// [`ConnectionConfig::request_timeout`](super::ConnectionConfig::request_timeout) from the first poll.
     ///
     /// Once queued, the request is written even if the future is dropped (timed out)
     /// before its turn: skipping it would leave a gap before the requests queued after it
@@ -139,7 +139,7 @@ impl Connection {
 
     /// Send `req` at `version` without expecting a response (Produce with `acks=0`). Returns
     /// once the frame is written and flushed. Takes an in-flight slot while waiting to be
-    /// written, so it respects [`ConnectionConfig::max_in_flight`].
+    /// written, so it respects [`ConnectionConfig::max_in_flight`](super::ConnectionConfig::max_in_flight).
     ///
     /// # Errors
     ///
