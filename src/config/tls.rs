@@ -5,7 +5,9 @@
 //! [`crate::tls`]'s. Without the `tls` feature a TLS setting is an error. May not: read
 //! keys other than `ssl.*` and `security.protocol`'s TLS part.
 
+#[cfg(feature = "tls")]
 use super::bad;
+#[cfg(feature = "tls")]
 use crate::error::Result;
 
 /// The TLS inputs collected while reading the keys; built into a `TlsConfig` at the end.

@@ -56,10 +56,10 @@ pub(super) struct TopicCounters {
     pub(super) batch_bytes: AtomicU64,
 }
 
+#[cfg(feature = "metrics")]
 impl TopicCounters {
     /// `count` messages of `bytes` ([`Message::size`]) in a batch of `batch_bytes`
     /// encoded bytes are done: acknowledged if `ok`, failed for good if not.
-    #[cfg(feature = "metrics")]
     pub(super) fn finished(&self, count: usize, bytes: usize, batch_bytes: usize, ok: bool) {
         if ok {
             self.records.fetch_add(count as u64, Ordering::Relaxed);
