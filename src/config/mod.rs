@@ -1,7 +1,7 @@
 //! Client settings by their Java / librdkafka property names: [`Properties`] turns a map
 //! such as `bootstrap.servers`, `security.protocol`, `sasl.jaas.config`, `ssl.*`,
-//! `group.id`, `acks`, `linger.ms` into the [`ConnectionConfig`], [`ReaderConfig`],
-//! [`WriterConfig`] and [`Admin`] of this crate, so that property maps passed through by
+//! `group.id`, `acks`, `linger.ms` into the [`ConnectionConfig`], [`ReaderConfig`](crate::reader::ReaderConfig),
+//! [`WriterConfig`](crate::writer::WriterConfig) and [`Admin`](crate::admin::Admin) of this crate, so that property maps passed through by
 //! connector frameworks, and `client.properties` files, work unchanged. The `kafkapipe`
 //! command line tool's `-X KEY=VALUE` goes through this one parser.
 //!

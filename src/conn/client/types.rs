@@ -35,7 +35,7 @@ impl RequiredAcks {
     }
 }
 
-/// Options of [`Conn::produce`].
+/// Options of [`Conn::produce`](super::Conn::produce).
 ///
 /// ```
 /// use std::time::Duration;
@@ -126,7 +126,7 @@ impl IsolationLevel {
     }
 }
 
-/// Options of [`Conn::fetch`].
+/// Options of [`Conn::fetch`](super::Conn::fetch).
 ///
 /// ```
 /// use std::time::Duration;
@@ -209,7 +209,7 @@ impl FetchOptions {
     }
 }
 
-/// What [`Conn::fetch`] returned for one partition.
+/// What [`Conn::fetch`](super::Conn::fetch) returned for one partition.
 #[derive(Debug, Clone, Default)]
 pub struct Fetched {
     /// Data records at or after the requested offset, in offset order. Control records
@@ -227,7 +227,7 @@ pub struct Fetched {
     pub log_start_offset: i64,
 }
 
-/// A broker as listed by [`Conn::metadata`].
+/// A broker as listed by [`Conn::metadata`](super::Conn::metadata).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Broker {
     /// The broker id.
@@ -247,7 +247,7 @@ impl Broker {
     }
 }
 
-/// A partition as listed by [`Conn::metadata`].
+/// A partition as listed by [`Conn::metadata`](super::Conn::metadata).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionInfo {
     /// Partition index.
@@ -264,7 +264,7 @@ pub struct PartitionInfo {
     pub error: Option<ErrorCode>,
 }
 
-/// A topic as listed by [`Conn::metadata`].
+/// A topic as listed by [`Conn::metadata`](super::Conn::metadata).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
     /// Topic name.
@@ -279,7 +279,7 @@ pub struct TopicInfo {
     pub error: Option<ErrorCode>,
 }
 
-/// Cluster metadata as returned by [`Conn::metadata`].
+/// Cluster metadata as returned by [`Conn::metadata`](super::Conn::metadata).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Metadata {
     /// The cluster id, if reported.
@@ -304,7 +304,7 @@ impl Metadata {
     }
 }
 
-/// A topic to create with [`Conn::create_topics`].
+/// A topic to create with [`Conn::create_topics`](super::Conn::create_topics).
 ///
 /// ```
 /// use kafkapipe::conn::NewTopic;

@@ -47,7 +47,7 @@ impl Connection {
     /// # Errors
     ///
     /// `UnsupportedVersion` if `version` is outside `R`'s implemented range; `Encode` if the
-    /// request cannot be encoded; `Timeout` after [`ConnectionConfig::request_timeout`]
+    /// request cannot be encoded; `Timeout` after [`ConnectionConfig::request_timeout`](super::ConnectionConfig::request_timeout)
     /// (the connection stays usable); `Closed`, `Io` or `Protocol` if the connection is or
     /// becomes dead; `Protocol` if the response body cannot be decoded. Every error names
     /// the broker.
@@ -139,7 +139,7 @@ impl Connection {
 
     /// Send `req` at `version` without expecting a response (Produce with `acks=0`). Returns
     /// once the frame is written and flushed. Takes an in-flight slot while waiting to be
-    /// written, so it respects [`ConnectionConfig::max_in_flight`].
+    /// written, so it respects [`ConnectionConfig::max_in_flight`](super::ConnectionConfig::max_in_flight).
     ///
     /// # Errors
     ///
