@@ -48,10 +48,7 @@ async fn main() -> kafkapipe::Result<()> {
                 .with_header("source", "quickstart")
             })
             .collect();
-        let opts = ProduceOptions {
-            compression: codec,
-            ..ProduceOptions::default()
-        };
+        let opts = ProduceOptions::default().compression(codec);
         let started = Instant::now();
         // Kafka creates a topic's partitions asynchronously: for a moment after
         // CreateTopics returns, the leader may answer NOT_LEADER_OR_FOLLOWER. `Conn` is the

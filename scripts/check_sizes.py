@@ -22,12 +22,11 @@ KNOWN = {
     ("src/admin/groups.rs", "impl Admin {"): 818,
     ("src/admin/mod.rs", "impl Admin {"): 560,
     ("src/cluster/mod.rs", "impl Cluster {"): 436,
-    ("src/reader/config.rs", "impl ReaderConfig {"): 573,
+    ("src/reader/config.rs", "impl ReaderConfig {"): 501,
     ("src/reader/handle.rs", "impl ReaderHandle {"): 491,
     ("src/reader/mod.rs", "impl Reader {"): 425,
     ("src/reader/state.rs", "impl State {"): 751,
     ("src/share/task.rs", "impl ShareTask {"): 960,
-    ("src/writer/config.rs", "impl WriterConfig {"): 413,
 }
 
 IMPL = re.compile(r"^(\s*)impl\b[^;]*\{\s*$")

@@ -45,6 +45,7 @@ use crate::writer::{Message, TransactionState, TransactionalWriter};
 ///     .commit_interval(Duration::from_millis(500));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PipelineConfig {
     /// Commit once the transaction holds this many messages (at least 1).
     pub commit_every_messages: usize,

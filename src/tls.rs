@@ -35,7 +35,7 @@
 //!     .ca_file("/etc/kafka/ca.pem")?
 //!     .client_cert_files("/etc/kafka/client.pem", "/etc/kafka/client.key")? // mTLS
 //!     .build()?;
-//! let config = ConnectionConfig { tls: Some(tls), ..ConnectionConfig::default() };
+//! let config = ConnectionConfig::new().tls(tls);
 //! # Ok(()) }
 //! ```
 

@@ -78,12 +78,11 @@ fn plain(user: &str) -> Plain {
 }
 
 fn config(m: Arc<dyn Mechanism>) -> ConnectionConfig {
-    ConnectionConfig {
-        sasl: Some(m),
-        connect_timeout: Duration::from_secs(5),
-        request_timeout: Duration::from_secs(10),
-        ..ConnectionConfig::default()
-    }
+    let mut c = ConnectionConfig::new()
+        .connect_timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_secs(10));
+    c.sasl = Some(m);
+    c
 }
 
 /// An admin client over SASL as `user`.

@@ -46,10 +46,7 @@ async fn compressed_topic(
         r.unwrap_or_else(|e| panic!("create {name}: {e}"));
     }
     common::wait_for_topic(&conn, &topic, 1).await;
-    let opts = ProduceOptions {
-        compression: codec,
-        ..ProduceOptions::default()
-    };
+    let opts = ProduceOptions::default().compression(codec);
     let started = Instant::now();
     let value = bytes::Bytes::from_static(&VALUE);
     let mut i = 0;

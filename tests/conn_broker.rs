@@ -202,10 +202,7 @@ async fn produce_and_fetch_every_codec_byte_exact() {
     create(&conn, &topic, CODECS.len() as i32).await;
     for (partition, codec) in CODECS.iter().enumerate() {
         let partition = partition as i32;
-        let opts = ProduceOptions {
-            compression: *codec,
-            ..ProduceOptions::default()
-        };
+        let opts = ProduceOptions::default().compression(*codec);
         let mut sent = Vec::new();
         let mut next = 0;
         for batch in 0..3 {
@@ -227,10 +224,7 @@ async fn produce_and_fetch_every_codec_byte_exact() {
             assert_eq!(g.value, s.value, "{codec:?} record {i}");
             assert_eq!(g.headers, s.headers, "{codec:?} record {i}");
         }
-        let at_end = FetchOptions {
-            max_wait: Duration::from_millis(50),
-            ..FetchOptions::default()
-        };
+        let at_end = FetchOptions::default().max_wait(Duration::from_millis(50));
         let hw = conn
             .fetch(&topic, partition, next, &at_end)
             .await
@@ -261,10 +255,7 @@ async fn fetch_from_inside_a_batch_skips_leading_records() {
     assert_eq!(f.next_offset, 10);
     assert_eq!(f.high_watermark, 10);
     // at the end of the log: empty, not an error, after at most max_wait
-    let opts = FetchOptions {
-        max_wait: Duration::from_millis(100),
-        ..FetchOptions::default()
-    };
+    let opts = FetchOptions::default().max_wait(Duration::from_millis(100));
     let f = conn
         .fetch(&topic, 0, 10, &opts)
         .await
@@ -331,10 +322,7 @@ async fn acks_none_produce_is_delivered() {
     let conn = conn().await;
     let topic = common::unique_topic("conn-acks0");
     create(&conn, &topic, 1).await;
-    let opts = ProduceOptions {
-        acks: RequiredAcks::None,
-        ..ProduceOptions::default()
-    };
+    let opts = ProduceOptions::default().acks(RequiredAcks::None);
     for i in 0..5 {
         let off = conn
             .produce(&topic, 0, &[Record::new(format!("k{i}"), "v")], &opts)
@@ -396,10 +384,7 @@ async fn librdkafka_consumes_what_we_produce_with_every_codec() {
         let topic = common::unique_topic(&format!("interop-out-{codec:?}"));
         create(&conn, &topic, 1).await;
         let records = sample_records(30, &format!("{codec:?}"));
-        let opts = ProduceOptions {
-            compression: codec,
-            ..ProduceOptions::default()
-        };
+        let opts = ProduceOptions::default().compression(codec);
         conn.produce(&topic, 0, &records[..12], &opts)
             .await
             .expect("produce");
@@ -706,10 +691,7 @@ async fn a_throttled_connection_writes_nothing_until_the_throttle_ends() {
         read: Frames::new(usize::MAX),
         starts: Default::default(),
     };
-    let config = kafkapipe::conn::ConnectionConfig {
-        client_id: client_id.clone(),
-        ..Default::default()
-    };
+    let config = kafkapipe::conn::ConnectionConfig::new().client_id(client_id.clone());
     let connection = kafkapipe::conn::Connection::from_stream(stream, broker.addr.clone(), config)
         .await
         .unwrap();

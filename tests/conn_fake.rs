@@ -34,10 +34,7 @@ fn addr(cluster: &MockCluster) -> String {
 }
 
 async fn connect(cluster: &MockCluster) -> Conn {
-    let config = ConnectionConfig {
-        request_timeout: Duration::from_secs(20),
-        ..ConnectionConfig::default()
-    };
+    let config = ConnectionConfig::new().request_timeout(Duration::from_secs(20));
     Conn::connect_with(&addr(cluster), config)
         .await
         .expect("connect to the mock broker")
@@ -48,11 +45,9 @@ async fn fetch(
     offset: i64,
     isolation_level: IsolationLevel,
 ) -> kafkapipe::Result<kafkapipe::conn::Fetched> {
-    let opts = FetchOptions {
-        isolation_level,
-        max_wait: Duration::from_millis(10),
-        ..FetchOptions::default()
-    };
+    let opts = FetchOptions::default()
+        .isolation_level(isolation_level)
+        .max_wait(Duration::from_millis(10));
     tokio::time::timeout(NO_HANG, conn.fetch(TOPIC, PARTITION, offset, &opts))
         .await
         .expect("fetch hung")
@@ -138,10 +133,7 @@ async fn produce_message_too_large_carries_broker_message() {
             1,
         );
         let conn = connect(&cluster).await;
-        let opts = ProduceOptions {
-            acks: RequiredAcks::Leader,
-            ..ProduceOptions::default()
-        };
+        let opts = ProduceOptions::default().acks(RequiredAcks::Leader);
         let e = tokio::time::timeout(
             NO_HANG,
             conn.produce(TOPIC, PARTITION, &[Record::new("k", "v")], &opts),

@@ -93,10 +93,7 @@ async fn round_trip(dialer: Dialer, topic: &str, n: usize) -> BTreeMap<i32, i64>
 
     let cluster = Cluster::new(
         [broker().addr.clone()],
-        ConnectionConfig {
-            dialer,
-            ..ConnectionConfig::default()
-        },
+        ConnectionConfig::new().dialer(dialer),
     )
     .unwrap();
     let admin = Admin::new(cluster);
@@ -301,10 +298,7 @@ async fn socks5_wrong_credentials_fail_clearly() {
         .with_socks5_proxy(Socks5Proxy::new(&proxy.addr).with_credentials("kafkapipe", "nope"));
     let err = Conn::connect_with(
         &broker().addr,
-        ConnectionConfig {
-            dialer: wrong.clone(),
-            ..ConnectionConfig::default()
-        },
+        ConnectionConfig::new().dialer(wrong.clone()),
     )
     .await
     .unwrap_err();
@@ -318,15 +312,9 @@ async fn socks5_wrong_credentials_fail_clearly() {
 
     // no credentials at all: the proxy offers only username/password
     let none = Dialer::new().with_socks5_proxy(Socks5Proxy::new(&proxy.addr));
-    let err = Conn::connect_with(
-        &broker().addr,
-        ConnectionConfig {
-            dialer: none,
-            ..ConnectionConfig::default()
-        },
-    )
-    .await
-    .unwrap_err();
+    let err = Conn::connect_with(&broker().addr, ConnectionConfig::new().dialer(none))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Authentication, "{err}");
 
     // a Writer fails its delivery with the same error instead of retrying forever

@@ -11,7 +11,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use futures::SinkExt;
@@ -75,12 +75,10 @@ fn client(s: &Setup) -> Gssapi {
 }
 
 fn config(m: Gssapi) -> ConnectionConfig {
-    ConnectionConfig {
-        sasl: Some(Arc::new(m)),
-        connect_timeout: Duration::from_secs(5),
-        request_timeout: Duration::from_secs(15),
-        ..ConnectionConfig::default()
-    }
+    ConnectionConfig::new()
+        .sasl(m)
+        .connect_timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_secs(15))
 }
 
 async fn next(reader: &mut Reader) -> String {
@@ -276,10 +274,7 @@ async fn gssapi_connection_reauthenticates() {
     let conn = Conn::connect_with(&s.broker.gssapi_addr, config(client(s)))
         .await
         .unwrap();
-    let fetch = FetchOptions {
-        max_wait: Duration::from_millis(10),
-        ..FetchOptions::default()
-    };
+    let fetch = FetchOptions::default().max_wait(Duration::from_millis(10));
     let started = Instant::now();
     let mut produced = 0i64;
     while started.elapsed() < Duration::from_millis(2 * REAUTH_MS + REAUTH_MS / 2) {

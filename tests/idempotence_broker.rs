@@ -71,7 +71,7 @@ async fn connections_cut_mid_request_leave_no_duplicate_and_no_gap() {
         .topic(&topic)
         .batch_size(200)
         .backoff(Duration::from_millis(5), Duration::from_millis(50))
-        .write_timeout(Duration::from_secs(5));
+        .request_timeout(Duration::from_secs(5));
     assert!(config.is_idempotent());
     let mut writer = Writer::new(config).unwrap();
 

@@ -190,7 +190,7 @@ async fn an_expired_ambiguous_batch_is_resolved_by_an_epoch_bump() {
             .topic(TOPIC)
             .batch_size(10)
             .batch_timeout(Duration::from_millis(2))
-            .write_timeout(Duration::from_millis(300))
+            .request_timeout(Duration::from_millis(300))
             .delivery_timeout(Duration::from_millis(200))
             .backoff(Duration::from_millis(5), Duration::from_millis(20)),
     )

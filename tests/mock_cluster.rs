@@ -197,10 +197,7 @@ async fn a_hung_request_times_out() {
     let cluster = MockCluster::builder().topic("t", 1).start().await.unwrap();
     let conn = Conn::connect_with(
         &cluster.bootstrap()[0],
-        ConnectionConfig {
-            request_timeout: Duration::from_millis(200),
-            ..ConnectionConfig::default()
-        },
+        ConnectionConfig::new().request_timeout(Duration::from_millis(200)),
     )
     .await
     .unwrap();
@@ -215,12 +212,12 @@ async fn a_hung_request_times_out() {
 }
 
 #[tokio::test]
-async fn a_hung_produce_is_retried_after_the_write_timeout() {
+async fn a_hung_produce_is_retried_after_the_request_timeout() {
     let cluster = MockCluster::builder().topic("t", 1).start().await.unwrap();
     cluster.fault(ApiKey::PRODUCE, Fault::Hang, 1);
     let mut w = Writer::new(
         writer(&cluster, "t")
-            .write_timeout(Duration::from_millis(200))
+            .request_timeout(Duration::from_millis(200))
             .idempotent(true),
     )
     .unwrap();
@@ -430,10 +427,7 @@ async fn idempotent_sequences_duplicates_and_gaps() {
 async fn fetch_long_polls_and_honours_max_bytes() {
     let cluster = MockCluster::builder().topic("t", 1).start().await.unwrap();
     let conn = Conn::connect(&cluster.bootstrap()[0]).await.unwrap();
-    let opts = FetchOptions {
-        max_wait: Duration::from_secs(5),
-        ..FetchOptions::default()
-    };
+    let opts = FetchOptions::default().max_wait(Duration::from_secs(5));
     let producer = {
         let addr = cluster.bootstrap()[0].clone();
         tokio::spawn(async move {
@@ -460,10 +454,7 @@ async fn fetch_long_polls_and_honours_max_bytes() {
     producer.await.unwrap();
     // Nothing new: the full MaxWait.
     let started = Instant::now();
-    let short = FetchOptions {
-        max_wait: Duration::from_millis(300),
-        ..FetchOptions::default()
-    };
+    let short = FetchOptions::default().max_wait(Duration::from_millis(300));
     assert!(conn
         .fetch("t", 0, 1, &short)
         .await
@@ -483,10 +474,7 @@ async fn fetch_long_polls_and_honours_max_bytes() {
         .unwrap();
     }
     for max in [1, 1500] {
-        let o = FetchOptions {
-            max_bytes: max,
-            ..FetchOptions::default()
-        };
+        let o = FetchOptions::default().max_bytes(max);
         let f = conn.fetch("t", 0, 1, &o).await.unwrap();
         assert_eq!(f.records.len(), 1, "max bytes {max}");
         assert_eq!(f.next_offset, 2);
@@ -957,11 +945,9 @@ async fn transactions_commit_abort_and_fence() {
         ..Default::default()
     };
     let committed_values = || async {
-        let opts = FetchOptions {
-            isolation_level: IsolationLevel::ReadCommitted,
-            max_wait: Duration::from_millis(1),
-            ..FetchOptions::default()
-        };
+        let opts = FetchOptions::default()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .max_wait(Duration::from_millis(1));
         let f = conn.fetch("t", 0, 0, &opts).await.unwrap();
         let values: Vec<Bytes> = f.records.into_iter().map(|r| r.value.unwrap()).collect();
         (values, f.last_stable_offset)
@@ -1044,10 +1030,7 @@ async fn truncated_fetches_cut_the_last_batch_and_readers_still_progress() {
     }
     let one = cluster.batches("t", 0)[0].len();
     // Room for one and a half batches: one whole, the cut rest dropped by the decoder.
-    let opts = FetchOptions {
-        max_bytes: (one + one / 2) as i32,
-        ..FetchOptions::default()
-    };
+    let opts = FetchOptions::default().max_bytes((one + one / 2) as i32);
     let f = conn.fetch("t", 0, 0, &opts).await.unwrap();
     assert_eq!((f.records.len(), f.next_offset), (1, 1));
     let mut r = Reader::new(

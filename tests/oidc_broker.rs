@@ -46,12 +46,10 @@ fn oidc(client: &str) -> OAuthBearer {
 }
 
 fn config(m: OAuthBearer) -> ConnectionConfig {
-    ConnectionConfig {
-        sasl: Some(std::sync::Arc::new(m)),
-        connect_timeout: Duration::from_secs(5),
-        request_timeout: Duration::from_secs(10),
-        ..ConnectionConfig::default()
-    }
+    ConnectionConfig::new()
+        .sasl(m)
+        .connect_timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_secs(10))
 }
 
 fn topic(prefix: &str, partitions: i32) -> String {
@@ -194,10 +192,7 @@ async fn oidc_connection_outlives_several_tokens() {
         .unwrap();
     let started = Instant::now();
     let mut produced = 0i64;
-    let fetch = FetchOptions {
-        max_wait: Duration::from_millis(10),
-        ..FetchOptions::default()
-    };
+    let fetch = FetchOptions::default().max_wait(Duration::from_millis(10));
     while started.elapsed() < Duration::from_millis(3 * 4000 + REAUTH_MS / 2) {
         let records = [Record::new("k", format!("r{produced}"))];
         let base = conn

@@ -333,10 +333,7 @@ async fn decodes_batches_of_every_codec_with_headers() {
         let records: Vec<Record> = (offset..offset + 50)
             .map(|k| Record::new(format!("k{k}"), format!("0-{k}")).with_header("codec", c.name()))
             .collect();
-        let opts = ProduceOptions {
-            compression: c,
-            ..ProduceOptions::default()
-        };
+        let opts = ProduceOptions::default().compression(c);
         conn.produce(&topic, 0, &records, &opts).await.unwrap();
         offset += 50;
     }

@@ -45,20 +45,16 @@ fn trusted() -> TlsConfig {
 }
 
 fn config(tls: Option<TlsConfig>, sasl: Option<Arc<dyn Mechanism>>) -> ConnectionConfig {
-    ConnectionConfig {
-        tls,
-        sasl,
-        connect_timeout: Duration::from_secs(5),
-        request_timeout: Duration::from_secs(10),
-        ..ConnectionConfig::default()
-    }
+    let mut c = ConnectionConfig::new()
+        .connect_timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_secs(10));
+    c.tls = tls;
+    c.sasl = sasl;
+    c
 }
 
 fn fetch_opts() -> FetchOptions {
-    FetchOptions {
-        max_wait: Duration::from_millis(10),
-        ..FetchOptions::default()
-    }
+    FetchOptions::default().max_wait(Duration::from_millis(10))
 }
 
 /// A fresh single-partition topic on the shared broker.

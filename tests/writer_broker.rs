@@ -35,11 +35,9 @@ fn config(topic: &str) -> WriterConfig {
 }
 
 fn fetch_opts() -> FetchOptions {
-    FetchOptions {
-        max_bytes: 8 << 20,
-        max_wait: Duration::from_millis(10),
-        ..FetchOptions::default()
-    }
+    FetchOptions::default()
+        .max_bytes(8 << 20)
+        .max_wait(Duration::from_millis(10))
 }
 
 /// The partition's high-water mark (ListOffsets latest).

@@ -375,7 +375,7 @@ async fn extreme_settings_do_not_overflow() {
     let mut writer = fake.writer(|c| {
         c.batch_size(usize::MAX)
             .batch_timeout(Duration::MAX)
-            .write_timeout(Duration::MAX)
+            .request_timeout(Duration::MAX)
             .connect_timeout(Duration::MAX)
             .backoff(Duration::MAX, Duration::MAX)
             .max_buffered_bytes(usize::MAX)

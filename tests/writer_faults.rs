@@ -31,7 +31,7 @@ async fn stalled_broker_applies_backpressure_then_resumes() {
             .topic(&topic)
             .max_buffered_bytes(BOUND)
             .batch_timeout(Duration::from_millis(1))
-            .write_timeout(Duration::from_secs(60)),
+            .request_timeout(Duration::from_secs(60)),
     )
     .unwrap();
     writer.write_messages([Message::new("warm")]).await.unwrap();
@@ -99,7 +99,7 @@ async fn cut_connections_mid_stream(idempotent: bool) -> (usize, u64) {
             .balancer(Hash::default())
             .max_buffered_bytes(256 * 1024)
             .backoff(Duration::from_millis(10), Duration::from_millis(100))
-            .write_timeout(Duration::from_secs(5))
+            .request_timeout(Duration::from_secs(5))
             .idempotent(idempotent),
     )
     .unwrap();

@@ -38,6 +38,32 @@ impl Properties {
         self.conn.clone()
     }
 
+    /// Applies the connection settings that were given (`client.id`, the connect and
+    /// request timeouts, TLS, SASL, `socks5.proxy`) to the embedded connection config of
+    /// a reader or writer; the others keep `c`'s values. `request.timeout.ms` sets
+    /// [`ConnectionConfig::request_timeout`] for every client.
+    fn apply_to_connection(&self, c: &mut ConnectionConfig) {
+        if let Some(id) = &self.client_id {
+            c.client_id = id.clone();
+        }
+        if let Some(d) = self.connect_timeout {
+            c.connect_timeout = d;
+        }
+        if let Some(t) = self.request_timeout {
+            c.request_timeout = t;
+        }
+        #[cfg(feature = "tls")]
+        if self.conn.tls.is_some() {
+            c.tls = self.conn.tls.clone();
+        }
+        if self.conn.sasl.is_some() {
+            c.sasl = self.conn.sasl.clone();
+        }
+        if self.socks5_proxy.is_some() {
+            c.dialer = self.conn.dialer.clone();
+        }
+    }
+
     fn need_bootstrap(&self) -> Result<&[String]> {
         if self.bootstrap.is_empty() {
             return Err(bad("bootstrap.servers", "is required"));
@@ -77,25 +103,7 @@ impl Properties {
     /// ```
     pub fn apply_to_reader(&self, mut c: ReaderConfig) -> ReaderConfig {
         let s = &self.consumer;
-        if let Some(id) = &self.client_id {
-            c.client_id = id.clone();
-        }
-        if let Some(d) = self.connect_timeout {
-            c.connect_timeout = d;
-        }
-        if let Some(t) = self.request_timeout {
-            c.request_timeout = t;
-        }
-        #[cfg(feature = "tls")]
-        if self.conn.tls.is_some() {
-            c.tls = self.conn.tls.clone();
-        }
-        if self.conn.sasl.is_some() {
-            c.sasl = self.conn.sasl.clone();
-        }
-        if self.socks5_proxy.is_some() {
-            c.dialer = self.conn.dialer.clone();
-        }
+        self.apply_to_connection(&mut c.connection);
         if let Some(id) = &s.group_id {
             c = c.group_id(id.clone());
         }
@@ -210,25 +218,7 @@ impl Properties {
     /// ```
     pub fn apply_to_writer(&self, mut c: WriterConfig) -> WriterConfig {
         let s = &self.producer;
-        if let Some(id) = &self.client_id {
-            c.client_id = id.clone();
-        }
-        if let Some(d) = self.connect_timeout {
-            c.connect_timeout = d;
-        }
-        if let Some(t) = self.request_timeout {
-            c = c.write_timeout(t);
-        }
-        #[cfg(feature = "tls")]
-        if self.conn.tls.is_some() {
-            c.tls = self.conn.tls.clone();
-        }
-        if self.conn.sasl.is_some() {
-            c.sasl = self.conn.sasl.clone();
-        }
-        if self.socks5_proxy.is_some() {
-            c.dialer = self.conn.dialer.clone();
-        }
+        self.apply_to_connection(&mut c.connection);
         if let Some(n) = self.max_in_flight {
             c = c.max_in_flight_per_partition(n);
         }

@@ -50,7 +50,7 @@ fn producer_settings_reach_the_writer_config() {
     .unwrap();
     let w = p.writer_config().unwrap();
     assert_eq!(w.brokers, ["b1:9092", "b2:9092"]);
-    assert_eq!(w.client_id, "billing");
+    assert_eq!(w.connection.client_id, "billing");
     assert_eq!(w.required_acks, RequiredAcks::Leader);
     assert_eq!(w.batch_timeout, Duration::from_millis(25));
     assert_eq!(w.batch_bytes, 65536);
@@ -58,7 +58,7 @@ fn producer_settings_reach_the_writer_config() {
     assert_eq!(w.compression, Compression::Lz4);
     assert_eq!(w.idempotent, Some(true));
     assert_eq!(w.delivery_timeout, Duration::from_secs(60));
-    assert_eq!(w.write_timeout, Duration::from_secs(7));
+    assert_eq!(w.connection.request_timeout, Duration::from_secs(7));
     assert_eq!(w.max_attempts, 4);
     assert_eq!(w.backoff_min, Duration::from_millis(50));
     assert!(w.backoff_max >= w.backoff_min);
@@ -116,8 +116,8 @@ fn consumer_settings_reach_the_reader_config() {
     assert_eq!(r.max_partition_bytes, 100_000);
     assert_eq!(r.max_wait, Duration::from_millis(50));
     assert_eq!(r.isolation_level, IsolationLevel::ReadCommitted);
-    assert_eq!(r.request_timeout, Duration::from_secs(9));
-    assert_eq!(r.connect_timeout, Duration::from_millis(2500));
+    assert_eq!(r.connection.request_timeout, Duration::from_secs(9));
+    assert_eq!(r.connection.connect_timeout, Duration::from_millis(2500));
     let o = p.apply_to_fetch_options(FetchOptions::default());
     assert_eq!((o.min_bytes, o.max_bytes), (10, 100_000));
     assert_eq!(o.isolation_level, IsolationLevel::ReadCommitted);
@@ -165,14 +165,14 @@ fn unset_settings_keep_the_defaults() {
             w.batch_timeout,
             w.batch_bytes,
             w.required_acks,
-            w.write_timeout,
+            w.connection.request_timeout,
             w.max_attempts
         ),
         (
             d.batch_timeout,
             d.batch_bytes,
             d.required_acks,
-            d.write_timeout,
+            d.connection.request_timeout,
             d.max_attempts
         )
     );
@@ -187,10 +187,10 @@ fn unset_settings_keep_the_defaults() {
             .client_id("mine")
             .connect_timeout(Duration::from_secs(2)),
     );
-    assert_eq!(w.client_id, "mine");
-    assert_eq!(w.connect_timeout, Duration::from_secs(2));
+    assert_eq!(w.connection.client_id, "mine");
+    assert_eq!(w.connection.connect_timeout, Duration::from_secs(2));
     let r = p.apply_to_reader(ReaderConfig::new(["x:1"]).client_id("mine"));
-    assert_eq!(r.client_id, "mine");
+    assert_eq!(r.connection.client_id, "mine");
 }
 
 #[test]
@@ -575,11 +575,11 @@ fn socks5_proxy_key_sets_the_dialer_everywhere() {
         crate::conn::Socks5Proxy::new("proxy.example.com:1080").with_credentials("al@ice", "p:ss")
     );
     assert_eq!(
-        p.reader_config().unwrap().dialer,
+        p.reader_config().unwrap().connection.dialer,
         p.connection_config().dialer
     );
     assert_eq!(
-        p.writer_config().unwrap().dialer,
+        p.writer_config().unwrap().connection.dialer,
         p.connection_config().dialer
     );
     assert!(!format!("{p:?}").contains("p:ss"), "{p:?}");
@@ -597,7 +597,7 @@ fn socks5_proxy_key_sets_the_dialer_everywhere() {
     let c = props(&[B])
         .unwrap()
         .apply_to_writer(WriterConfig::new(["x:1"]).dialer(mine.clone()));
-    assert_eq!(c.dialer, mine);
+    assert_eq!(c.connection.dialer, mine);
 
     for (v, want) in [
         ("http://proxy:8080", "scheme"),
@@ -743,7 +743,12 @@ fn oauthbearer_oidc_from_librdkafka_and_java_keys() {
     assert_eq!(m.name(), "OAUTHBEARER");
     let debug = format!("{librdkafka:?}");
     assert!(!debug.contains("top-secret"), "{debug}");
-    assert!(librdkafka.reader_config().unwrap().sasl.is_some());
+    assert!(librdkafka
+        .reader_config()
+        .unwrap()
+        .connection
+        .sasl
+        .is_some());
 
     // Java (KIP-768): the endpoint as a property, the client in the JAAS entry
     let java = props(&[

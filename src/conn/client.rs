@@ -92,17 +92,14 @@ impl Conn {
     /// [`Connection::connect`]).
     ///
     /// ```no_run
-    /// use std::sync::Arc;
     /// use kafkapipe::conn::{Conn, ConnectionConfig};
     /// use kafkapipe::sasl::Scram;
     /// use kafkapipe::tls::TlsConfig;
     ///
     /// # async fn demo() -> kafkapipe::Result<()> {
-    /// let config = ConnectionConfig {
-    ///     tls: Some(TlsConfig::builder().ca_file("ca.pem")?.build()?),
-    ///     sasl: Some(Arc::new(Scram::sha256("alice", "secret"))),
-    ///     ..ConnectionConfig::default()
-    /// };
+    /// let config = ConnectionConfig::new()
+    ///     .tls(TlsConfig::builder().ca_file("ca.pem")?.build()?)
+    ///     .sasl(Scram::sha256("alice", "secret"));
     /// let conn = Conn::connect_with("broker:9093", config).await?;
     /// # Ok(()) }
     /// ```

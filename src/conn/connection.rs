@@ -71,19 +71,26 @@ mod versions;
 use driver::{drive, Command, Failure, State};
 use throttle::Throttle;
 
-/// Settings of one [`Connection`].
+/// Settings of one [`Connection`], and of every broker connection a
+/// [`Reader`](crate::reader::Reader), [`Writer`](crate::writer::Writer),
+/// [`ShareReader`](crate::share::ShareReader) or [`Cluster`](crate::cluster::Cluster)
+/// opens (their configs embed one as `connection`).
+///
+/// Built with chained setters from [`ConnectionConfig::new`] (the defaults); the fields
+/// are public for reading and assignment. The struct is `#[non_exhaustive]`, so new
+/// settings can be added without breaking callers: build it with the setters (or assign
+/// fields of a default one), not with a struct literal.
 ///
 /// ```
 /// use std::time::Duration;
 /// use kafkapipe::conn::ConnectionConfig;
-/// let config = ConnectionConfig {
-///     client_id: "my-app".into(),
-///     request_timeout: Duration::from_secs(5),
-///     ..ConnectionConfig::default()
-/// };
+/// let config = ConnectionConfig::new()
+///     .client_id("my-app")
+///     .request_timeout(Duration::from_secs(5));
 /// assert_eq!(config.max_in_flight, 5);
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConnectionConfig {
     /// The client id sent in every request header. Default `"kafkapipe"`
     /// (Java: `client.id`).
@@ -123,11 +130,9 @@ pub struct ConnectionConfig {
     ///
     /// ```
     /// use kafkapipe::conn::{ConnectionConfig, Dialer, Socks5Proxy};
-    /// let config = ConnectionConfig {
-    ///     dialer: Dialer::new().with_socks5_proxy(Socks5Proxy::new("127.0.0.1:1080")),
-    ///     ..ConnectionConfig::default()
-    /// };
-    /// # let _ = config;
+    /// let config = ConnectionConfig::new()
+    ///     .dialer(Dialer::new().with_socks5_proxy(Socks5Proxy::new("127.0.0.1:1080")));
+    /// assert!(config.dialer.socks5_proxy().is_some());
     /// ```
     pub dialer: Dialer,
 }
@@ -174,6 +179,118 @@ impl Default for ConnectionConfig {
 }
 
 impl ConnectionConfig {
+    /// The defaults (the same as [`ConnectionConfig::default`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = kafkapipe::conn::ConnectionConfig::new();
+    /// assert_eq!(config.client_id, "kafkapipe");
+    /// assert_eq!(config.request_timeout, Duration::from_secs(30));
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Set [`ConnectionConfig::client_id`].
+    ///
+    /// ```
+    /// let config = kafkapipe::conn::ConnectionConfig::new().client_id("billing");
+    /// assert_eq!(config.client_id, "billing");
+    /// ```
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.client_id = id.into();
+        self
+    }
+
+    /// Set [`ConnectionConfig::connect_timeout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = kafkapipe::conn::ConnectionConfig::new().connect_timeout(Duration::from_secs(3));
+    /// assert_eq!(config.connect_timeout, Duration::from_secs(3));
+    /// ```
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Set [`ConnectionConfig::request_timeout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = kafkapipe::conn::ConnectionConfig::new().request_timeout(Duration::from_secs(5));
+    /// assert_eq!(config.request_timeout, Duration::from_secs(5));
+    /// ```
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
+    }
+
+    /// Set [`ConnectionConfig::max_in_flight`] (at least 1; checked when connecting).
+    ///
+    /// ```
+    /// let config = kafkapipe::conn::ConnectionConfig::new().max_in_flight(1);
+    /// assert_eq!(config.max_in_flight, 1);
+    /// ```
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n;
+        self
+    }
+
+    /// Set [`ConnectionConfig::max_frame_size`] (bytes, at least 4; checked when
+    /// connecting).
+    ///
+    /// ```
+    /// let config = kafkapipe::conn::ConnectionConfig::new().max_frame_size(1 << 20);
+    /// assert_eq!(config.max_frame_size, 1 << 20);
+    /// ```
+    pub fn max_frame_size(mut self, n: usize) -> Self {
+        self.max_frame_size = n;
+        self
+    }
+
+    /// Set [`ConnectionConfig::tls`] to `tls`.
+    ///
+    /// ```no_run
+    /// # fn demo() -> kafkapipe::Result<()> {
+    /// use kafkapipe::conn::ConnectionConfig;
+    /// use kafkapipe::tls::TlsConfig;
+    /// let config = ConnectionConfig::new().tls(TlsConfig::builder().ca_file("ca.pem")?.build()?);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Set [`ConnectionConfig::sasl`] to `mechanism` (to share one mechanism already in
+    /// an `Arc`, assign the field: `config.sasl = Some(arc)`).
+    ///
+    /// ```
+    /// use kafkapipe::conn::ConnectionConfig;
+    /// use kafkapipe::sasl::Scram;
+    /// let config = ConnectionConfig::new().sasl(Scram::sha512("alice", "secret"));
+    /// assert_eq!(config.sasl.as_ref().map(|m| m.name()), Some("SCRAM-SHA-512"));
+    /// assert!(!format!("{config:?}").contains("secret"));
+    /// ```
+    pub fn sasl(mut self, mechanism: impl Mechanism + 'static) -> Self {
+        self.sasl = Some(Arc::new(mechanism));
+        self
+    }
+
+    /// Set [`ConnectionConfig::dialer`].
+    ///
+    /// ```
+    /// use kafkapipe::conn::{ConnectionConfig, Dialer};
+    /// let config = ConnectionConfig::new().dialer(Dialer::new().map_address("kafka-0:9092", "127.0.0.1:19092"));
+    /// # let _ = config;
+    /// ```
+    pub fn dialer(mut self, dialer: Dialer) -> Self {
+        self.dialer = dialer;
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         if self.max_in_flight == 0 || self.max_in_flight > Semaphore::MAX_PERMITS {
             return Err(Error::config(format!(

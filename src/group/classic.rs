@@ -515,7 +515,7 @@ impl GroupTask {
                 Some(c) => Err(Error::kafka(c)),
             }
         };
-        match tokio::time::timeout(self.config().request_timeout, r).await {
+        match tokio::time::timeout(self.config().connection.request_timeout, r).await {
             Ok(Ok(())) => info!(group = %g.group_id, member_id, "left group"),
             Ok(Err(e)) => warn!(group = %g.group_id, error = %e, "LeaveGroup failed"),
             Err(_) => warn!(group = %g.group_id, "LeaveGroup timed out"),

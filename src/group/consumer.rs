@@ -538,7 +538,7 @@ impl GroupTask {
                     // Assignments name topics by id: learn the names (all topics: a regex
                     // subscription may bring topics this reader never heard of).
                     match tokio::time::timeout(
-                        task.config().request_timeout,
+                        task.config().connection.request_timeout,
                         g.admin.metadata(None),
                     )
                     .await
@@ -588,7 +588,11 @@ impl GroupTask {
             .version_for::<ConsumerGroupHeartbeatRequest>()
             .map_err(|_| kip848_refused(&self.group.group_id, &c, "no usable version"))?;
         let req = m.request(version)?;
-        let send_timeout = self.config().request_timeout.min(Duration::from_secs(15));
+        let send_timeout = self
+            .config()
+            .connection
+            .request_timeout
+            .min(Duration::from_secs(15));
         let r = match tokio::time::timeout(send_timeout, c.send_version(&req, version)).await {
             Ok(r) => r,
             Err(_) => Err(Error::new(
@@ -641,7 +645,7 @@ impl GroupTask {
                 Some(code) => Err(Error::kafka(code)),
             }
         };
-        match tokio::time::timeout(self.config().request_timeout, r).await {
+        match tokio::time::timeout(self.config().connection.request_timeout, r).await {
             Ok(Ok(())) => {
                 info!(group = %g.group_id, member_id = %m.member_id, epoch = req.member_epoch, "left group")
             }

@@ -87,7 +87,7 @@ impl GroupShared {
     ) -> Self {
         GroupShared {
             coord: Coordinator::new(group_id.clone(), cluster, coordinator_step(config)),
-            request_timeout: config.request_timeout,
+            request_timeout: config.connection.request_timeout,
             group_id,
             instance_id: config.group_instance_id.clone(),
             admin,
@@ -459,6 +459,6 @@ impl GroupShared {
         config
             .rebalance_timeout
             .saturating_add(self.commit_timeout)
-            .saturating_add(config.request_timeout.saturating_mul(2))
+            .saturating_add(config.connection.request_timeout.saturating_mul(2))
     }
 }

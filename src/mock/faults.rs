@@ -17,10 +17,7 @@ use super::*;
 /// # fn main() -> kafkapipe::Result<()> {
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
 /// let cluster = MockCluster::builder().topic("t", 1).start().await?;
-/// let config = ConnectionConfig {
-///     request_timeout: Duration::from_millis(100),
-///     ..ConnectionConfig::default()
-/// };
+/// let config = ConnectionConfig::new().request_timeout(Duration::from_millis(100));
 /// let conn = Conn::connect_with(&cluster.bootstrap()[0], config).await?;
 /// // The next ListOffsets is never answered: the client's request timeout fires.
 /// cluster.fault(ApiKey::LIST_OFFSETS, Fault::Hang, 1);

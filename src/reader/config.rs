@@ -50,6 +50,7 @@ pub(crate) struct TopicSelection {
 /// assert_eq!(config.queue_capacity_bytes, 64 * 1024 * 1024);
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ReaderConfig {
     /// Bootstrap broker addresses (`host:port`). Required (kafka-go `Brokers`, Java
     /// `bootstrap.servers`).
@@ -160,29 +161,21 @@ pub struct ReaderConfig {
     /// [`ReaderStats::retries`]: super::ReaderStats::retries
     /// [`ReaderStats::last_error`]: super::ReaderStats::last_error
     pub retry_timeout: Duration,
-    /// Client id sent to brokers. Default `"kafkapipe"` (Java `client.id`).
-    pub client_id: String,
     /// How often the metrics collector publishes this client's counters to the
     /// `metrics` facade (feature `metrics`; see the `kafkapipe::metrics` module); it publishes once
     /// more when the client has closed. Default 1 s. Without the feature it is unused.
     pub metrics_interval: Duration,
-    /// How long establishing a broker connection may take. Default 10 s (kafka-go
-    /// `Dialer.Timeout`, Java `socket.connection.setup.timeout.ms`).
-    pub connect_timeout: Duration,
-    /// How long one request may take; a fetch's `max_wait` is added to it. Default 30 s
-    /// (Java `request.timeout.ms`).
-    pub request_timeout: Duration,
-    /// TLS for every broker connection; `None` (default) for plain TCP. See
-    /// [`ConnectionConfig::tls`].
-    #[cfg(feature = "tls")]
-    pub tls: Option<crate::tls::TlsConfig>,
-    /// SASL mechanism for every broker connection; `None` (default) for none (kafka-go
-    /// `Dialer.SASLMechanism`). See [`ConnectionConfig::sasl`].
-    pub sasl: Option<std::sync::Arc<dyn crate::sasl::Mechanism>>,
-    /// How broker connections are opened: address mapping, a custom connector or a
-    /// SOCKS5 proxy; default direct TCP. See [`ConnectionConfig::dialer`] and
-    /// [`Dialer`](crate::conn::Dialer).
-    pub dialer: crate::conn::Dialer,
+    /// The settings of every broker connection: client id (kafka-go `ClientID`, Java
+    /// `client.id`), connect timeout (kafka-go `Dialer.Timeout`, Java
+    /// `socket.connection.setup.timeout.ms`), request timeout (Java `request.timeout.ms`;
+    /// a fetch's [`max_wait`](ReaderConfig::max_wait) is added to it, and for a group
+    /// reader it is at least the [`rebalance_timeout`](ReaderConfig::rebalance_timeout)
+    /// plus 5 s, which a JoinGroup may wait), TLS, SASL (kafka-go `Dialer.SASLMechanism`)
+    /// and the [`Dialer`](crate::conn::Dialer). Defaults: those of
+    /// [`ConnectionConfig`]. Set it whole with [`ReaderConfig::connection`] (one config
+    /// can serve a reader and a writer) or one setting at a time with
+    /// [`ReaderConfig::client_id`], [`ReaderConfig::request_timeout`] and the like.
+    pub connection: ConnectionConfig,
     /// Consumer group to join (kafka-go `GroupID`, Java `group.id`). With a group the
     /// reader reads the partitions the group assigns it of the topics given with
     /// [`ReaderConfig::topic`] or matching [`ReaderConfig::topic_pattern`] (explicit
@@ -319,14 +312,8 @@ impl ReaderConfig {
             read_backoff_max: Duration::from_secs(1),
             isolation_level: IsolationLevel::ReadUncommitted,
             retry_timeout: Duration::from_secs(5 * 60),
-            client_id: "kafkapipe".to_string(),
             metrics_interval: Duration::from_secs(1),
-            connect_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(30),
-            #[cfg(feature = "tls")]
-            tls: None,
-            sasl: None,
-            dialer: crate::conn::Dialer::default(),
+            connection: ConnectionConfig::default(),
             group_id: None,
             group_instance_id: None,
             session_timeout: Duration::from_secs(10),
@@ -351,49 +338,6 @@ impl ReaderConfig {
             offset_store: None,
             on_revoke: None,
         }
-    }
-
-    /// Set [`ReaderConfig::tls`].
-    ///
-    /// ```no_run
-    /// # fn demo() -> kafkapipe::Result<()> {
-    /// use kafkapipe::reader::ReaderConfig;
-    /// use kafkapipe::tls::TlsConfig;
-    /// let tls = TlsConfig::builder().ca_file("ca.pem")?.build()?;
-    /// let config = ReaderConfig::new(["broker:9093"]).topic("events").tls(tls);
-    /// # Ok(()) }
-    /// ```
-    #[cfg(feature = "tls")]
-    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// Set [`ReaderConfig::sasl`].
-    ///
-    /// ```
-    /// use kafkapipe::reader::ReaderConfig;
-    /// use kafkapipe::sasl::Scram;
-    /// let config = ReaderConfig::new(["broker:9093"]).sasl(Scram::sha256("alice", "secret"));
-    /// assert!(!format!("{config:?}").contains("secret"));
-    /// ```
-    pub fn sasl(mut self, mechanism: impl crate::sasl::Mechanism + 'static) -> Self {
-        self.sasl = Some(std::sync::Arc::new(mechanism));
-        self
-    }
-
-    /// Set [`ReaderConfig::dialer`].
-    ///
-    /// ```
-    /// use kafkapipe::conn::{Dialer, Socks5Proxy};
-    /// use kafkapipe::reader::ReaderConfig;
-    /// let config = ReaderConfig::new(["broker:9092"])
-    ///     .dialer(Dialer::new().with_socks5_proxy(Socks5Proxy::new("127.0.0.1:1080")));
-    /// assert!(config.dialer.socks5_proxy().is_some());
-    /// ```
-    pub fn dialer(mut self, dialer: crate::conn::Dialer) -> Self {
-        self.dialer = dialer;
-        self
     }
 
     /// Read every partition of `topic` (as listed when the reader starts) (kafka-go
@@ -511,24 +455,6 @@ impl ReaderConfig {
     /// ```
     pub fn metrics_interval(mut self, d: Duration) -> Self {
         self.metrics_interval = d;
-        self
-    }
-
-    /// Set [`ReaderConfig::client_id`].
-    pub fn client_id(mut self, id: impl Into<String>) -> Self {
-        self.client_id = id.into();
-        self
-    }
-
-    /// Set [`ReaderConfig::connect_timeout`].
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.connect_timeout = d;
-        self
-    }
-
-    /// Set [`ReaderConfig::request_timeout`].
-    pub fn request_timeout(mut self, d: Duration) -> Self {
-        self.request_timeout = d;
         self
     }
 
@@ -837,27 +763,22 @@ impl ReaderConfig {
         Ok(())
     }
 
+    /// The connection settings the reader dials with: [`connection`](ReaderConfig#structfield.connection) with
+    /// the request timeout lengthened by `max_wait` (and, for a group, to cover a
+    /// JoinGroup's wait of up to the rebalance timeout).
     pub(crate) fn connection_config(&self) -> ConnectionConfig {
-        ConnectionConfig {
-            client_id: self.client_id.clone(),
-            connect_timeout: self.connect_timeout,
-            // a JoinGroup may wait up to the rebalance timeout for the other members
-            request_timeout: if self.group_id.is_some() {
-                self.request_timeout
-                    .max(
-                        self.rebalance_timeout
-                            .saturating_add(Duration::from_secs(5)),
-                    )
-                    .saturating_add(self.max_wait)
-            } else {
-                self.request_timeout.saturating_add(self.max_wait)
-            },
-            #[cfg(feature = "tls")]
-            tls: self.tls.clone(),
-            sasl: self.sasl.clone(),
-            dialer: self.dialer.clone(),
-            ..ConnectionConfig::default()
+        let mut c = self.connection.clone();
+        let timeout = self.connection.request_timeout;
+        c.request_timeout = if self.group_id.is_some() {
+            timeout.max(
+                self.rebalance_timeout
+                    .saturating_add(Duration::from_secs(5)),
+            )
+        } else {
+            timeout
         }
+        .saturating_add(self.max_wait);
+        c
     }
 
     /// The backoff after `failures` consecutive failures (at least 1): `read_backoff_min`
@@ -868,6 +789,96 @@ impl ReaderConfig {
             .checked_mul(factor)
             .unwrap_or(self.read_backoff_max)
             .min(self.read_backoff_max)
+    }
+}
+
+/// The connection settings: each sets a field of [`connection`](ReaderConfig#structfield.connection).
+impl ReaderConfig {
+    /// Use `connection` for every broker connection (see [`connection`](ReaderConfig#structfield.connection)):
+    /// replaces the client id, timeouts, TLS, SASL and dialer set so far.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafkapipe::conn::ConnectionConfig;
+    /// use kafkapipe::reader::ReaderConfig;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let conn = ConnectionConfig::new().client_id("billing").request_timeout(Duration::from_secs(20));
+    /// let reader = ReaderConfig::new(["b:9092"]).topic("in").connection(conn.clone());
+    /// let writer = WriterConfig::new(["b:9092"]).topic("out").connection(conn);
+    /// assert_eq!(reader.connection, writer.connection);
+    /// ```
+    pub fn connection(mut self, connection: ConnectionConfig) -> Self {
+        self.connection = connection;
+        self
+    }
+
+    /// Set the TLS of every broker connection ([`ConnectionConfig::tls`]).
+    ///
+    /// ```no_run
+    /// # fn demo() -> kafkapipe::Result<()> {
+    /// use kafkapipe::reader::ReaderConfig;
+    /// use kafkapipe::tls::TlsConfig;
+    /// let tls = TlsConfig::builder().ca_file("ca.pem")?.build()?;
+    /// let config = ReaderConfig::new(["broker:9093"]).topic("events").tls(tls);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.connection.tls = Some(tls);
+        self
+    }
+
+    /// Set the SASL mechanism of every broker connection ([`ConnectionConfig::sasl`]).
+    ///
+    /// ```
+    /// use kafkapipe::reader::ReaderConfig;
+    /// use kafkapipe::sasl::Scram;
+    /// let config = ReaderConfig::new(["broker:9093"]).sasl(Scram::sha256("alice", "secret"));
+    /// assert!(!format!("{config:?}").contains("secret"));
+    /// ```
+    pub fn sasl(mut self, mechanism: impl crate::sasl::Mechanism + 'static) -> Self {
+        self.connection.sasl = Some(std::sync::Arc::new(mechanism));
+        self
+    }
+
+    /// Set how broker connections are opened ([`ConnectionConfig::dialer`]).
+    ///
+    /// ```
+    /// use kafkapipe::conn::{Dialer, Socks5Proxy};
+    /// use kafkapipe::reader::ReaderConfig;
+    /// let config = ReaderConfig::new(["broker:9092"])
+    ///     .dialer(Dialer::new().with_socks5_proxy(Socks5Proxy::new("127.0.0.1:1080")));
+    /// assert!(config.connection.dialer.socks5_proxy().is_some());
+    /// ```
+    pub fn dialer(mut self, dialer: crate::conn::Dialer) -> Self {
+        self.connection.dialer = dialer;
+        self
+    }
+
+    /// Set the client id sent to brokers ([`ConnectionConfig::client_id`]).
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.connection.client_id = id.into();
+        self
+    }
+
+    /// Set how long establishing a broker connection may take
+    /// ([`ConnectionConfig::connect_timeout`]).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connection.connect_timeout = d;
+        self
+    }
+
+    /// Set how long one request may take ([`ConnectionConfig::request_timeout`]; see
+    /// [`connection`](ReaderConfig#structfield.connection) for what is added to it).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = kafkapipe::reader::ReaderConfig::new(["b:9092"]).request_timeout(Duration::from_secs(5));
+    /// assert_eq!(config.connection.request_timeout, Duration::from_secs(5));
+    /// ```
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.connection.request_timeout = d;
+        self
     }
 }
 

@@ -164,7 +164,7 @@ pub(super) fn spawn(
     group: Option<&Arc<GroupShared>>,
     done: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let mut published = Published::new(&shared.config.client_id, group.is_some());
+    let mut published = Published::new(&shared.config.connection.client_id, group.is_some());
     let interval = shared.config.metrics_interval;
     let weak = Arc::downgrade(shared);
     let group = group.map(Arc::downgrade);

@@ -120,18 +120,15 @@ type CredentialsFn = dyn Fn() -> BoxFuture<'static, Result<AwsCredentials>> + Se
 /// and the signer library's documented token shape.
 ///
 /// ```no_run
-/// use std::sync::Arc;
 /// use kafkapipe::conn::ConnectionConfig;
 /// use kafkapipe::sasl::{AwsCredentials, MskIamTokenProvider};
 /// use kafkapipe::tls::TlsConfig;
 ///
 /// # fn demo() -> kafkapipe::Result<()> {
 /// let msk = MskIamTokenProvider::new("us-east-1", AwsCredentials::from_env()?);
-/// let config = ConnectionConfig {
-///     tls: Some(TlsConfig::builder().build()?),
-///     sasl: Some(Arc::new(msk.into_mechanism())),
-///     ..ConnectionConfig::default()
-/// };
+/// let config = ConnectionConfig::new()
+///     .tls(TlsConfig::builder().build()?)
+///     .sasl(msk.into_mechanism());
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]

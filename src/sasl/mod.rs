@@ -15,15 +15,11 @@
 //! limits (`connections.max.reauth.ms`, token expiry) are re-authenticated (KIP-368). Set one on [`ConnectionConfig::sasl`](crate::conn::ConnectionConfig::sasl):
 //!
 //! ```no_run
-//! use std::sync::Arc;
 //! use kafkapipe::conn::{Conn, ConnectionConfig};
 //! use kafkapipe::sasl::Scram;
 //!
 //! # async fn demo() -> kafkapipe::Result<()> {
-//! let config = ConnectionConfig {
-//!     sasl: Some(Arc::new(Scram::sha512("alice", "alice-secret"))),
-//!     ..ConnectionConfig::default()
-//! };
+//! let config = ConnectionConfig::new().sasl(Scram::sha512("alice", "alice-secret"));
 //! let conn = Conn::connect_with("broker:9092", config).await?;
 //! # Ok(()) }
 //! ```

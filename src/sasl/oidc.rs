@@ -31,7 +31,6 @@ use crate::tls::TlsConfig;
 /// [`ClientCredentials::timeout`].
 ///
 /// ```no_run
-/// use std::sync::Arc;
 /// use kafkapipe::conn::ConnectionConfig;
 /// use kafkapipe::sasl::ClientCredentials;
 ///
@@ -43,10 +42,7 @@ use crate::tls::TlsConfig;
 /// )?
 /// .scope("kafka")
 /// .audience("kafka-cluster");
-/// let config = ConnectionConfig {
-///     sasl: Some(Arc::new(oidc.into_mechanism())),
-///     ..ConnectionConfig::default()
-/// };
+/// let config = ConnectionConfig::new().sasl(oidc.into_mechanism());
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]

@@ -153,7 +153,10 @@ pub struct ShareReaderConfig {
     /// off. Default 5 minutes (no Java equivalent: the Java `KafkaShareConsumer` renews
     /// only on an explicit `acknowledge(record, RENEW)`).
     pub max_lock_hold: Duration,
-    /// Connection settings (client id, timeouts, TLS, SASL).
+    /// The settings of every broker connection (client id, timeouts, TLS, SASL,
+    /// dialer); a ShareFetch's `max_wait` is added to its request timeout. Default
+    /// [`ConnectionConfig::default`]. Set it whole with
+    /// [`connection`](Self::connection) or one setting at a time.
     pub connection: ConnectionConfig,
 }
 
@@ -278,6 +281,93 @@ impl ShareReaderConfig {
     /// ```
     pub fn client_id(mut self, id: impl Into<String>) -> Self {
         self.connection.client_id = id.into();
+        self
+    }
+
+    /// Use `connection` for every broker connection: replaces the client id, timeouts,
+    /// TLS, SASL and dialer set so far (one [`ConnectionConfig`] can serve share readers,
+    /// readers and writers alike).
+    ///
+    /// ```
+    /// use kafkapipe::conn::ConnectionConfig;
+    /// use kafkapipe::share::ShareReaderConfig;
+    /// let conn = ConnectionConfig::new().client_id("worker-1");
+    /// let c = ShareReaderConfig::new(["b:9092"], "g").connection(conn.clone());
+    /// assert_eq!(c.connection, conn);
+    /// ```
+    pub fn connection(mut self, connection: ConnectionConfig) -> Self {
+        self.connection = connection;
+        self
+    }
+
+    /// Set how long establishing a broker connection may take
+    /// ([`ConnectionConfig::connect_timeout`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = kafkapipe::share::ShareReaderConfig::new(["b:9092"], "g")
+    ///     .connect_timeout(Duration::from_secs(3));
+    /// assert_eq!(c.connection.connect_timeout, Duration::from_secs(3));
+    /// ```
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connection.connect_timeout = d;
+        self
+    }
+
+    /// Set how long one request may take ([`ConnectionConfig::request_timeout`]; a
+    /// ShareFetch's [`max_wait`](Self::max_wait) is added to it).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = kafkapipe::share::ShareReaderConfig::new(["b:9092"], "g")
+    ///     .request_timeout(Duration::from_secs(5));
+    /// assert_eq!(c.connection.request_timeout, Duration::from_secs(5));
+    /// ```
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.connection.request_timeout = d;
+        self
+    }
+
+    /// Set the TLS of every broker connection ([`ConnectionConfig::tls`]).
+    ///
+    /// ```no_run
+    /// # fn demo() -> kafkapipe::Result<()> {
+    /// use kafkapipe::share::ShareReaderConfig;
+    /// use kafkapipe::tls::TlsConfig;
+    /// let tls = TlsConfig::builder().ca_file("ca.pem")?.build()?;
+    /// let c = ShareReaderConfig::new(["broker:9093"], "g").topic("jobs").tls(tls);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.connection.tls = Some(tls);
+        self
+    }
+
+    /// Set the SASL mechanism of every broker connection ([`ConnectionConfig::sasl`]).
+    ///
+    /// ```
+    /// use kafkapipe::sasl::Scram;
+    /// use kafkapipe::share::ShareReaderConfig;
+    /// let c = ShareReaderConfig::new(["broker:9093"], "g").sasl(Scram::sha256("alice", "secret"));
+    /// assert!(c.connection.sasl.is_some());
+    /// ```
+    pub fn sasl(mut self, mechanism: impl crate::sasl::Mechanism + 'static) -> Self {
+        self.connection.sasl = Some(std::sync::Arc::new(mechanism));
+        self
+    }
+
+    /// Set how broker connections are opened ([`ConnectionConfig::dialer`]).
+    ///
+    /// ```
+    /// use kafkapipe::conn::{Dialer, Socks5Proxy};
+    /// use kafkapipe::share::ShareReaderConfig;
+    /// let c = ShareReaderConfig::new(["broker:9092"], "g")
+    ///     .dialer(Dialer::new().with_socks5_proxy(Socks5Proxy::new("127.0.0.1:1080")));
+    /// assert!(c.connection.dialer.socks5_proxy().is_some());
+    /// ```
+    pub fn dialer(mut self, dialer: crate::conn::Dialer) -> Self {
+        self.connection.dialer = dialer;
         self
     }
 

@@ -32,6 +32,7 @@ pub(crate) const MAX_IDEMPOTENT_IN_FLIGHT: usize = 5;
 /// assert_eq!(config.batch_bytes, 1024 * 1024);
 /// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct WriterConfig {
     /// Bootstrap broker addresses (`host:port`). Required (kafka-go `Addr`, Java
     /// `bootstrap.servers`).
@@ -101,7 +102,7 @@ pub struct WriterConfig {
     /// doubling up to [`backoff_max`](Self::backoff_max); at the deadline the message fails
     /// with the last error, its message saying the delivery timeout expired (or `Timeout`
     /// if nothing was tried). A produce request already in flight at the deadline is
-    /// awaited (at most [`write_timeout`](Self::write_timeout)), as its batch may be
+    /// awaited (at most the [request timeout](ConnectionConfig::request_timeout)), as its batch may be
     /// written. Non-retriable errors fail at once. Default 120 s (Java
     /// `delivery.timeout.ms`).
     pub delivery_timeout: Duration,
@@ -116,15 +117,9 @@ pub struct WriterConfig {
     /// Largest backoff between retries. Default 1 s (kafka-go `WriteBackoffMax`, Java
     /// `retry.backoff.max.ms`).
     pub backoff_max: Duration,
-    /// How long one produce request may take, including connecting; also sent to the
-    /// broker as the request's replication timeout. Default 10 s (kafka-go
-    /// `WriteTimeout`, Java `request.timeout.ms`).
-    pub write_timeout: Duration,
     /// Codec for record batches. Default none (kafka-go `Compression`, Java
     /// `compression.type`).
     pub compression: Compression,
-    /// Client id sent to brokers. Default `"kafkapipe"` (Java `client.id`).
-    pub client_id: String,
     /// How often the metrics collector publishes this client's counters to the
     /// `metrics` facade (feature `metrics`; see the `kafkapipe::metrics` module); it publishes once
     /// more when the client has closed. Default 1 s. Without the feature it is unused.
@@ -132,7 +127,9 @@ pub struct WriterConfig {
     /// Most produce requests in flight per broker. Each request carries at most one batch
     /// per partition; a partition has at most
     /// [`max_in_flight_per_partition`](Self::max_in_flight_per_partition) batches in
-    /// flight. Default 5 (Java `max.in.flight.requests.per.connection`).
+    /// flight. Default 5 (Java `max.in.flight.requests.per.connection`). It is also the
+    /// in-flight limit of the writer's connections: their
+    /// [`ConnectionConfig::max_in_flight`] is not used.
     pub max_in_flight_per_broker: usize,
     /// Most record-batch bytes (as encoded, after compression) in one produce request. A
     /// request carries the ready batches of every partition the broker leads; past this
@@ -142,9 +139,6 @@ pub struct WriterConfig {
     /// client's `max.request.size` (default 1 MiB) is the same per-request cap, but it
     /// also caps a single record; here [`WriterConfig::batch_bytes`] does that.
     pub max_request_bytes: usize,
-    /// How long establishing a broker connection may take. Default 10 s (Java
-    /// `socket.connection.setup.timeout.ms`).
-    pub connect_timeout: Duration,
     /// How long a topic's cached metadata (partitions, leaders) is used before it is
     /// looked up again even though nothing failed; a message for a partition the cache
     /// does not know refreshes it at once. Partitions added to a topic (CreatePartitions)
@@ -208,17 +202,18 @@ pub struct WriterConfig {
     /// when the transaction coordinator finalizes `transaction.version` >= 2 and supports
     /// Produce v12, EndTxn v5 and TxnOffsetCommit v5, else the v1 protocol.
     pub transaction_protocol: TransactionProtocol,
-    /// TLS for every broker connection; `None` (default) for plain TCP. See
-    /// [`ConnectionConfig::tls`].
-    #[cfg(feature = "tls")]
-    pub tls: Option<crate::tls::TlsConfig>,
-    /// SASL mechanism for every broker connection; `None` (default) for none. See
-    /// [`ConnectionConfig::sasl`].
-    pub sasl: Option<Arc<dyn crate::sasl::Mechanism>>,
-    /// How broker connections are opened: address mapping, a custom connector or a
-    /// SOCKS5 proxy; default direct TCP. See [`ConnectionConfig::dialer`] and
-    /// [`Dialer`](crate::conn::Dialer).
-    pub dialer: crate::conn::Dialer,
+    /// The settings of every broker connection: client id (Java `client.id`), connect
+    /// timeout (Java `socket.connection.setup.timeout.ms`), TLS, SASL, the
+    /// [`Dialer`](crate::conn::Dialer), and the request timeout: how long one produce
+    /// request may take, including connecting, also sent to the broker as the request's
+    /// replication timeout (kafka-go `WriteTimeout`, Java `request.timeout.ms`). Defaults:
+    /// those of [`ConnectionConfig`], except the request timeout: 10 s (kafka-go's
+    /// `WriteTimeout`; Java's is 30 s). The in-flight limit is
+    /// [`max_in_flight_per_broker`](Self::max_in_flight_per_broker). Set it whole with
+    /// [`WriterConfig::connection`] (one config can serve a reader and a writer) or one
+    /// setting at a time with [`WriterConfig::client_id`],
+    /// [`WriterConfig::request_timeout`] and the like.
+    pub connection: ConnectionConfig,
 }
 
 impl fmt::Debug for WriterConfig {
@@ -235,13 +230,10 @@ impl fmt::Debug for WriterConfig {
             .field("max_attempts", &self.max_attempts)
             .field("backoff_min", &self.backoff_min)
             .field("backoff_max", &self.backoff_max)
-            .field("write_timeout", &self.write_timeout)
             .field("compression", &self.compression)
-            .field("client_id", &self.client_id)
             .field("metrics_interval", &self.metrics_interval)
             .field("max_in_flight_per_broker", &self.max_in_flight_per_broker)
             .field("max_request_bytes", &self.max_request_bytes)
-            .field("connect_timeout", &self.connect_timeout)
             .field("metadata_max_age", &self.metadata_max_age)
             .field("unknown_topic_timeout", &self.unknown_topic_timeout)
             .field("allow_auto_topic_creation", &self.allow_auto_topic_creation)
@@ -253,8 +245,7 @@ impl fmt::Debug for WriterConfig {
             .field("transactional_id", &self.transactional_id)
             .field("transaction_timeout", &self.transaction_timeout)
             .field("transaction_protocol", &self.transaction_protocol)
-            .field("sasl", &self.sasl)
-            .field("dialer", &self.dialer)
+            .field("connection", &self.connection)
             .finish_non_exhaustive()
     }
 }
@@ -279,13 +270,10 @@ impl WriterConfig {
             max_attempts: u32::MAX,
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(1),
-            write_timeout: Duration::from_secs(10),
             compression: Compression::None,
-            client_id: "kafkapipe".to_string(),
             metrics_interval: Duration::from_secs(1),
             max_in_flight_per_broker: 5,
             max_request_bytes: 64 * 1024 * 1024,
-            connect_timeout: Duration::from_secs(10),
             metadata_max_age: Duration::from_secs(30),
             unknown_topic_timeout: None,
             allow_auto_topic_creation: false,
@@ -294,54 +282,8 @@ impl WriterConfig {
             transactional_id: None,
             transaction_timeout: Duration::from_secs(60),
             transaction_protocol: TransactionProtocol::Auto,
-            #[cfg(feature = "tls")]
-            tls: None,
-            sasl: None,
-            dialer: crate::conn::Dialer::default(),
+            connection: ConnectionConfig::default().request_timeout(Duration::from_secs(10)),
         }
-    }
-
-    /// Set [`WriterConfig::tls`].
-    ///
-    /// ```no_run
-    /// # fn demo() -> kafkapipe::Result<()> {
-    /// use kafkapipe::tls::TlsConfig;
-    /// use kafkapipe::writer::WriterConfig;
-    /// let tls = TlsConfig::builder().ca_file("ca.pem")?.build()?;
-    /// let config = WriterConfig::new(["broker:9093"]).tls(tls);
-    /// # Ok(()) }
-    /// ```
-    #[cfg(feature = "tls")]
-    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// Set [`WriterConfig::sasl`].
-    ///
-    /// ```
-    /// use kafkapipe::sasl::Scram;
-    /// use kafkapipe::writer::WriterConfig;
-    /// let config = WriterConfig::new(["broker:9093"]).sasl(Scram::sha512("alice", "secret"));
-    /// assert!(!format!("{config:?}").contains("secret"));
-    /// ```
-    pub fn sasl(mut self, mechanism: impl crate::sasl::Mechanism + 'static) -> Self {
-        self.sasl = Some(Arc::new(mechanism));
-        self
-    }
-
-    /// Set [`WriterConfig::dialer`].
-    ///
-    /// ```
-    /// use kafkapipe::conn::{Dialer, Socks5Proxy};
-    /// use kafkapipe::writer::WriterConfig;
-    /// let config = WriterConfig::new(["broker:9092"])
-    ///     .dialer(Dialer::new().with_socks5_proxy(Socks5Proxy::new("127.0.0.1:1080")));
-    /// assert!(config.dialer.socks5_proxy().is_some());
-    /// ```
-    pub fn dialer(mut self, dialer: crate::conn::Dialer) -> Self {
-        self.dialer = dialer;
-        self
     }
 
     /// Set [`WriterConfig::topic`].
@@ -439,12 +381,6 @@ impl WriterConfig {
         self
     }
 
-    /// Set [`WriterConfig::write_timeout`].
-    pub fn write_timeout(mut self, d: Duration) -> Self {
-        self.write_timeout = d;
-        self
-    }
-
     /// Set [`WriterConfig::compression`].
     pub fn compression(mut self, c: Compression) -> Self {
         self.compression = c;
@@ -464,21 +400,9 @@ impl WriterConfig {
         self
     }
 
-    /// Set [`WriterConfig::client_id`].
-    pub fn client_id(mut self, id: impl Into<String>) -> Self {
-        self.client_id = id.into();
-        self
-    }
-
     /// Set [`WriterConfig::max_in_flight_per_broker`].
     pub fn max_in_flight_per_broker(mut self, n: usize) -> Self {
         self.max_in_flight_per_broker = n;
-        self
-    }
-
-    /// Set [`WriterConfig::connect_timeout`].
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.connect_timeout = d;
         self
     }
 
@@ -648,18 +572,12 @@ impl WriterConfig {
         Ok(())
     }
 
+    /// The connection settings the writer dials with: [`connection`](WriterConfig#structfield.connection) with
+    /// [`WriterConfig::max_in_flight_per_broker`] as the in-flight limit.
     pub(crate) fn connection_config(&self) -> ConnectionConfig {
-        ConnectionConfig {
-            client_id: self.client_id.clone(),
-            connect_timeout: self.connect_timeout,
-            request_timeout: self.write_timeout,
-            max_in_flight: self.max_in_flight_per_broker,
-            #[cfg(feature = "tls")]
-            tls: self.tls.clone(),
-            sasl: self.sasl.clone(),
-            dialer: self.dialer.clone(),
-            ..ConnectionConfig::default()
-        }
+        let mut c = self.connection.clone();
+        c.max_in_flight = self.max_in_flight_per_broker;
+        c
     }
 
     /// The backoff before attempt `attempt + 1` (after `attempt` failures): `backoff_min`
@@ -670,6 +588,113 @@ impl WriterConfig {
             .checked_mul(factor)
             .unwrap_or(self.backoff_max)
             .min(self.backoff_max)
+    }
+}
+
+/// The connection settings: each sets a field of [`connection`](WriterConfig#structfield.connection).
+impl WriterConfig {
+    /// Use `connection` for every broker connection (see [`connection`](WriterConfig#structfield.connection)):
+    /// replaces the client id, timeouts, TLS, SASL and dialer set so far, the writer's
+    /// 10 s request timeout included.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kafkapipe::conn::ConnectionConfig;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let config = WriterConfig::new(["b:9092"])
+    ///     .connection(ConnectionConfig::new().client_id("billing"));
+    /// assert_eq!(config.connection.request_timeout, Duration::from_secs(30));
+    /// ```
+    pub fn connection(mut self, connection: ConnectionConfig) -> Self {
+        self.connection = connection;
+        self
+    }
+
+    /// Set the TLS of every broker connection ([`ConnectionConfig::tls`]).
+    ///
+    /// ```no_run
+    /// # fn demo() -> kafkapipe::Result<()> {
+    /// use kafkapipe::tls::TlsConfig;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let tls = TlsConfig::builder().ca_file("ca.pem")?.build()?;
+    /// let config = WriterConfig::new(["broker:9093"]).tls(tls);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.connection.tls = Some(tls);
+        self
+    }
+
+    /// Set the SASL mechanism of every broker connection ([`ConnectionConfig::sasl`]).
+    ///
+    /// ```
+    /// use kafkapipe::sasl::Scram;
+    /// use kafkapipe::writer::WriterConfig;
+    /// let config = WriterConfig::new(["broker:9093"]).sasl(Scram::sha512("alice", "secret"));
+    /// assert!(!format!("{config:?}").contains("secret"));
+    /// ```
+    pub fn sasl(mut self, mechanism: impl crate::sasl::Mechanism + 'static) -> Self {
+        self.connection.sasl = Some(Arc::new(mechanism));
+        self
+    }
+
+    /// Set how broker connections are opened ([`ConnectionConfig::dialer`]).
+    ///
+    /// ```
+    /// use kafkapipe::conn::{Dialer, Socks5Proxy};
+    /// use kafkapipe::writer::WriterConfig;
+    /// let config = WriterConfig::new(["broker:9092"])
+    ///     .dialer(Dialer::new().with_socks5_proxy(Socks5Proxy::new("127.0.0.1:1080")));
+    /// assert!(config.connection.dialer.socks5_proxy().is_some());
+    /// ```
+    pub fn dialer(mut self, dialer: crate::conn::Dialer) -> Self {
+        self.connection.dialer = dialer;
+        self
+    }
+
+    /// Set how long one produce request may take, including connecting; also sent to
+    /// the broker as the request's replication timeout ([`ConnectionConfig::request_timeout`]
+    /// of [`connection`](WriterConfig#structfield.connection); default 10 s). kafka-go's `WriteTimeout`; Java
+    /// `request.timeout.ms`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = kafkapipe::writer::WriterConfig::new(["b:9092"]).request_timeout(Duration::from_secs(5));
+    /// assert_eq!(config.connection.request_timeout, Duration::from_secs(5));
+    /// ```
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.connection.request_timeout = d;
+        self
+    }
+
+    /// The old name of [`WriterConfig::request_timeout`], which kafka-go calls
+    /// `WriteTimeout`: sets the same [`ConnectionConfig::request_timeout`].
+    ///
+    /// ```
+    /// # #![allow(deprecated)]
+    /// use std::time::Duration;
+    /// let config = kafkapipe::writer::WriterConfig::new(["b:9092"]).write_timeout(Duration::from_secs(5));
+    /// assert_eq!(config.connection.request_timeout, Duration::from_secs(5));
+    /// ```
+    #[deprecated(
+        note = "renamed to `request_timeout` (kafka-go's WriteTimeout is `WriterConfig::request_timeout`)"
+    )]
+    pub fn write_timeout(self, d: Duration) -> Self {
+        self.request_timeout(d)
+    }
+
+    /// Set the client id sent to brokers ([`ConnectionConfig::client_id`]).
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.connection.client_id = id.into();
+        self
+    }
+
+    /// Set how long establishing a broker connection may take
+    /// ([`ConnectionConfig::connect_timeout`]).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connection.connect_timeout = d;
+        self
     }
 }
 
@@ -770,10 +795,42 @@ mod tests {
     }
 
     #[test]
+    #[allow(deprecated)]
+    fn the_request_timeout_is_one_field_with_the_old_name_as_alias() {
+        let c = WriterConfig::new(["b:1"]);
+        assert_eq!(c.connection.request_timeout, Duration::from_secs(10));
+        assert_eq!(
+            c.connection_config().request_timeout,
+            Duration::from_secs(10)
+        );
+        let old = c.clone().write_timeout(Duration::from_secs(4));
+        let new = c.request_timeout(Duration::from_secs(4));
+        assert_eq!(old.connection, new.connection);
+        assert_eq!(new.connection.request_timeout, Duration::from_secs(4));
+    }
+
+    #[test]
+    fn a_whole_connection_config_replaces_the_connection_settings() {
+        let shared = ConnectionConfig::new()
+            .client_id("shared")
+            .connect_timeout(Duration::from_secs(2));
+        let c = WriterConfig::new(["b:1"])
+            .client_id("mine")
+            .connection(shared.clone())
+            .max_in_flight_per_broker(3);
+        assert_eq!(c.connection, shared);
+        let cc = c.connection_config();
+        assert_eq!((cc.client_id.as_str(), cc.max_in_flight), ("shared", 3));
+        assert_eq!(cc.connect_timeout, Duration::from_secs(2));
+        let r = crate::reader::ReaderConfig::new(["b:1"]).connection(shared.clone());
+        assert_eq!(r.connection, shared);
+    }
+
+    #[test]
     fn connection_config_follows_writer_settings() {
         let c = WriterConfig::new(["b:1"])
             .client_id("app")
-            .write_timeout(Duration::from_secs(3))
+            .request_timeout(Duration::from_secs(3))
             .max_in_flight_per_broker(2);
         let cc = c.connection_config();
         assert_eq!(cc.client_id, "app");

@@ -193,7 +193,7 @@ pub(super) fn spawn(
     config: &WriterConfig,
     done: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let mut published = Published::new(&config.client_id);
+    let mut published = Published::new(&config.connection.client_id);
     let weak = Arc::downgrade(shared);
     let cluster = cluster.clone();
     tokio::spawn(crate::metrics::collect(

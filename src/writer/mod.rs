@@ -538,7 +538,7 @@ impl Writer {
             let coordinator = Arc::new(Coordinator::transaction(
                 txn.id.to_string(),
                 cluster.clone(),
-                config.write_timeout,
+                config.connection.request_timeout,
             ));
             task.set_txn(txn, coordinator.clone());
             coordinator

@@ -244,7 +244,7 @@ impl Task {
         self.producer_retry_at = None;
         let cluster = self.cluster.clone();
         let tx = self.events_tx.clone();
-        let timeout = self.cfg.write_timeout;
+        let timeout = self.cfg.connection.request_timeout;
         tokio::spawn(async move {
             let result = init_producer_id(&cluster, broker, timeout).await;
             let _ = tx.send(Event::Producer(result));

@@ -315,7 +315,7 @@ impl Task {
         let cluster = self.cluster.clone();
         let tx = self.events_tx.clone();
         let acks = self.cfg.required_acks;
-        let timeout = self.cfg.write_timeout;
+        let timeout = self.cfg.connection.request_timeout;
         let shared = self.shared.clone();
         let txn_id = self.txn.as_ref().map(|t| t.shared.id.clone());
         let versions = match &self.txn {
@@ -413,7 +413,8 @@ impl Task {
                 client_software_version: env!("CARGO_PKG_VERSION").into(),
                 ..ApiVersionsRequest::default()
             };
-            let done = tokio::time::timeout(self.cfg.write_timeout, conn.send(&req)).await;
+            let done =
+                tokio::time::timeout(self.cfg.connection.request_timeout, conn.send(&req)).await;
             if !matches!(done, Ok(Ok(_))) {
                 debug!(broker_id = *broker, "no answer to the acks=0 close barrier");
             }

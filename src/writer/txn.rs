@@ -380,7 +380,7 @@ fn v2_support(c: &Connection) -> std::result::Result<(), String> {
 
 /// How long one coordinator request may take.
 pub(super) fn attempt_timeout(cfg: &WriterConfig) -> Duration {
-    cfg.write_timeout
+    cfg.connection.request_timeout
 }
 
 /// The protocol `wanted` comes to on coordinator `c`: `Auto` is v2 where `c` supports it;

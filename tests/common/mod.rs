@@ -488,11 +488,9 @@ pub async fn read_partition(
     topic: &str,
     partition: i32,
 ) -> Vec<kafkapipe::record::Record> {
-    let opts = kafkapipe::conn::FetchOptions {
-        max_bytes: 8 << 20,
-        max_wait: Duration::from_millis(10),
-        ..Default::default()
-    };
+    let opts = kafkapipe::conn::FetchOptions::default()
+        .max_bytes(8 << 20)
+        .max_wait(Duration::from_millis(10));
     let mut out = Vec::new();
     let mut offset = 0;
     loop {

@@ -41,14 +41,13 @@ impl RequiredAcks {
 /// use std::time::Duration;
 /// use kafkapipe::compression::Compression;
 /// use kafkapipe::conn::{ProduceOptions, RequiredAcks};
-/// let opts = ProduceOptions {
-///     compression: Compression::Zstd,
-///     acks: RequiredAcks::Leader,
-///     ..ProduceOptions::default()
-/// };
+/// let opts = ProduceOptions::default()
+///     .compression(Compression::Zstd)
+///     .acks(RequiredAcks::Leader);
 /// assert_eq!(opts.timeout, Duration::from_secs(30));
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProduceOptions {
     /// Acknowledgements to wait for. Default [`RequiredAcks::All`] (Java: `acks`).
     pub acks: RequiredAcks,
@@ -66,6 +65,43 @@ impl Default for ProduceOptions {
             timeout: Duration::from_secs(30),
             compression: Compression::None,
         }
+    }
+}
+
+impl ProduceOptions {
+    /// Set [`ProduceOptions::acks`].
+    ///
+    /// ```
+    /// use kafkapipe::conn::{ProduceOptions, RequiredAcks};
+    /// assert_eq!(ProduceOptions::default().acks(RequiredAcks::None).acks, RequiredAcks::None);
+    /// ```
+    pub fn acks(mut self, acks: RequiredAcks) -> Self {
+        self.acks = acks;
+        self
+    }
+
+    /// Set [`ProduceOptions::timeout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = kafkapipe::conn::ProduceOptions::default().timeout(Duration::from_secs(5));
+    /// assert_eq!(opts.timeout, Duration::from_secs(5));
+    /// ```
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = d;
+        self
+    }
+
+    /// Set [`ProduceOptions::compression`].
+    ///
+    /// ```
+    /// use kafkapipe::compression::Compression;
+    /// let opts = kafkapipe::conn::ProduceOptions::default().compression(Compression::Gzip);
+    /// assert_eq!(opts.compression, Compression::Gzip);
+    /// ```
+    pub fn compression(mut self, c: Compression) -> Self {
+        self.compression = c;
+        self
     }
 }
 
@@ -91,7 +127,17 @@ impl IsolationLevel {
 }
 
 /// Options of [`Conn::fetch`](super::Conn::fetch).
+///
+/// ```
+/// use std::time::Duration;
+/// use kafkapipe::conn::{FetchOptions, IsolationLevel};
+/// let opts = FetchOptions::default()
+///     .max_wait(Duration::from_millis(100))
+///     .isolation_level(IsolationLevel::ReadCommitted);
+/// assert_eq!(opts.max_bytes, 1024 * 1024);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FetchOptions {
     /// The least data the broker should wait for. Default 1 byte (Java: `fetch.min.bytes`).
     pub min_bytes: i32,
@@ -114,6 +160,52 @@ impl Default for FetchOptions {
             max_wait: Duration::from_millis(500),
             isolation_level: IsolationLevel::ReadUncommitted,
         }
+    }
+}
+
+impl FetchOptions {
+    /// Set [`FetchOptions::min_bytes`].
+    ///
+    /// ```
+    /// assert_eq!(kafkapipe::conn::FetchOptions::default().min_bytes(1024).min_bytes, 1024);
+    /// ```
+    pub fn min_bytes(mut self, n: i32) -> Self {
+        self.min_bytes = n;
+        self
+    }
+
+    /// Set [`FetchOptions::max_bytes`].
+    ///
+    /// ```
+    /// assert_eq!(kafkapipe::conn::FetchOptions::default().max_bytes(4096).max_bytes, 4096);
+    /// ```
+    pub fn max_bytes(mut self, n: i32) -> Self {
+        self.max_bytes = n;
+        self
+    }
+
+    /// Set [`FetchOptions::max_wait`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = kafkapipe::conn::FetchOptions::default().max_wait(Duration::ZERO);
+    /// assert_eq!(opts.max_wait, Duration::ZERO);
+    /// ```
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+
+    /// Set [`FetchOptions::isolation_level`].
+    ///
+    /// ```
+    /// use kafkapipe::conn::{FetchOptions, IsolationLevel};
+    /// let opts = FetchOptions::default().isolation_level(IsolationLevel::ReadCommitted);
+    /// assert_eq!(opts.isolation_level, IsolationLevel::ReadCommitted);
+    /// ```
+    pub fn isolation_level(mut self, level: IsolationLevel) -> Self {
+        self.isolation_level = level;
+        self
     }
 }
 

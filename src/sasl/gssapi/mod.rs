@@ -45,7 +45,6 @@ const NO_SECURITY_LAYER: u8 = 1;
 /// broker host names exactly as advertised, as Kafka's Java client does).
 ///
 /// ```no_run
-/// use std::sync::Arc;
 /// use kafkapipe::conn::{Conn, ConnectionConfig};
 /// use kafkapipe::sasl::Gssapi;
 ///
@@ -54,10 +53,7 @@ const NO_SECURITY_LAYER: u8 = 1;
 ///     .service_name("kafka")
 ///     .principal("app@EXAMPLE.COM")
 ///     .keytab("/etc/security/keytabs/app.keytab");
-/// let config = ConnectionConfig {
-///     sasl: Some(Arc::new(kerberos)),
-///     ..ConnectionConfig::default()
-/// };
+/// let config = ConnectionConfig::new().sasl(kerberos);
 /// // The ticket is for kafka/broker1.example.com@EXAMPLE.COM.
 /// let conn = Conn::connect_with("broker1.example.com:9092", config).await?;
 /// # Ok(()) }
