@@ -26,7 +26,6 @@ KNOWN = {
     ("src/reader/handle.rs", "impl ReaderHandle {"): 491,
     ("src/reader/mod.rs", "impl Reader {"): 425,
     ("src/reader/state.rs", "impl State {"): 751,
-    ("src/share/task.rs", "impl ShareTask {"): 960,
 }
 
 IMPL = re.compile(r"^(\s*)impl\b[^;]*\{\s*$")
