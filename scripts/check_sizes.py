@@ -24,7 +24,6 @@ KNOWN = {
     ("src/reader/config.rs", "impl ReaderConfig {"): 501,
     ("src/reader/handle.rs", "impl ReaderHandle {"): 491,
     ("src/reader/mod.rs", "impl Reader {"): 425,
-    ("src/reader/state.rs", "impl State {"): 751,
 }
 
 IMPL = re.compile(r"^(\s*)impl\b[^;]*\{\s*$")
