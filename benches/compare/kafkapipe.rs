@@ -8,7 +8,7 @@
 //!                       [--acks 0|1|all] [--linger-ms 5] [--batch-bytes 1048576]
 //!                       [--batch-msgs 10000] [--idempotent false]
 //!                       [--balancer round-robin|sticky] [--sticky-bytes N]
-//! compare_peer consume  --brokers B --topic T --count N [--group G]
+//! compare_peer consume  --brokers B --topic T --count N [--group G] [--check-crcs false]
 //! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
 //! compare_peer create-topic --brokers B --topic T --partitions P
 //! compare_peer delete-topic --brokers B --topic T
@@ -255,6 +255,9 @@ async fn consume(opts: &Opts) -> Result<()> {
         .start_offset(StartOffset::First);
     if let Some(group) = opts.flags.get("group") {
         config = config.group_id(group.as_str());
+    }
+    if let Some(check) = opts.flags.get("check-crcs") {
+        config = config.check_crcs(check != "false");
     }
     let mut reader = Reader::new(config).await?;
     let started = Instant::now();

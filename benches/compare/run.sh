@@ -23,7 +23,10 @@
 #                                  kafkapipe,librdkafka,kafka-go,franz-go,java (default all),
 #                                  and kafkapipe-metrics: compare_peer built with feature
 #                                  `metrics`, publishing into a Prometheus recorder (the
-#                                  metrics cost row of BENCHMARKS.md; not in the default)
+#                                  metrics cost row of BENCHMARKS.md; not in the default),
+#                                  and kafkapipe-nocrc: compare_peer reading with
+#                                  `check_crcs(false)` (as librdkafka's default
+#                                  check.crcs=false; not in the default)
 #   --ops LIST                     produce,consume,group (default produce,consume); group =
 #                                  consume as a member of a new consumer group (offset
 #                                  tracking and commits included), for the clients that
@@ -179,18 +182,20 @@ client_cmd() {
     local op="$1" client="$2" topic="$3" count="$4" size="$5" codec="$6" acks="$7" parts="$8" group="$9"
     local jacks="$acks" racks="$acks" p
     [[ "$acks" == all ]] && racks=-1
-    local bin="$kp"
+    local bin="$kp" extra=()
     [[ "$client" == kafkapipe-metrics ]] && { bin="$kpm"; client=kafkapipe; }
+    [[ "$client" == kafkapipe-nocrc ]] && { extra=(--check-crcs false); client=kafkapipe; }
     case "$client/$op" in
     kafkapipe/produce)
         printf '%s\n' "$bin" produce --brokers "$broker" --topic "$topic" --count "$count" \
             --size "$size" --compression "$codec" --acks "$acks" --linger-ms "$linger" \
             --batch-bytes 1048576 --batch-msgs 10000 ;;
     kafkapipe/consume)
-        printf '%s\n' "$bin" consume --brokers "$broker" --topic "$topic" --count "$count" ;;
+        printf '%s\n' "$bin" consume --brokers "$broker" --topic "$topic" --count "$count" \
+            "${extra[@]}" ;;
     kafkapipe/group)
         printf '%s\n' "$bin" consume --brokers "$broker" --topic "$topic" --count "$count" \
-            --group "$group" ;;
+            --group "$group" "${extra[@]}" ;;
     librdkafka/produce)
         printf '%s\n' "$rdk" -P -b "$broker" -t "$topic" -c "$count" -s "$size" -z "$codec" \
             -a "$racks" -X "linger.ms=$linger" -X batch.size=1048576 -X batch.num.messages=10000 \
@@ -282,7 +287,7 @@ for row in "${row_list[@]}"; do
                 for ((i = 0; i < ${#peer_list[@]}; i++)); do
                     client="${peer_list[$(((i + rep - 1) % ${#peer_list[@]}))]}"
                     # the Go peers read without a group here
-                    if [[ "$op" == group && ",kafkapipe,kafkapipe-metrics,librdkafka,java," != *",$client,"* ]]; then
+                    if [[ "$op" == group && ",kafkapipe,kafkapipe-metrics,kafkapipe-nocrc,librdkafka,java," != *",$client,"* ]]; then
                         continue
                     fi
                     timed_run "$label" "$op" "$client" "$topic" "$count" "$size" "$codec" - "$parts" "$rep"

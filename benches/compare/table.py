@@ -9,7 +9,7 @@ import statistics
 import sys
 from collections import OrderedDict
 
-ORDER = ["kafkapipe", "kafkapipe-metrics", "librdkafka", "kafka-go", "franz-go", "java"]
+ORDER = ["kafkapipe", "kafkapipe-nocrc", "kafkapipe-metrics", "librdkafka", "kafka-go", "franz-go", "java"]
 
 
 def main(path):

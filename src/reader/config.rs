@@ -114,6 +114,14 @@ pub struct ReaderConfig {
     /// Transaction isolation. Default read uncommitted (kafka-go `IsolationLevel`, Java
     /// `isolation.level`, whose default is also `read_uncommitted`).
     pub isolation_level: IsolationLevel,
+    /// Whether the CRC-32C of every fetched record batch (and the CRC-32 of every legacy
+    /// message) is computed and compared with the stored one; a mismatch is an error
+    /// naming the batch's offsets. Default `true` (Java `check.crcs`, default true;
+    /// librdkafka `check.crcs` defaults to false). Turning it off saves a pass over
+    /// every fetched byte (see BENCHMARKS.md for what it costs): TCP and the broker's own
+    /// checks still guard the data, but a batch corrupted on disk or by a proxy is then
+    /// no longer caught here, and only fails if it no longer decodes.
+    pub check_crcs: bool,
     /// How long the reader keeps retrying a *transient* failure before it also yields the
     /// error to the application. Default 5 minutes; `Duration::MAX` retries forever,
     /// `Duration::ZERO` yields every failure.
@@ -311,6 +319,7 @@ impl ReaderConfig {
             read_backoff_min: Duration::from_millis(100),
             read_backoff_max: Duration::from_secs(1),
             isolation_level: IsolationLevel::ReadUncommitted,
+            check_crcs: true,
             retry_timeout: Duration::from_secs(5 * 60),
             metrics_interval: Duration::from_secs(1),
             connection: ConnectionConfig::default(),
@@ -426,6 +435,20 @@ impl ReaderConfig {
     /// Set [`ReaderConfig::isolation_level`].
     pub fn isolation_level(mut self, level: IsolationLevel) -> Self {
         self.isolation_level = level;
+        self
+    }
+
+    /// Set [`ReaderConfig::check_crcs`]: whether fetched batches' CRCs are verified.
+    ///
+    /// ```
+    /// use kafkapipe::reader::ReaderConfig;
+    ///
+    /// let config = ReaderConfig::new(["localhost:9092"]).topic("events").check_crcs(false);
+    /// assert!(!config.check_crcs);
+    /// assert!(ReaderConfig::new(["localhost:9092"]).check_crcs);
+    /// ```
+    pub fn check_crcs(mut self, check: bool) -> Self {
+        self.check_crcs = check;
         self
     }
 

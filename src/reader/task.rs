@@ -396,6 +396,7 @@ fn decode_all(
                 config.isolation_level,
                 limit,
                 Some(&shared.pool),
+                config.check_crcs,
             ))
         })
         .collect()

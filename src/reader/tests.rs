@@ -508,6 +508,7 @@ fn fetch_lazily(st: &mut State, id: u64, data: Vec<u8>, from: i64) -> (u64, u64)
         crate::conn::IsolationLevel::ReadUncommitted,
         1 << 20,
         None,
+        true,
     )
     .expect("decodes");
     if let Some(p) = st.parts.get_mut(&id) {
@@ -1074,7 +1075,7 @@ fn a_batch_that_decompresses_past_its_limit_parks_the_partition_when_reached() {
     let mut data = wire_batch(0, 10, none());
     data.extend_from_slice(&wire_batch(10, 100, crate::compression::Compression::Zstd));
     // a hard limit below the second batch's 100 records
-    let d = crate::record::decode_batches_lazy(data.into(), 0, 1_000, None).expect("decodes");
+    let d = crate::record::decode_batches_lazy(data.into(), 0, 1_000, None, true).expect("decodes");
     assert_eq!(d.batches.len(), 2);
     st.push_batches(ids[0], d.batches, 0, 1, 1_000);
     let mut loan = state::Loan::default();

@@ -134,7 +134,7 @@ pub(crate) fn decode_batches_pooled(
     hard_limit: usize,
     pool: Option<&Arc<BufPool>>,
 ) -> Result<DecodedBatches> {
-    let d = decode_batches_inner(data, soft_limit, hard_limit, pool, false)?;
+    let d = decode_batches_inner(data, soft_limit, hard_limit, pool, false, true)?;
     Ok(DecodedBatches {
         batches: d.batches.into_iter().map(|b| b.batch).collect(),
         truncated: d.truncated,
@@ -171,14 +171,16 @@ pub(crate) struct LazyDecoded {
 /// [`decode_batches_pooled`] with every batch-level check (CRC, decompression and its
 /// limits, record count) but leaving the records of RecordBatch v2 data batches encoded,
 /// for [`EncodedRecords::decode_next`] to decode one at a time. Control batches and legacy
-/// messages come decoded.
+/// messages come decoded. With `check_crcs` false the batches' and legacy messages'
+/// CRCs are not computed ([`ReaderConfig::check_crcs`](crate::reader::ReaderConfig::check_crcs)).
 pub(crate) fn decode_batches_lazy(
     data: Bytes,
     soft_limit: usize,
     hard_limit: usize,
     pool: Option<&Arc<BufPool>>,
+    check_crcs: bool,
 ) -> Result<LazyDecoded> {
-    decode_batches_inner(data, soft_limit, hard_limit, pool, true)
+    decode_batches_inner(data, soft_limit, hard_limit, pool, true, check_crcs)
 }
 
 fn decode_batches_inner(
@@ -187,6 +189,7 @@ fn decode_batches_inner(
     hard_limit: usize,
     pool: Option<&Arc<BufPool>>,
     lazy: bool,
+    check_crcs: bool,
 ) -> Result<LazyDecoded> {
     let mut out = LazyDecoded::default();
     let mut budget = soft_limit;
@@ -224,8 +227,15 @@ fn decode_batches_inner(
         let batch = data.slice(..size);
         let magic = batch.get(16).map(|m| *m as i8);
         let step = match magic {
-            Some(MAGIC_V2) => decode_v2(batch, limit, soft_limit.max(hard_limit), pool, lazy),
-            Some(0 | 1) => legacy::decode_message(batch, limit),
+            Some(MAGIC_V2) => decode_v2(
+                batch,
+                limit,
+                soft_limit.max(hard_limit),
+                pool,
+                lazy,
+                check_crcs,
+            ),
+            Some(0 | 1) => legacy::decode_message(batch, limit, check_crcs),
             Some(m) => Err(Error::protocol(format!("unknown record batch magic {m}"))),
             None => Err(Error::protocol(format!(
                 "record batch of {size} bytes is too short"
@@ -288,12 +298,14 @@ pub(super) enum Step {
 /// payload to at most `limit` bytes; with `lazy`, a data batch's records are left encoded,
 /// and a compressed payload of at most [`DEFER_MAX`] bytes is left compressed too, to be
 /// decompressed to at most `deferred_limit` bytes when its first record is decoded.
+/// The CRC-32C is checked when `check_crc` is set.
 fn decode_v2(
     batch: Bytes,
     limit: usize,
     deferred_limit: usize,
     pool: Option<&Arc<BufPool>>,
     lazy: bool,
+    check_crc: bool,
 ) -> Result<Step> {
     if batch.len() < BATCH_HEADER_LEN {
         return Err(Error::protocol(format!(
@@ -308,7 +320,11 @@ fn decode_v2(
     let magic = get_i8(&mut b)?;
     let stored_crc = get_u32(&mut b)?;
     // `b` now starts at the attributes: the CRC-32C covers everything from here on.
-    let computed = crc32c::crc32c(&b);
+    let computed = if check_crc {
+        crc32c::crc32c(&b)
+    } else {
+        stored_crc
+    };
     let attributes = get_i16(&mut b)?;
     let last_offset_delta = get_i32(&mut b)?;
     if stored_crc != computed {

@@ -29,12 +29,12 @@ struct Message {
 }
 
 /// Parse one complete legacy message (`msg` is exactly its bytes, offset and size
-/// included), checking its CRC.
-fn parse_message(mut msg: Bytes) -> Result<Message> {
+/// included), checking its CRC if `check_crc`.
+fn parse_message(mut msg: Bytes, check_crc: bool) -> Result<Message> {
     let offset = get_i64(&mut msg)?;
     let _size = get_i32(&mut msg)?;
     let stored = get_u32(&mut msg)?;
-    let computed = crc32(&msg);
+    let computed = if check_crc { crc32(&msg) } else { stored };
     if stored != computed {
         return Err(Error::protocol(format!(
             "CRC mismatch in legacy message at offset {offset}: stored {stored:#010x}, computed {computed:#010x}"
@@ -80,8 +80,8 @@ fn parse_message(mut msg: Bytes) -> Result<Message> {
 
 /// Decode one complete shallow legacy message into a batch, decompressing a wrapper's
 /// value to at most `limit` bytes.
-pub(super) fn decode_message(msg: Bytes, limit: usize) -> Result<Step> {
-    let wrapper = parse_message(msg)?;
+pub(super) fn decode_message(msg: Bytes, limit: usize, check_crc: bool) -> Result<Step> {
+    let wrapper = parse_message(msg, check_crc)?;
     let (records, decompressed) = if wrapper.compression == Compression::None {
         let record = Record {
             offset: wrapper.offset,
@@ -92,7 +92,7 @@ pub(super) fn decode_message(msg: Bytes, limit: usize) -> Result<Step> {
         };
         (vec![record], 0)
     } else {
-        match inner_records(&wrapper, limit)? {
+        match inner_records(&wrapper, limit, check_crc)? {
             Some(r) => r,
             None => {
                 return Ok(Step::OverLimit {
@@ -145,7 +145,11 @@ pub(super) fn decode_message(msg: Bytes, limit: usize) -> Result<Step> {
 
 /// Decompress a wrapper's value (to at most `limit` bytes; `None` if it is larger) and
 /// decode the inner message set. Also returns the decompressed size.
-fn inner_records(wrapper: &Message, limit: usize) -> Result<Option<(Vec<Record>, usize)>> {
+fn inner_records(
+    wrapper: &Message,
+    limit: usize,
+    check_crc: bool,
+) -> Result<Option<(Vec<Record>, usize)>> {
     let at = |e: Error| {
         let msg = format!(
             "compressed legacy message at offset {}: {e}",
@@ -181,7 +185,7 @@ fn inner_records(wrapper: &Message, limit: usize) -> Result<Option<(Vec<Record>,
                     "inner message size {size} invalid"
                 )))
             })?;
-        let m = parse_message(inner.split_to(size)).map_err(at)?;
+        let m = parse_message(inner.split_to(size), check_crc).map_err(at)?;
         if m.compression != Compression::None {
             return Err(at(Error::protocol("nested compressed message")));
         }

@@ -327,6 +327,30 @@ fn crc_mismatch_names_the_offsets() {
 }
 
 #[test]
+fn crcs_are_not_checked_when_the_reader_turns_checks_off() {
+    // A flipped bit in a record's value: the stored CRC no longer matches.
+    let mut v2 = BytesMut::from(&fixture("v2_none.bin")[..]);
+    let n = v2.len();
+    v2[n - 10] ^= 0x01;
+    let v2 = v2.freeze();
+    let checked = decode_batches_lazy(v2.clone(), MB, MB, None, true).unwrap_err();
+    assert!(checked.to_string().contains("CRC"), "{checked}");
+    let d = decode_batches_lazy(v2, MB, MB, None, false).expect("decodes unchecked");
+    let (records, _) = lazy_records(d.batches).expect("records decode");
+    assert_eq!(records.len(), 3);
+    assert_eq!(records[0].offset, 1000);
+
+    let mut legacy = BytesMut::from(&fixture("legacy_v1_gzip.bin")[..]);
+    let n = legacy.len();
+    legacy[n - 3] ^= 0x40;
+    let legacy = legacy.freeze();
+    assert!(decode_batches_lazy(legacy.clone(), MB, MB, None, true).is_err());
+    // The flipped bit is in the wrapper's compressed value: unchecked, the batch gets
+    // past the CRC and either decompresses or fails there, never panics.
+    let _ = decode_batches_lazy(legacy, MB, MB, None, false);
+}
+
+#[test]
 fn truncated_last_batch_keeps_the_previous_ones() {
     let first = fixture("v2_none.bin");
     let second = fixture("v2_gzip.bin");
@@ -750,7 +774,7 @@ proptest! {
         // Lazy decoding finds the same records, or an error where eager decoding does
         // (at the batch or at one of its records).
         let eager = decode_batches(data.clone(), MB);
-        let lazy = decode_batches_lazy(data, MB, MB, None).and_then(|d| lazy_records(d.batches));
+        let lazy = decode_batches_lazy(data, MB, MB, None, true).and_then(|d| lazy_records(d.batches));
         match eager {
             Ok(e) if !e.limited => {
                 let want: Vec<Record> = e.batches.into_iter().flat_map(|b| b.records).collect();
@@ -961,7 +985,7 @@ fn lazy_decoding_yields_the_records_and_headers_of_eager_decoding() {
     all.extend_from_slice(&control.build().unwrap());
     let all = all.freeze();
     let eager = decode_batches(all.clone(), MB).unwrap();
-    let lazy = decode_batches_lazy(all.clone(), MB, MB, None).unwrap();
+    let lazy = decode_batches_lazy(all.clone(), MB, MB, None, true).unwrap();
     assert_eq!(lazy.batches.len(), eager.batches.len());
     // v2 data batches are left encoded; control batches and legacy messages are not
     let encoded: Vec<bool> = lazy.batches.iter().map(|b| b.encoded.is_some()).collect();
@@ -992,7 +1016,7 @@ fn lazily_decoded_records_add_up_to_the_payload_and_trailing_bytes_are_an_error(
         .unwrap();
     }
     let raw = b.build().unwrap();
-    let d = decode_batches_lazy(raw.clone(), MB, MB, None).unwrap();
+    let d = decode_batches_lazy(raw.clone(), MB, MB, None, true).unwrap();
     let payload = raw.len() - BATCH_HEADER_LEN;
     assert_eq!(
         d.batches[0].encoded.as_ref().map(|e| e.bytes()),
@@ -1007,7 +1031,7 @@ fn lazily_decoded_records_add_up_to_the_payload_and_trailing_bytes_are_an_error(
     fix_crc(&mut short);
     let short = short.freeze();
     assert!(decode_batches(short.clone(), MB).is_err());
-    let d = decode_batches_lazy(short, MB, MB, None).unwrap();
+    let d = decode_batches_lazy(short, MB, MB, None, true).unwrap();
     let err = lazy_records(d.batches).unwrap_err();
     assert!(
         err.to_string().contains("trailing bytes after 4 records"),
@@ -1021,7 +1045,7 @@ fn skipping_before_an_offset_leaves_the_records_from_it() {
     for i in 0..10u8 {
         b.append(0, None, Some(&[i][..]), &[]).unwrap();
     }
-    let d = decode_batches_lazy(b.build().unwrap(), MB, MB, None).unwrap();
+    let d = decode_batches_lazy(b.build().unwrap(), MB, MB, None, true).unwrap();
     let mut batches = d.batches;
     let e = batches[0].encoded.as_mut().unwrap();
     e.skip_before(7).unwrap();
@@ -1079,7 +1103,7 @@ fn small_compressed_batches_are_decompressed_when_their_first_record_is_decoded(
     ] {
         let (all, want) = two_compressible_batches(codec);
         // No decompression budget at all: neither batch spends any of it yet.
-        let d = decode_batches_lazy(all.clone(), 0, MB, None).unwrap();
+        let d = decode_batches_lazy(all.clone(), 0, MB, None, true).unwrap();
         assert!(!d.limited, "{codec}");
         assert_eq!(d.batches.len(), 2, "{codec}");
         for b in &d.batches {
@@ -1092,7 +1116,7 @@ fn small_compressed_batches_are_decompressed_when_their_first_record_is_decoded(
         assert_eq!(got, want, "{codec}");
         assert!(bytes > 2 * 50 * 100, "{codec}: decompressed bytes {bytes}");
         // The hard limit holds when it is decompressed.
-        let d = decode_batches_lazy(all, 0, 1_000, None).unwrap();
+        let d = decode_batches_lazy(all, 0, 1_000, None, true).unwrap();
         let err = lazy_records(d.batches).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Compression, "{codec}: {err}");
         assert!(
@@ -1108,7 +1132,7 @@ fn large_compressed_batches_are_decompressed_at_once() {
     let mut b = RecordBatchBuilder::new(Compression::Lz4);
     let value = crate::util::noise(DEFER_MAX + 1, 7);
     b.append(0, None, Some(&value[..]), &[]).unwrap();
-    let d = decode_batches_lazy(b.build().unwrap(), MB, MB, None).unwrap();
+    let d = decode_batches_lazy(b.build().unwrap(), MB, MB, None, true).unwrap();
     let e = d.batches[0].encoded.as_ref().unwrap();
     assert!(!e.is_compressed());
     let (got, _) = lazy_records(d.batches).unwrap();
@@ -1120,7 +1144,7 @@ fn a_batch_left_compressed_holds_its_own_copy_of_the_payload() {
     // A fetch response's records are one buffer: a batch left compressed must not keep
     // all of it alive (it counts only its own compressed size).
     let (all, _) = two_compressible_batches(Compression::Lz4);
-    let d = decode_batches_lazy(all.clone(), 0, MB, None).unwrap();
+    let d = decode_batches_lazy(all.clone(), 0, MB, None, true).unwrap();
     let whole = all.as_ptr_range();
     for b in &d.batches {
         let e = b.encoded.as_ref().unwrap();
@@ -1141,7 +1165,7 @@ fn a_compressed_batch_claiming_more_records_than_offsets_is_an_error_at_once() {
     let mut bad = BytesMut::from(&all[..first]);
     bad[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
     fix_crc(&mut bad);
-    let err = decode_batches_lazy(bad.freeze(), 0, MB, None).unwrap_err();
+    let err = decode_batches_lazy(bad.freeze(), 0, MB, None, true).unwrap_err();
     assert!(err.to_string().contains("record count"), "{err}");
 }
 

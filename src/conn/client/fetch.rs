@@ -176,16 +176,18 @@ pub(crate) fn decode_fetch_batches(
 /// [`decode_fetch_batches`] leaving the records of data batches encoded (see
 /// [`decode_batches_lazy`]), the records before `offset` skipped: every record left is
 /// visible. Legacy messages come decoded. Decompresses to at most `limit` bytes together,
-/// as [`decode_fetch_batches`].
+/// as [`decode_fetch_batches`]. CRCs are checked if `check_crcs`.
 pub(crate) fn decode_fetch_lazy(
     p: FetchPartitionData,
     offset: i64,
     isolation_level: IsolationLevel,
     limit: usize,
     pool: Option<&Arc<BufPool>>,
+    check_crcs: bool,
 ) -> Result<FetchedBatches<LazyBatch>> {
     let mut f = fetched_batches(p, offset, isolation_level, |data| {
-        decode_batches_lazy(data, limit, MAX_BATCH_DECOMPRESSED, pool).map(|d| d.batches)
+        decode_batches_lazy(data, limit, MAX_BATCH_DECOMPRESSED, pool, check_crcs)
+            .map(|d| d.batches)
     })?;
     for b in &mut f.batches {
         match &mut b.encoded {
