@@ -1268,3 +1268,71 @@ async fn an_exactly_once_commit_deferred_for_a_token_acked_late_by_hand_goes_thr
     let (done, ()) = tokio::join!(pipeline, stopper);
     done.unwrap();
 }
+
+/// The reader's byte capacity bounds what its fetches bring, whatever `max_bytes` says:
+/// with 16 partitions of backlog and the default 50 MiB `max_bytes`, one response used
+/// to bring 16 × 1 MiB into a reader whose capacity was 1 MiB.
+#[tokio::test]
+async fn a_fetch_asks_for_no_more_than_the_buffer_has_room_for() {
+    let cluster = MockCluster::builder()
+        .topic("wide", 16)
+        .start()
+        .await
+        .unwrap();
+    // 16 × 1,200 messages of 1 KB: 1.2 MB of backlog per partition, in batches of ~100 KB.
+    let value = vec![b'v'; 1000];
+    let mut w = Writer::new(writer(&cluster, "wide").batch_size(100)).unwrap();
+    w.write_messages((0..16 * 1200).map(|_| Out::new(value.clone())))
+        .await
+        .unwrap();
+    w.close().await.unwrap();
+
+    let cap_bytes = 1 << 20;
+    let mut reader = Reader::new(
+        reader(&cluster)
+            .topic("wide")
+            .queue_capacity_bytes(cap_bytes),
+    )
+    .await
+    .unwrap();
+    next(&mut reader).await;
+    // Not polling any more: the buffer fills to the capacity and no further.
+    let slack = 128 * 1024; // one batch past the capacity (KIP-74)
+    let deadline = Instant::now() + Duration::from_millis(800);
+    let mut most = 0;
+    while Instant::now() < deadline {
+        let s = reader.stats();
+        most = most.max(s.queue_bytes);
+        assert!(s.queue_bytes <= cap_bytes + slack, "{s:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        most >= cap_bytes / 2,
+        "the buffer never filled: {most} bytes"
+    );
+    // Reading on, every message arrives once and in order, the bound held throughout.
+    let seen = read_all_bounded(&mut reader, 16 * 1200 - 1, cap_bytes + slack).await;
+    assert_eq!(seen.values().map(Vec::len).sum::<usize>(), 16 * 1200 - 1);
+    reader.close().await;
+}
+
+/// [`read_all`], checking after each message that the buffer holds at most `bound` bytes.
+async fn read_all_bounded(reader: &mut Reader, n: usize, bound: usize) -> BTreeMap<i32, Vec<i64>> {
+    let mut seen: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+    for _ in 0..n {
+        let m = next(reader).await;
+        let part = seen.entry(m.partition).or_default();
+        if let Some(last) = part.last() {
+            assert_eq!(
+                m.offset,
+                last + 1,
+                "partition {} gap or repeat",
+                m.partition
+            );
+        }
+        part.push(m.offset);
+        let s = reader.stats();
+        assert!(s.queue_bytes <= bound, "{s:?}");
+    }
+    seen
+}

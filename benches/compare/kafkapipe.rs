@@ -9,6 +9,7 @@
 //!                       [--batch-msgs 10000] [--idempotent false]
 //!                       [--balancer round-robin|sticky] [--sticky-bytes N]
 //! compare_peer consume  --brokers B --topic T --count N [--group G] [--check-crcs false]
+//!                        [--queue-bytes N]
 //! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
 //! compare_peer create-topic --brokers B --topic T --partitions P
 //! compare_peer delete-topic --brokers B --topic T
@@ -258,6 +259,9 @@ async fn consume(opts: &Opts) -> Result<()> {
     }
     if let Some(check) = opts.flags.get("check-crcs") {
         config = config.check_crcs(check != "false");
+    }
+    if opts.flags.contains_key("queue-bytes") {
+        config = config.queue_capacity_bytes(opts.num("queue-bytes", None)?);
     }
     let mut reader = Reader::new(config).await?;
     let started = Instant::now();

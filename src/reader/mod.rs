@@ -18,10 +18,11 @@
 //!   a [`ReaderHandle`], and every error queued, call back what is left of it (a
 //!   generation counter checked per message), so the guarantees below hold per message.
 //! - **Bounded prefetch.** No fetch is started while the buffers together hold
-//!   [`ReaderConfig::queue_capacity`] messages or
-//!   [`ReaderConfig::queue_capacity_bytes`] bytes. Memory is thus bounded by the
-//!   configuration (capacity plus at most one response per broker, each at most
-//!   [`ReaderConfig::max_bytes`] on the wire), not by the backlog. When the application
+//!   [`ReaderConfig::queue_capacity`] messages or half of
+//!   [`ReaderConfig::queue_capacity_bytes`], and a fetch asks the broker for at most the
+//!   bytes left under that capacity (shared among the brokers fetched from). Memory is
+//!   thus bounded by the configuration (the capacity, plus a batch per response when a
+//!   single batch is larger than what was asked for), not by the backlog. When the application
 //!   stops polling, fetching stops. Compressed batches count at their decompressed size
 //!   once buffered, but the response that overshoots the capacity is decompressed whole:
 //!   with highly compressible data the overshoot can reach the compression ratio times

@@ -632,17 +632,34 @@ impl State {
         position
     }
 
-    /// Whether the prefetch buffer is full (fetching pauses). Paused partitions' buffers
-    /// do not count: they hold at most what was buffered or in flight when the partition
-    /// was paused, and must not stall the others.
+    /// Whether the prefetch buffer is too full to fetch (fetching pauses): see
+    /// [`fetch_room`](Self::fetch_room).
     pub(crate) fn full(&self, config: &ReaderConfig) -> bool {
+        self.fetch_room(config).is_none()
+    }
+
+    /// How many bytes new fetches may bring: what is left of
+    /// [`ReaderConfig::queue_capacity_bytes`], or `None` (fetching pauses) while the
+    /// buffers hold [`ReaderConfig::queue_capacity`] messages or half the byte capacity.
+    /// Fetching resumes only under half, so each response brings at least the other
+    /// half rather than a batch at a time, and the buffers stay within the capacity
+    /// (a response carries at least one batch, KIP-74, so a lone large batch may pass
+    /// it). Paused partitions' buffers do not count: they hold at most what was
+    /// buffered or in flight when the partition was paused, and must not stall the
+    /// others.
+    pub(crate) fn fetch_room(&self, config: &ReaderConfig) -> Option<usize> {
         let (mut n, mut bytes) = self.queued();
         for p in self.paused.iter().filter_map(|id| self.parts.get(id)) {
             let (pn, pbytes) = p.queued();
             n = n.saturating_sub(pn);
             bytes = bytes.saturating_sub(pbytes);
         }
-        n >= config.queue_capacity || bytes >= config.queue_capacity_bytes
+        let capacity = config.queue_capacity_bytes;
+        let half = capacity - capacity / 2;
+        if n >= config.queue_capacity || bytes >= half {
+            return None;
+        }
+        Some(capacity - bytes)
     }
 
     /// Pause `tp` (if assigned): neither fetched nor yielded until resumed.

@@ -106,7 +106,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             resolving = true;
             inflight.push(resolve(shared.clone(), lookups).boxed());
         }
-        for (broker, mut jobs) in fetches {
+        for (broker, mut jobs) in fetches.jobs {
             // Rotate the partition order from request to request, so that when a broker
             // fills `max_bytes` before reaching the last partitions, it is not always the
             // same ones that get nothing (the Java consumer does the same).
@@ -117,7 +117,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
             round = round.wrapping_add(1);
             busy_brokers.insert(broker);
-            inflight.push(fetch(shared.clone(), broker, jobs).boxed());
+            inflight.push(fetch(shared.clone(), broker, jobs, fetches.max_bytes).boxed());
         }
         let sleep = async {
             match next_retry {
@@ -142,12 +142,29 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
-type Plan = (Vec<Job>, HashMap<i32, Vec<Job>>, Option<Instant>);
+type Plan = (Vec<Job>, Fetches, Option<Instant>);
+
+/// The fetches of one round: the jobs per broker, and the `max_bytes` each request asks
+/// for.
+struct Fetches {
+    jobs: HashMap<i32, Vec<Job>>,
+    max_bytes: i32,
+}
+
+/// A round's `max_bytes` per request: the buffer's room (see [`State::fetch_room`])
+/// shared among the requests of this round and those still in flight, at most
+/// [`ReaderConfig::max_bytes`]. However small, a response carries at least one batch
+/// (KIP-74).
+fn request_max_bytes(config: &ReaderConfig, room: usize, requests: usize) -> i32 {
+    let share = i32::try_from(room / requests.max(1)).unwrap_or(i32::MAX);
+    share.clamp(1, config.max_bytes.max(1))
+}
 
 fn plan(shared: &Shared, busy_brokers: &HashSet<i32>, resolving: bool) -> Plan {
     let now = Instant::now();
     let mut st = shared.lock();
-    let space = !st.full(&shared.config);
+    let room = st.fetch_room(&shared.config);
+    let space = room.is_some();
     st.lent.starved.store(!space, Ordering::Relaxed);
     let mut lookups = Vec::new();
     let mut fetches: HashMap<i32, Vec<Job>> = HashMap::new();
@@ -213,6 +230,15 @@ fn plan(shared: &Shared, busy_brokers: &HashSet<i32>, resolving: bool) -> Plan {
             _ => {}
         }
     }
+    let max_bytes = request_max_bytes(
+        &shared.config,
+        room.unwrap_or(0),
+        fetches.len() + busy_brokers.len(),
+    );
+    let fetches = Fetches {
+        jobs: fetches,
+        max_bytes,
+    };
     (lookups, fetches, next_retry)
 }
 
@@ -323,8 +349,8 @@ async fn validate(
 }
 
 /// One Fetch request to `broker` for all `jobs`.
-async fn fetch(shared: Arc<Shared>, broker: i32, jobs: Vec<Job>) -> Event {
-    let result = match fetch_request(&shared, broker, &jobs).await {
+async fn fetch(shared: Arc<Shared>, broker: i32, jobs: Vec<Job>, max_bytes: i32) -> Event {
+    let result = match fetch_request(&shared, broker, &jobs, max_bytes).await {
         Ok(resp) => decode_response(&shared, resp, &jobs).await,
         Err(e) => Err(e),
     };
@@ -420,7 +446,12 @@ fn partition_decompress_limit(config: &ReaderConfig, partitions: usize) -> usize
         .min(alone)
 }
 
-async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<FetchResponse> {
+async fn fetch_request(
+    shared: &Shared,
+    broker: i32,
+    jobs: &[Job],
+    max_bytes: i32,
+) -> Result<FetchResponse> {
     let c = &shared.config;
     let conn = shared.cluster.connection(broker).await?;
     let version = conn.version_for::<FetchRequest>()?.min(MAX_FETCH_VERSION);
@@ -449,7 +480,7 @@ async fn fetch_request(shared: &Shared, broker: i32, jobs: &[Job]) -> Result<Fet
         replica_id: -1,
         max_wait_ms: crate::util::duration_ms(c.max_wait),
         min_bytes: c.min_bytes,
-        max_bytes: c.max_bytes,
+        max_bytes,
         isolation_level: c.isolation_level.code(),
         session_id: 0,
         session_epoch: -1,
@@ -908,6 +939,20 @@ mod tests {
         (ran, records)
     }
 
+    #[test]
+    fn a_request_asks_for_its_share_of_the_room_within_max_bytes() {
+        let config = ReaderConfig::new(["b:9092"]).max_bytes(4 << 20);
+        assert_eq!(request_max_bytes(&config, 3 << 20, 1), 3 << 20);
+        assert_eq!(request_max_bytes(&config, 3 << 20, 3), 1 << 20);
+        assert_eq!(
+            request_max_bytes(&config, 64 << 20, 1),
+            4 << 20,
+            "max_bytes"
+        );
+        assert_eq!(request_max_bytes(&config, 0, 2), 1, "at least a batch");
+        assert_eq!(request_max_bytes(&config, usize::MAX, 0), 4 << 20);
+    }
+
     /// A response for 16 partitions of very compressible records (each partition 8 lz4
     /// batches that decompress to 1 MiB from a few KiB) decodes to about the queue's byte
     /// capacity, shared among the partitions, each of which makes progress; it decoded to
@@ -967,7 +1012,11 @@ mod tests {
             total <= capacity + 16 * 1_100_000,
             "decoded {total} bytes, queue capacity {capacity}"
         );
-        assert_eq!(partition_decompress_limit(&shared.config, 1), 64 << 20);
+        assert_eq!(
+            partition_decompress_limit(&shared.config, 1),
+            8 << 20,
+            "the queue capacity"
+        );
         assert_eq!(partition_decompress_limit(&shared.config, 16), 4 << 20);
         assert_eq!(partition_decompress_limit(&shared.config, 1000), 4 << 20);
     }

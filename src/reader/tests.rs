@@ -86,6 +86,23 @@ fn full_by_messages_or_bytes_and_reports_when_space_frees() {
 }
 
 #[test]
+fn fetching_pauses_at_half_the_byte_capacity_and_asks_for_the_rest() {
+    let cfg = ReaderConfig::new(["b:9092"]).queue_capacity_bytes(1000);
+    let (mut st, ids) = state_with(&[("t", 0)]);
+    assert_eq!(st.fetch_room(&cfg), Some(1000));
+    st.push(ids[0], vec![msg("t", 0, 0, 300)]);
+    let queued = st.queued().1;
+    assert_eq!(st.fetch_room(&cfg), Some(1000 - queued));
+    st.push(ids[0], vec![msg("t", 0, 1, 300)]);
+    assert!(st.queued().1 >= 500);
+    assert_eq!(st.fetch_room(&cfg), None, "paused at half the capacity");
+    assert!(st.full(&cfg));
+    let (_, freed) = st.pop(&cfg).unwrap();
+    assert!(freed, "under half again");
+    assert_eq!(st.fetch_room(&cfg), Some(1000 - st.queued().1));
+}
+
+#[test]
 fn paused_partitions_are_skipped_kept_and_resumed_in_order() {
     let cfg = ReaderConfig::new(["b:9092"])
         .queue_capacity(4)
