@@ -8,6 +8,7 @@
 //!                       [--acks 0|1|all] [--linger-ms 5] [--batch-bytes 1048576]
 //!                       [--batch-msgs 10000] [--idempotent false]
 //!                       [--balancer round-robin|sticky] [--sticky-bytes N]
+//! (`KAFKAPIPE_COMPARE_STATS=1`: `produce` also prints the Writer's stats to stderr.)
 //! compare_peer consume  --brokers B --topic T --count N [--group G] [--check-crcs false]
 //!                        [--queue-bytes N]
 //! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
@@ -244,6 +245,9 @@ async fn produce(opts: &Opts) -> Result<()> {
         .forward(&mut writer)
         .await?;
     writer.close().await?;
+    if std::env::var_os("KAFKAPIPE_COMPARE_STATS").is_some() {
+        eprintln!("{:?}", writer.stats());
+    }
     report(started.elapsed().as_secs_f64(), count, count * size);
     Ok(())
 }
