@@ -152,6 +152,9 @@ impl Properties {
         if let Some(l) = s.isolation_level {
             c = c.isolation_level(l);
         }
+        if let Some(check) = s.check_crcs {
+            c = c.check_crcs(check);
+        }
         c
     }
 

@@ -168,6 +168,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("max.partition.fetch.bytes", "most data per partition of one fetch"),
     ("fetch.max.wait.ms", "how long a fetch waits for fetch.min.bytes (alias fetch.wait.max.ms)"),
     ("isolation.level", "read_uncommitted | read_committed"),
+    ("check.crcs", "whether fetched batches' CRCs are verified (default true)"),
     ("acks", "produce: all | -1 | 1 | 0 (alias request.required.acks)"),
     ("compression.type", "produce: none | gzip | snappy | lz4 | zstd (alias compression.codec)"),
     ("linger.ms", "produce: how long a batch waits for more records (alias queue.buffering.max.ms)"),
@@ -255,6 +256,7 @@ struct Consumer {
     max_partition_fetch_bytes: Option<i32>,
     fetch_max_wait: Option<Duration>,
     isolation_level: Option<IsolationLevel>,
+    check_crcs: Option<bool>,
 }
 
 /// Producer settings, applied by [`Properties::apply_to_writer`].

@@ -176,6 +176,7 @@ impl Properties {
                 "fetch.max.bytes" => c.fetch_max_bytes = Some(number(k, v)?),
                 "max.partition.fetch.bytes" => c.max_partition_fetch_bytes = Some(number(k, v)?),
                 "fetch.max.wait.ms" | "fetch.wait.max.ms" => c.fetch_max_wait = Some(millis(k, v)?),
+                "check.crcs" => c.check_crcs = Some(boolean(k, v)?),
                 "isolation.level" => {
                     c.isolation_level = Some(match v.to_ascii_lowercase().as_str() {
                         "read_uncommitted" => IsolationLevel::ReadUncommitted,

@@ -92,6 +92,7 @@ fn consumer_settings_reach_the_reader_config() {
         ("max.partition.fetch.bytes", "100000"),
         ("fetch.wait.max.ms", "50"),
         ("isolation.level", "read_committed"),
+        ("check.crcs", "false"),
         ("request.timeout.ms", "9000"),
         ("socket.connection.setup.timeout.ms", "2500"),
     ])
@@ -116,6 +117,7 @@ fn consumer_settings_reach_the_reader_config() {
     assert_eq!(r.max_partition_bytes, 100_000);
     assert_eq!(r.max_wait, Duration::from_millis(50));
     assert_eq!(r.isolation_level, IsolationLevel::ReadCommitted);
+    assert!(!r.check_crcs);
     assert_eq!(r.connection.request_timeout, Duration::from_secs(9));
     assert_eq!(r.connection.connect_timeout, Duration::from_millis(2500));
     let o = p.apply_to_fetch_options(FetchOptions::default());
