@@ -510,3 +510,92 @@ async fn a_consumer_byte_rate_quota_paces_the_reader() {
     );
     common::set_client_quota(&broker.addr, &client_id, "consumer_byte_rate", None).await;
 }
+
+/// Reads `topic` until `want` messages came, pausing partitions 0–19 after `pause_at`
+/// messages and resuming them after `resume_at`; checks each partition yields its values
+/// `"{p}-0"`, `"{p}-1"`, … in order, once each, and that nothing more comes.
+async fn read_all_once(
+    reader: &mut Reader,
+    topic: &str,
+    partitions: i32,
+    want: usize,
+    pause: Option<(usize, usize)>,
+) {
+    let paused: Vec<TopicPartition> = (0..20).map(|p| TopicPartition::new(topic, p)).collect();
+    let mut next_of: HashMap<i32, usize> = HashMap::new();
+    for n in 0..want {
+        if let Some((pause_at, resume_at)) = pause {
+            if n == pause_at {
+                reader.pause(&paused);
+            }
+            if n == resume_at {
+                reader.resume(&paused);
+            }
+        }
+        let m = next(reader).await;
+        assert!(m.partition < partitions);
+        let k = next_of.entry(m.partition).or_default();
+        assert_eq!(value(&m), format!("{}-{k}", m.partition), "at message {n}");
+        if let Some((pause_at, resume_at)) = pause {
+            if (pause_at..resume_at).contains(&n) {
+                assert!(
+                    m.partition >= 20,
+                    "paused partition {} yielded",
+                    m.partition
+                );
+            }
+        }
+        *k += 1;
+    }
+    let extra = tokio::time::timeout(Duration::from_millis(1500), reader.next_message()).await;
+    assert!(extra.is_err(), "a message more than produced: {extra:?}");
+}
+
+/// 200 partitions with a few records each, more produced while reading, partitions
+/// paused and resumed midway: with fetch sessions (the default) every record comes once,
+/// the fetches after the first are incremental ones, and no session was lost. The same
+/// topic read with sessions off yields the same and sends only full fetches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_sessions_over_200_partitions_yield_every_record_once() {
+    const PARTITIONS: i32 = 200;
+    const FIRST: usize = 5;
+    const MORE: usize = 5;
+    let topic = new_topic("reader-sessions", PARTITIONS).await;
+    let conn = admin().await;
+    for p in 0..PARTITIONS {
+        produce(&conn, &topic, p, 0, FIRST, FIRST).await;
+    }
+    let mut reader = Reader::new(config().topic(&topic)).await.unwrap();
+    let t = topic.clone();
+    let more = tokio::spawn(async move {
+        let conn = admin().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for p in 0..PARTITIONS {
+            produce(&conn, &t, p, FIRST, MORE, 1).await;
+        }
+    });
+    let total = PARTITIONS as usize * (FIRST + MORE);
+    read_all_once(&mut reader, &topic, PARTITIONS, total, Some((300, 1200))).await;
+    more.await.unwrap();
+    let s = reader.stats();
+    eprintln!(
+        "sessions on: {} fetches, {} incremental, {} sessions lost",
+        s.fetches, s.incremental_fetches, s.fetch_sessions_lost
+    );
+    assert!(s.fetches >= 3, "{s:?}");
+    // One full fetch opens the session; pausing and resuming only forget and re-add
+    // partitions in it (one more full fetch allowed, should the broker evict it).
+    assert!(s.incremental_fetches + 2 >= s.fetches, "{s:?}");
+    assert_eq!(s.fetch_sessions_lost, 0);
+    assert_eq!(s.errors, 0, "{s:?}");
+    reader.close().await;
+
+    let mut reader = Reader::new(config().topic(&topic).fetch_sessions(false))
+        .await
+        .unwrap();
+    read_all_once(&mut reader, &topic, PARTITIONS, total, None).await;
+    let s = reader.stats();
+    assert!(s.fetches >= 1);
+    assert_eq!(s.incremental_fetches, 0, "{s:?}");
+    reader.close().await;
+}

@@ -1050,3 +1050,72 @@ async fn a_committed_offset_is_validated_with_its_leader_epoch() {
     assert_eq!((t.position, t.epoch, t.divergent_offset), (20, 0, Some(10)));
     reader.close().await;
 }
+
+/// The mock keeps fetch sessions as Kafka does. With records appended while reading, the
+/// broker refusing an incremental fetch once with `FETCH_SESSION_ID_NOT_FOUND` and once
+/// with `INVALID_FETCH_SESSION_EPOCH`: the reader recovers with a full fetch each time (no
+/// error counted) and yields every record once, in order.
+#[tokio::test]
+async fn a_lost_fetch_session_is_recovered_by_a_full_fetch_without_loss() {
+    let cluster = cluster(1, 8).await;
+    for p in 0..8 {
+        fill(&cluster, p, 20);
+    }
+    let config = ReaderConfig::new(cluster.bootstrap())
+        .topic("t")
+        .max_wait(Duration::from_millis(20));
+    let mut reader = Reader::new(config).await.unwrap();
+    let mut next = [0i64; 8];
+    let mut got = 0;
+    for round in 0..3 {
+        let want = 8 * 20 * (round + 1);
+        while got < want {
+            let m = tokio::time::timeout(Duration::from_secs(10), reader.next_message())
+                .await
+                .expect("a message within 10 s")
+                .unwrap();
+            let p = m.partition as usize;
+            assert_eq!(m.offset, next[p], "partition {p}");
+            assert_eq!(
+                m.value.as_deref(),
+                Some(format!("v{}", m.offset).as_bytes())
+            );
+            next[p] += 1;
+            got += 1;
+        }
+        let s = reader.stats();
+        assert!(s.incremental_fetches > 0, "round {round}: {s:?}");
+        // The fault set last round applies to the fetch after the one that was waiting
+        // (it brought this round's records): let it be used before setting the next.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while reader.stats().fetch_sessions_lost < round as u64 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{:?}",
+                reader.stats()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let code = match round {
+            0 => ErrorCode::FetchSessionIdNotFound,
+            _ => ErrorCode::InvalidFetchSessionEpoch,
+        };
+        if round == 2 {
+            break;
+        }
+        cluster.fault(ApiKey::FETCH, kafkapipe::mock::Fault::Error(code), 1);
+        for p in 0..8 {
+            fill(&cluster, p, 20 * (round as i64 + 2));
+        }
+    }
+    let extra = tokio::time::timeout(Duration::from_millis(300), reader.next_message()).await;
+    assert!(extra.is_err(), "a message more than appended: {extra:?}");
+    let s = reader.stats();
+    assert_eq!(
+        s.fetches - s.incremental_fetches,
+        3,
+        "one full fetch each to open, after 70, after 71: {s:?}"
+    );
+    assert_eq!(s.fetch_sessions_lost, 2, "{s:?}");
+    assert_eq!(s.errors, 0, "{s:?}");
+}

@@ -21,6 +21,8 @@
 //! partition (as a member of consumer group G with `--group`: acknowledgement tracking and
 //! commits included). Each prints one JSON line with its own timing; the harness uses the process
 //! numbers from `/usr/bin/time` (CPU, wall, peak RSS) for the table.
+//! `KAFKAPIPE_COMPARE_FETCH_SESSIONS=0` makes `consume` send full fetches only
+//! (`ReaderConfig::fetch_sessions(false)`).
 //!
 //! `latency` creates the topic itself, starts a `Reader` on it, then offers N messages at R
 //! msgs/s on a fixed schedule: message i is due at `t0 + i/R`, whenever it is actually
@@ -258,6 +260,11 @@ async fn consume(opts: &Opts) -> Result<()> {
     let mut config = ReaderConfig::new(brokers.split(','))
         .topic(topic)
         .start_offset(StartOffset::First);
+    // `KAFKAPIPE_COMPARE_FETCH_SESSIONS=0`: full fetches only (the fetch sessions A/B of
+    // BENCHMARKS.md).
+    if std::env::var("KAFKAPIPE_COMPARE_FETCH_SESSIONS").is_ok_and(|v| v == "0") {
+        config = config.fetch_sessions(false);
+    }
     if let Some(group) = opts.flags.get("group") {
         config = config.group_id(group.as_str());
     }

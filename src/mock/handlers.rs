@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::time::Instant;
 
+use super::fetch_session;
 use super::{group, Shared, State};
 use crate::error::{Error, Result};
 use crate::protocol::messages::*;
@@ -622,23 +623,43 @@ async fn fetch(
             ..FetchResponse::default()
         };
     }
+    let served = match shared.lock().fetch_sessions.apply(id, req) {
+        Ok(served) => served,
+        Err(e) => {
+            return FetchResponse {
+                error_code: e.code(),
+                ..FetchResponse::default()
+            }
+        }
+    };
+    let req = &served.req;
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
     let mut tick = shared.tick.subscribe();
     loop {
         tick.borrow_and_update();
         let (resp, bytes, errors) = fetch_once(id, &mut shared.lock(), req);
         if errors || bytes >= min_bytes.max(1) || min_bytes == 0 || Instant::now() >= deadline {
-            return resp;
+            return answered(shared, &served, resp);
         }
         tokio::select! {
             changed = tick.changed() => {
                 if changed.is_err() {
-                    return resp;
+                    return answered(shared, &served, resp);
                 }
             }
             _ = tokio::time::sleep_until(deadline) => {}
         }
     }
+}
+
+/// `resp` as its fetch session answers it.
+fn answered(
+    shared: &Shared,
+    served: &fetch_session::Served,
+    mut resp: FetchResponse,
+) -> FetchResponse {
+    shared.lock().fetch_sessions.answer(served, &mut resp);
+    resp
 }
 
 fn list_offsets(

@@ -66,6 +66,7 @@ mod admin_apis;
 mod consumer_group;
 mod control;
 mod faults;
+mod fetch_session;
 mod gate;
 mod group;
 mod handlers;
@@ -144,6 +145,7 @@ struct State {
     next_topic_id: u64,
     next_member_id: u64,
     truncate_fetches: bool,
+    fetch_sessions: fetch_session::Sessions,
     /// KIP-848 groups: the heartbeat interval told to members and the session timeout.
     consumer_timeouts: (Duration, Duration),
 }

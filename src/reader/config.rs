@@ -74,6 +74,14 @@ pub struct ReaderConfig {
     /// How long a broker may wait for `min_bytes`. Default 500 ms (kafka-go `MaxWait`
     /// defaults to 10 s; Java `fetch.max.wait.ms`).
     pub max_wait: Duration,
+    /// Whether fetches use incremental fetch sessions (KIP-227, Fetch v7+). Default
+    /// `true`, as the Java consumer, librdkafka and franz-go: after a first full request,
+    /// each Fetch to a broker lists only the partitions whose position changed, and the
+    /// broker answers only for partitions with news, which saves much of the request and
+    /// response work with hundreds of partitions per broker. A broker that refuses
+    /// sessions (or whose session cache is full) gets full requests either way. `false`
+    /// sends every request in full, without a session.
+    pub fetch_sessions: bool,
     /// Most messages fetched and not yet yielded. Fetching stops while it is reached.
     /// Default 100 000, librdkafka's `queued.min.messages` (kafka-go `QueueCapacity` is
     /// 100 and counts per-partition batches). With 1 KB messages a lower bound throttles
@@ -320,6 +328,7 @@ impl ReaderConfig {
             max_bytes: 50 * 1024 * 1024,
             max_partition_bytes: 1024 * 1024,
             max_wait: Duration::from_millis(500),
+            fetch_sessions: true,
             queue_capacity: 100_000,
             queue_capacity_bytes: 8 * 1024 * 1024,
             read_backoff_min: Duration::from_millis(100),
@@ -392,69 +401,6 @@ impl ReaderConfig {
     /// Set [`ReaderConfig::offset_reset`].
     pub fn offset_reset(mut self, reset: OffsetReset) -> Self {
         self.offset_reset = reset;
-        self
-    }
-
-    /// Set [`ReaderConfig::min_bytes`].
-    pub fn min_bytes(mut self, n: i32) -> Self {
-        self.min_bytes = n;
-        self
-    }
-
-    /// Set [`ReaderConfig::max_bytes`].
-    pub fn max_bytes(mut self, n: i32) -> Self {
-        self.max_bytes = n;
-        self
-    }
-
-    /// Set [`ReaderConfig::max_partition_bytes`].
-    pub fn max_partition_bytes(mut self, n: i32) -> Self {
-        self.max_partition_bytes = n;
-        self
-    }
-
-    /// Set [`ReaderConfig::max_wait`].
-    pub fn max_wait(mut self, d: Duration) -> Self {
-        self.max_wait = d;
-        self
-    }
-
-    /// Set [`ReaderConfig::queue_capacity`] (messages).
-    pub fn queue_capacity(mut self, n: usize) -> Self {
-        self.queue_capacity = n;
-        self
-    }
-
-    /// Set [`ReaderConfig::queue_capacity_bytes`].
-    pub fn queue_capacity_bytes(mut self, n: usize) -> Self {
-        self.queue_capacity_bytes = n;
-        self
-    }
-
-    /// Set [`ReaderConfig::read_backoff_min`] and [`ReaderConfig::read_backoff_max`].
-    pub fn read_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.read_backoff_min = min;
-        self.read_backoff_max = max;
-        self
-    }
-
-    /// Set [`ReaderConfig::isolation_level`].
-    pub fn isolation_level(mut self, level: IsolationLevel) -> Self {
-        self.isolation_level = level;
-        self
-    }
-
-    /// Set [`ReaderConfig::check_crcs`]: whether fetched batches' CRCs are verified.
-    ///
-    /// ```
-    /// use kafkapipe::reader::ReaderConfig;
-    ///
-    /// let config = ReaderConfig::new(["localhost:9092"]).topic("events").check_crcs(false);
-    /// assert!(!config.check_crcs);
-    /// assert!(ReaderConfig::new(["localhost:9092"]).check_crcs);
-    /// ```
-    pub fn check_crcs(mut self, check: bool) -> Self {
-        self.check_crcs = check;
         self
     }
 
@@ -818,6 +764,87 @@ impl ReaderConfig {
             .checked_mul(factor)
             .unwrap_or(self.read_backoff_max)
             .min(self.read_backoff_max)
+    }
+}
+
+/// The fetch request and buffering settings.
+impl ReaderConfig {
+    /// Set [`ReaderConfig::min_bytes`].
+    pub fn min_bytes(mut self, n: i32) -> Self {
+        self.min_bytes = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::max_bytes`].
+    pub fn max_bytes(mut self, n: i32) -> Self {
+        self.max_bytes = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::max_partition_bytes`].
+    pub fn max_partition_bytes(mut self, n: i32) -> Self {
+        self.max_partition_bytes = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::max_wait`].
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+
+    /// Set [`ReaderConfig::fetch_sessions`]: `false` sends every Fetch in full, without
+    /// an incremental fetch session.
+    ///
+    /// ```
+    /// use kafkapipe::reader::ReaderConfig;
+    /// let config = ReaderConfig::new(["127.0.0.1:9092"]).topic("events");
+    /// assert!(config.fetch_sessions);
+    /// let config = config.fetch_sessions(false);
+    /// assert!(!config.fetch_sessions);
+    /// ```
+    pub fn fetch_sessions(mut self, on: bool) -> Self {
+        self.fetch_sessions = on;
+        self
+    }
+
+    /// Set [`ReaderConfig::queue_capacity`] (messages).
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::queue_capacity_bytes`].
+    pub fn queue_capacity_bytes(mut self, n: usize) -> Self {
+        self.queue_capacity_bytes = n;
+        self
+    }
+
+    /// Set [`ReaderConfig::read_backoff_min`] and [`ReaderConfig::read_backoff_max`].
+    pub fn read_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.read_backoff_min = min;
+        self.read_backoff_max = max;
+        self
+    }
+
+    /// Set [`ReaderConfig::isolation_level`].
+    pub fn isolation_level(mut self, level: IsolationLevel) -> Self {
+        self.isolation_level = level;
+        self
+    }
+
+    /// Set [`ReaderConfig::check_crcs`]: whether fetched batches' CRCs are verified.
+    ///
+    /// ```
+    /// use kafkapipe::reader::ReaderConfig;
+    ///
+    /// let config = ReaderConfig::new(["localhost:9092"]).topic("events").check_crcs(false);
+    /// assert!(!config.check_crcs);
+    /// assert!(ReaderConfig::new(["localhost:9092"]).check_crcs);
+    /// ```
+    pub fn check_crcs(mut self, check: bool) -> Self {
+        self.check_crcs = check;
+        self
     }
 }
 

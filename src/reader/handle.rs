@@ -470,51 +470,6 @@ impl ReaderHandle {
         Ok(lag)
     }
 
-    /// A snapshot of the counters and gauges.
-    ///
-    /// ```no_run
-    /// # fn demo(handle: &kafkapipe::reader::ReaderHandle) {
-    /// let s = handle.stats();
-    /// println!("{} buffered, lag {}, {} unacked", s.queue_length, s.lag, s.unacked);
-    /// # }
-    /// ```
-    pub fn stats(&self) -> ReaderStats {
-        let c = &self.shared.counters;
-        let config = &self.shared.config;
-        let (unacked, oldest_unacked) = self
-            .group
-            .as_ref()
-            .map(|g| g.commits().unacked())
-            .unwrap_or_default();
-        let st = self.shared.lock();
-        ReaderStats {
-            fetches: c.fetches.load(Ordering::Relaxed),
-            messages: c.messages.load(Ordering::Relaxed),
-            bytes: c.bytes.load(Ordering::Relaxed),
-            errors: c.errors.load(Ordering::Relaxed),
-            offset_resets: c.resets.load(Ordering::Relaxed),
-            retries: c.retries.load(Ordering::Relaxed),
-            last_error: c.last_error.get(),
-            partitions: st.parts.len(),
-            queue_length: st.queued().0,
-            queue_bytes: st.queued().1,
-            queue_capacity: config.queue_capacity,
-            queue_capacity_bytes: config.queue_capacity_bytes,
-            lag: lag_of(&st),
-            fetch_tasks: c.tasks_running.load(Ordering::SeqCst),
-            unacked,
-            oldest_unacked,
-            parked_partitions: st
-                .parts
-                .values()
-                .filter(|p| p.fetch == Position::Parked)
-                .count(),
-            log_truncations: c.log_truncations.load(Ordering::Relaxed),
-            throttle_time_avg: c.throttle.avg(),
-            throttle_time_max: c.throttle.max(),
-        }
-    }
-
     /// Close the reader gracefully, from wherever it is consumed. In order:
     ///
     /// 1. The stream ends: it yields `None` from now on (pending errors and buffered
@@ -605,6 +560,56 @@ impl ReaderHandle {
             group.close_events();
         }
         self.shared.cluster.close().await;
+    }
+}
+
+/// Statistics.
+impl ReaderHandle {
+    /// A snapshot of the counters and gauges.
+    ///
+    /// ```no_run
+    /// # fn demo(handle: &kafkapipe::reader::ReaderHandle) {
+    /// let s = handle.stats();
+    /// println!("{} buffered, lag {}, {} unacked", s.queue_length, s.lag, s.unacked);
+    /// # }
+    /// ```
+    pub fn stats(&self) -> ReaderStats {
+        let c = &self.shared.counters;
+        let config = &self.shared.config;
+        let (unacked, oldest_unacked) = self
+            .group
+            .as_ref()
+            .map(|g| g.commits().unacked())
+            .unwrap_or_default();
+        let st = self.shared.lock();
+        ReaderStats {
+            fetches: c.fetches.load(Ordering::Relaxed),
+            messages: c.messages.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+            errors: c.errors.load(Ordering::Relaxed),
+            offset_resets: c.resets.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            last_error: c.last_error.get(),
+            partitions: st.parts.len(),
+            queue_length: st.queued().0,
+            queue_bytes: st.queued().1,
+            queue_capacity: config.queue_capacity,
+            queue_capacity_bytes: config.queue_capacity_bytes,
+            lag: lag_of(&st),
+            fetch_tasks: c.tasks_running.load(Ordering::SeqCst),
+            unacked,
+            oldest_unacked,
+            parked_partitions: st
+                .parts
+                .values()
+                .filter(|p| p.fetch == Position::Parked)
+                .count(),
+            log_truncations: c.log_truncations.load(Ordering::Relaxed),
+            incremental_fetches: c.incremental_fetches.load(Ordering::Relaxed),
+            fetch_sessions_lost: c.sessions_lost.load(Ordering::Relaxed),
+            throttle_time_avg: c.throttle.avg(),
+            throttle_time_max: c.throttle.max(),
+        }
     }
 }
 

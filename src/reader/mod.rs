@@ -88,6 +88,7 @@ mod message;
 #[cfg(feature = "metrics")]
 mod metrics;
 pub(crate) use crate::common::retry;
+mod session;
 mod state;
 mod task;
 mod tracked;
@@ -173,6 +174,15 @@ pub struct ReaderStats {
     /// election): each continued per [`ReaderConfig::offset_reset`] or was yielded as a
     /// [`LogTruncation`] error.
     pub log_truncations: u64,
+    /// Fetch requests sent as incremental fetch session requests (KIP-227), listing only
+    /// the partitions whose fetch position changed (see
+    /// [`ReaderConfig::fetch_sessions`]); the others of [`fetches`](Self::fetches) were
+    /// full requests.
+    pub incremental_fetches: u64,
+    /// Incremental fetches a broker refused because it no longer knew the session
+    /// (`FETCH_SESSION_ID_NOT_FOUND`, `INVALID_FETCH_SESSION_EPOCH`), each followed at
+    /// once by a full fetch.
+    pub fetch_sessions_lost: u64,
     /// Mean quota throttle time the brokers reported in fetch responses, over every
     /// answered fetch (Java `fetch-throttle-time-avg`). While a broker throttles a
     /// connection nothing more is sent on it (KIP-219, see

@@ -738,6 +738,11 @@ impl State {
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) fetches: AtomicU64,
+    /// Fetches sent as incremental fetch session requests (KIP-227).
+    pub(crate) incremental_fetches: AtomicU64,
+    /// Incremental fetches the broker refused for a session it lost (or an epoch it
+    /// did not expect), each followed by a full fetch.
+    pub(crate) sessions_lost: AtomicU64,
     pub(crate) messages: AtomicU64,
     pub(crate) bytes: AtomicU64,
     pub(crate) errors: AtomicU64,

@@ -20,6 +20,7 @@ use futures::{FutureExt, StreamExt};
 use tracing::{debug, info, warn, Instrument};
 
 use super::retry;
+use super::session::{self, Sent, Session};
 use super::state::{Position, Shared, State};
 use super::validate::{self, LogTruncation, Outcome};
 use super::{OffsetReset, ReaderConfig, StartOffset};
@@ -29,7 +30,7 @@ use crate::conn::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
-    FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic,
+    FetchPartition, FetchPartitionData, FetchRequest, FetchResponse, FetchTopic, ForgottenTopic,
     OffsetForLeaderEpochRequest,
 };
 use crate::protocol::ErrorCode;
@@ -38,6 +39,9 @@ use crate::record::LazyBatch;
 /// Fetch versions from 13 on name topics by id; the reader sticks to names (every broker
 /// since Kafka 2.x and up to 4.x accepts Fetch v12).
 const MAX_FETCH_VERSION: i16 = 12;
+
+/// Fetch v7 brought fetch sessions (KIP-227).
+const MIN_SESSION_VERSION: i16 = 7;
 
 struct Job {
     id: u64,
@@ -70,13 +74,18 @@ struct Found {
 
 type Lookup = Result<Found>;
 
+/// Per job, in order: its partition's decoded data, `None` when the response left it out.
+type Decoded = Vec<Option<Result<FetchedBatches<LazyBatch>>>>;
+
 enum Event {
     Fetched {
         broker: i32,
+        /// Every partition planned for the broker, whether the request listed it or
+        /// (incremental) left it to the session.
         jobs: Vec<Job>,
-        /// Per job, in order: its partition's decoded data, `None` when the response
-        /// left the partition out.
-        result: Result<Vec<Option<Result<FetchedBatches<LazyBatch>>>>>,
+        /// The response's session id and per job, in order: its partition's decoded
+        /// data, `None` when the response left the partition out.
+        result: Result<(i32, Decoded)>,
     },
     Resolved(Vec<(Job, Lookup)>),
 }
@@ -95,6 +104,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let _running = Running(shared.clone());
     let mut inflight: FuturesUnordered<BoxFuture<'static, Event>> = FuturesUnordered::new();
     let mut busy_brokers: HashSet<i32> = HashSet::new();
+    let mut sessions: HashMap<i32, Session> = HashMap::new();
     let mut resolving = false;
     let mut round = 0usize;
     loop {
@@ -117,7 +127,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
             round = round.wrapping_add(1);
             busy_brokers.insert(broker);
-            inflight.push(fetch(shared.clone(), broker, jobs, fetches.max_bytes).boxed());
+            let session = sessions.entry(broker).or_default();
+            let planned: Vec<(session::Key, Sent)> = jobs
+                .iter()
+                .map(|j| ((j.topic.clone(), j.partition), sent(&shared.config, j)))
+                .collect();
+            let req = session.request(shared.config.fetch_sessions, &planned);
+            inflight.push(fetch(shared.clone(), broker, jobs, req, fetches.max_bytes).boxed());
         }
         let sleep = async {
             match next_retry {
@@ -129,7 +145,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             Some(ev) = inflight.next(), if !inflight.is_empty() => match ev {
                 Event::Fetched { broker, jobs, result } => {
                     busy_brokers.remove(&broker);
-                    on_fetched(&shared, broker, jobs, result);
+                    let session = sessions.entry(broker).or_default();
+                    if let Some(result) = on_session(&shared, session, broker, &jobs, result) {
+                        on_fetched(&shared, broker, jobs, result);
+                    }
                 }
                 Event::Resolved(results) => {
                     resolving = false;
@@ -138,6 +157,64 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             },
             () = shared.wake_task.notified() => {}
             () = sleep => {}
+        }
+    }
+}
+
+/// What a fetch request says about `job`'s partition (a session lists it again when any
+/// of it changes).
+fn sent(config: &ReaderConfig, job: &Job) -> Sent {
+    Sent {
+        fetch_offset: job.offset,
+        leader_epoch: job.leader_epoch,
+        max_bytes: config.max_partition_bytes,
+        log_start_offset: -1,
+    }
+}
+
+/// Update `broker`'s fetch session with the outcome of its request, and pass the
+/// outcome on to [`on_fetched`]; `None` when the request failed only because the broker
+/// lost the session: its partitions are planned again at once, for a full request.
+fn on_session(
+    shared: &Shared,
+    session: &mut Session,
+    broker: i32,
+    jobs: &[Job],
+    result: Result<(i32, Decoded)>,
+) -> Option<Result<Decoded>> {
+    match result {
+        Ok((session_id, decoded)) => {
+            // A partition that lost its leader moves, maybe to this broker again under a
+            // new epoch: start over with a full request (the others are unaffected).
+            let moved = decoded.iter().any(
+                |d| matches!(d, Some(Err(e)) if e.kafka_code().is_some() && needs_new_leader(e)),
+            );
+            if moved {
+                session.failed(None);
+            } else {
+                session.answered(session_id);
+            }
+            Some(Ok(decoded))
+        }
+        Err(e) => {
+            let code = e.kafka_code();
+            let lost = session.only_session_lost(code);
+            session.failed(code);
+            if !lost {
+                return Some(Err(e));
+            }
+            debug!(broker_id = broker, error = %e, "fetch session lost; sending a full fetch");
+            shared
+                .counters
+                .sessions_lost
+                .fetch_add(1, Ordering::Relaxed);
+            let mut st = shared.lock();
+            for j in jobs {
+                if let Some(p) = st.parts.get_mut(&j.id) {
+                    p.busy = false;
+                }
+            }
+            None
         }
     }
 }
@@ -348,10 +425,22 @@ async fn validate(
     Ok(Some(end))
 }
 
-/// One Fetch request to `broker` for all `jobs`.
-async fn fetch(shared: Arc<Shared>, broker: i32, jobs: Vec<Job>, max_bytes: i32) -> Event {
-    let result = match fetch_request(&shared, broker, &jobs, max_bytes).await {
-        Ok(resp) => decode_response(&shared, resp, &jobs).await,
+/// One Fetch request to `broker` for all `jobs`, of which `req` lists those it names,
+/// asking for at most `max_bytes`.
+async fn fetch(
+    shared: Arc<Shared>,
+    broker: i32,
+    jobs: Vec<Job>,
+    req: session::Request,
+    max_bytes: i32,
+) -> Event {
+    let result = match fetch_request(&shared, broker, &jobs, req, max_bytes).await {
+        Ok(resp) => {
+            let session_id = resp.session_id;
+            decode_response(&shared, resp, &jobs)
+                .await
+                .map(|d| (session_id, d))
+        }
         Err(e) => Err(e),
     };
     Event::Fetched {
@@ -385,7 +474,7 @@ async fn decode_response(
     shared: &Arc<Shared>,
     resp: FetchResponse,
     jobs: &[Job],
-) -> Result<Vec<Option<Result<FetchedBatches<LazyBatch>>>>> {
+) -> Result<Decoded> {
     let wanted: Vec<(Arc<str>, i32, i64)> = jobs
         .iter()
         .map(|j| (j.topic.clone(), j.partition, j.offset))
@@ -450,21 +539,30 @@ async fn fetch_request(
     shared: &Shared,
     broker: i32,
     jobs: &[Job],
+    mut session: session::Request,
     max_bytes: i32,
 ) -> Result<FetchResponse> {
     let c = &shared.config;
     let conn = shared.cluster.connection(broker).await?;
     let version = conn.version_for::<FetchRequest>()?.min(MAX_FETCH_VERSION);
+    if version < MIN_SESSION_VERSION && !session.full {
+        // Not after a full request, which this broker would have answered without a
+        // session; but a broker may be downgraded in between.
+        session.full = true;
+        session.send = (0..jobs.len()).collect();
+    }
     let mut topics: Vec<FetchTopic> = Vec::new();
-    for j in jobs {
+    for &i in &session.send {
+        let j = &jobs[i];
+        let s = sent(c, j);
         let part = FetchPartition {
             partition: j.partition,
             // a broker that is not the leader of this epoch refuses the fetch (KIP-320)
-            current_leader_epoch: j.leader_epoch,
-            fetch_offset: j.offset,
+            current_leader_epoch: s.leader_epoch,
+            fetch_offset: s.fetch_offset,
             last_fetched_epoch: -1,
-            log_start_offset: -1,
-            partition_max_bytes: c.max_partition_bytes,
+            log_start_offset: s.log_start_offset,
+            partition_max_bytes: s.max_bytes,
             ..Default::default()
         };
         match topics.iter_mut().find(|t| t.topic == *j.topic) {
@@ -482,19 +580,34 @@ async fn fetch_request(
         min_bytes: c.min_bytes,
         max_bytes,
         isolation_level: c.isolation_level.code(),
-        session_id: 0,
-        session_epoch: -1,
+        session_id: session.session_id,
+        session_epoch: session.epoch,
         topics,
+        forgotten_topics_data: forgotten(&session.forgotten),
         ..Default::default()
     };
     shared.counters.fetches.fetch_add(1, Ordering::Relaxed);
+    if !session.full {
+        shared
+            .counters
+            .incremental_fetches
+            .fetch_add(1, Ordering::Relaxed);
+    }
     #[cfg(feature = "metrics")]
     let started = Instant::now();
     let span = match jobs {
         [j] => {
             tracing::debug_span!("fetch", broker_id = broker, topic = %j.topic, partition = j.partition, offset = j.offset, epoch = j.leader_epoch)
         }
-        _ => tracing::debug_span!("fetch", broker_id = broker, partitions = jobs.len()),
+        _ => tracing::debug_span!(
+            "fetch",
+            broker_id = broker,
+            partitions = jobs.len(),
+            listed = session.send.len(),
+            forgotten = session.forgotten.len(),
+            session_id = session.session_id,
+            session_epoch = session.epoch
+        ),
     };
     let resp = conn.send_version(&req, version).instrument(span).await?;
     shared.counters.throttle.record(resp.throttle_time_ms);
@@ -504,6 +617,22 @@ async fn fetch_request(
         return Err(Error::kafka(ErrorCode::from(resp.error_code)).with_broker(conn.broker()));
     }
     Ok(resp)
+}
+
+/// The forgotten partitions of a request, by topic.
+fn forgotten(keys: &[session::Key]) -> Vec<ForgottenTopic> {
+    let mut topics: Vec<ForgottenTopic> = Vec::new();
+    for (topic, partition) in keys {
+        match topics.iter_mut().find(|t| t.topic == **topic) {
+            Some(t) => t.partitions.push(*partition),
+            None => topics.push(ForgottenTopic {
+                topic: topic.to_string(),
+                partitions: vec![*partition],
+                ..Default::default()
+            }),
+        }
+    }
+    topics
 }
 
 /// Errors after which the partition's leader must be looked up again. Not
@@ -731,12 +860,7 @@ fn validated(
     }
 }
 
-fn on_fetched(
-    shared: &Shared,
-    broker: i32,
-    jobs: Vec<Job>,
-    result: Result<Vec<Option<Result<FetchedBatches<LazyBatch>>>>>,
-) {
+fn on_fetched(shared: &Shared, broker: i32, jobs: Vec<Job>, result: Result<Decoded>) {
     let decoded = match result {
         Ok(d) => d,
         Err(e) => {
@@ -1092,5 +1216,58 @@ mod tests {
             assert!(records > 0);
             assert!(!ran, "a cheap decoding went through the blocking pool");
         }
+    }
+    /// An incremental fetch refused for a lost session (70 or 71) frees its partitions
+    /// for a full fetch at once: no backoff, no error counted; the same error for a full
+    /// request is an ordinary failure.
+    #[test]
+    fn a_lost_fetch_session_is_refetched_in_full_without_backoff() {
+        let shared = shared();
+        let tp = crate::reader::TopicPartition::new("t", 0);
+        let (id, epoch) = {
+            let mut st = shared.lock();
+            st.assign(tp.clone(), StartOffset::At(0));
+            let id = st.index[&tp];
+            let p = st.parts.get_mut(&id).unwrap();
+            p.fetch = Position::Offset(5);
+            p.busy = true;
+            (id, p.epoch)
+        };
+        let j = Job {
+            id,
+            epoch,
+            offset: 5,
+            ..job()
+        };
+        let planned = [((Arc::from("t"), 0), sent(&shared.config, &j))];
+        let mut session = Session::default();
+        session.request(true, &planned);
+        session.answered(9);
+        let req = session.request(true, &planned);
+        assert!(!req.full && req.send.is_empty());
+        for code in [
+            ErrorCode::InvalidFetchSessionEpoch,
+            ErrorCode::FetchSessionIdNotFound,
+        ] {
+            let err = Err(Error::kafka(code));
+            let out = on_session(&shared, &mut session, 1, std::slice::from_ref(&j), err);
+            assert!(out.is_none(), "{code:?} went on as a failure");
+            let st = shared.lock();
+            let p = &st.parts[&id];
+            assert!(!p.busy && p.retry_at.is_none());
+            drop(st);
+            let req = session.request(true, &planned);
+            assert!(req.full && req.send == vec![0], "{req:?}");
+            // answered in full, then the next one is incremental again
+            session.answered(10);
+            assert!(!session.request(true, &planned).full);
+        }
+        assert_eq!(shared.counters.sessions_lost.load(Ordering::Relaxed), 2);
+        assert_eq!(shared.counters.errors.load(Ordering::Relaxed), 0);
+        // A full request refused so is an ordinary failure (backoff, no loop).
+        session.failed(None);
+        assert!(session.request(true, &planned).full);
+        let err = Err(Error::kafka(ErrorCode::FetchSessionIdNotFound));
+        assert!(on_session(&shared, &mut session, 1, &[j], err).is_some());
     }
 }
