@@ -37,4 +37,4 @@ cargo test --no-fail-fast --features "$features,metrics,trace-context" \
 # and consumes 10k messages and runs a short fixed-rate latency test against its own broker; it
 # fails on any failed run. The full comparison with the peers is benches/compare/run.sh
 # (BENCHMARKS.md), not part of the test suite.
-benches/compare/run.sh --smoke --peers kafkapipe --profile dev --latency --latency-count 5000 --rate 5000
+benches/compare/run.sh --smoke --peers kafkapipe --profile dev --latency --latency-count 5000 --rate 5000 --latency-reps 1

@@ -25,7 +25,8 @@
 //! (`ReaderConfig::fetch_sessions(false)`).
 //!
 //! `latency` creates the topic itself, starts a `Reader` on it, then offers N messages at R
-//! msgs/s on a fixed schedule: message i is due at `t0 + i/R`, whenever it is actually
+//! msgs/s on a fixed schedule (paced by `std::thread::sleep` on a thread of its own, never
+//! before the due time): message i is due at `t0 + i/R`, whenever it is actually
 //! handed to the writer, and its latencies are measured from that due time (no coordinated
 //! omission: a stall delays every message behind it and all of them count). The due time
 //! (ns since the Unix epoch) is the value's first 8 bytes and also the record's CreateTime
@@ -33,7 +34,9 @@
 //! [`Writer::deliveries`]) − due time; end-to-end = consumed by the reader − due time. The
 //! same two are also given from the time the message was actually handed to the writer
 //! (`produce_from_send`, `e2e_from_send`), which is what librdkafka's `rdkafka_performance -l`
-//! measures. Prints p50/p99/p99.9/max in ms.
+//! measures. Prints p50/p99/p99.9/max in ms, and the writer's batch count, queue time
+//! (first message accepted → batch sent) and produce request time from
+//! [`Writer::stats`].
 //!
 //! With no mode (as under `cargo test --all-targets`) it prints the usage and exits 0.
 
@@ -369,35 +372,43 @@ async fn latency(opts: &Opts) -> Result<()> {
         Ok::<_, Error>(acked)
     });
 
+    // The generator runs on a thread of its own and paces with `std::thread::sleep`
+    // (a nanosecond timer), not Tokio's millisecond timer: on Tokio's, the sends of a
+    // millisecond went out in a burst up to 2 ms after their due times, lateness of the
+    // load generator that the due-time latencies charged to the writer. It never sends a
+    // message before its due time; a sleep's overshoot (tens of µs) stays in the
+    // due-time numbers.
     let filler = vec![b'x'; size - 16];
     let t0 = now_ns() + 20_000_000; // start 20 ms from now
     let interval = 1e9 / rate;
     let started = Instant::now();
-    let mut late_sends = 0usize;
-    // When each message was due, and when it was actually handed to the writer.
-    let (mut due_at, mut sent_at) = (Vec::with_capacity(count), Vec::with_capacity(count));
-    for i in 0..count {
-        let due = t0 + (i as f64 * interval) as u64;
-        let now = now_ns();
-        if due > now {
-            // Sleep only when at least 1 ms early (the timer's resolution); otherwise send
-            // at once. Latency is measured from `due` either way.
-            if due - now >= 1_000_000 {
-                tokio::time::sleep(Duration::from_nanos(due - now)).await;
+    let generator = tokio::task::spawn_blocking(move || {
+        let mut late_sends = 0usize;
+        // When each message was due, and when it was actually handed to the writer.
+        let (mut due_at, mut sent_at) = (Vec::with_capacity(count), Vec::with_capacity(count));
+        for i in 0..count {
+            let due = t0 + (i as f64 * interval) as u64;
+            let now = now_ns();
+            if due > now {
+                std::thread::sleep(Duration::from_nanos(due - now));
+            } else if now - due > 1_000_000 {
+                late_sends += 1;
             }
-        } else if now - due > 1_000_000 {
-            late_sends += 1;
+            let mut value = Vec::with_capacity(size);
+            value.extend_from_slice(&due.to_le_bytes());
+            value.extend_from_slice(&(i as u64).to_le_bytes());
+            value.extend_from_slice(&filler);
+            due_at.push(due);
+            sent_at.push(now_ns());
+            futures::executor::block_on(
+                writer.feed(Message::new(value).with_timestamp((due / 1_000_000) as i64)),
+            )?;
         }
-        let mut value = Vec::with_capacity(size);
-        value.extend_from_slice(&due.to_le_bytes());
-        value.extend_from_slice(&(i as u64).to_le_bytes());
-        value.extend_from_slice(&filler);
-        due_at.push(due);
-        sent_at.push(now_ns());
-        writer
-            .feed(Message::new(value).with_timestamp((due / 1_000_000) as i64))
-            .await?;
-    }
+        Ok::<_, Error>((writer, due_at, sent_at, late_sends))
+    });
+    let (mut writer, due_at, sent_at, late_sends) = generator
+        .await
+        .map_err(|e| Error::protocol(format!("generator: {e}")))??;
     writer.flush().await?;
     let offered_secs = started.elapsed().as_secs_f64();
     let acked = acks
@@ -406,6 +417,9 @@ async fn latency(opts: &Opts) -> Result<()> {
     let (seen, skew) = consumer
         .await
         .map_err(|e| Error::protocol(format!("reader task: {e}")))??;
+    // The writer's own view: how long batches waited before they were sent (linger and
+    // in-flight limits) and how long produce requests took, to tell the two apart.
+    let stats = writer.stats();
     writer.close().await?;
     // Latencies from the due time (no coordinated omission) and from the actual send (what
     // librdkafka's `rdkafka_performance -l` measures).
@@ -419,12 +433,19 @@ async fn latency(opts: &Opts) -> Result<()> {
         "{{\"client\":\"kafkapipe\",\"msgs\":{count},\"size\":{size},\"rate\":{rate},\
          \"achieved_rate\":{:.0},\"sent_over_1ms_late\":{late_sends},\
          \"create_time_max_skew_ms\":{skew},\"produce\":{},\"e2e\":{},\
-         \"produce_from_send\":{},\"e2e_from_send\":{}}}",
+         \"produce_from_send\":{},\"e2e_from_send\":{},\"batches\":{},\
+         \"queue_time_avg_ms\":{:.3},\"queue_time_max_ms\":{:.3},\
+         \"write_time_avg_ms\":{:.3},\"write_time_max_ms\":{:.3}}}",
         count as f64 / offered_secs,
         percentiles(since(&acked, &due_at)),
         percentiles(since(&seen, &due_at)),
         percentiles(since(&acked, &sent_at)),
         percentiles(since(&seen, &sent_at)),
+        stats.batches,
+        stats.queue_time_avg.as_secs_f64() * 1e3,
+        stats.queue_time_max.as_secs_f64() * 1e3,
+        stats.write_time_avg.as_secs_f64() * 1e3,
+        stats.write_time_max.as_secs_f64() * 1e3,
     );
     Ok(())
 }

@@ -35,8 +35,13 @@
 #                                  always joins a group)
 #   --latency                      run the latency comparison (and no throughput rows
 #                                  unless --set/--rows is also given)
-#   --rate N --latency-count N     latency: offered msgs/s (default 20000) and messages
-#                                  (default 200000); --latency-size B (default 100)
+#   --rates N[,N...]               latency: offered msgs/s, one table per rate (default
+#                                  1000,10000,100000); --rate N = --rates N
+#   --latency-count N              latency: messages per run (default: 10 s worth at the
+#                                  rate, at least 20000, at most 200000); --latency-size B
+#                                  (default 100)
+#   --latency-acks 0|1|all         latency: acks of both clients (default all)
+#   --latency-reps N               latency: runs per client and rate, alternating (default 2)
 #   --out DIR                      keep raw results and logs here (default a temp dir)
 #   --linger-ms MS                 linger of every client (default 5)
 #   --profile release|dev          cargo profile of compare_peer (default release; dev is for
@@ -62,8 +67,10 @@ reps=""
 peers="kafkapipe,librdkafka,kafka-go,franz-go,java"
 ops="produce,consume"
 latency=0
-rate=20000
-latency_count=200000
+rates=1000,10000,100000
+latency_count=""
+latency_acks=all
+latency_reps=2
 latency_size=100
 out=""
 linger=5
@@ -79,7 +86,9 @@ while (($#)); do
     --peers) peers="$2"; shift ;;
     --ops) ops="$2"; shift ;;
     --latency) latency=1 ;;
-    --rate) rate="$2"; shift ;;
+    --rate | --rates) rates="$2"; shift ;;
+    --latency-acks) latency_acks="$2"; shift ;;
+    --latency-reps) latency_reps="$2"; shift ;;
     --latency-count) latency_count="$2"; shift ;;
     --latency-size) latency_size="$2"; shift ;;
     --out) out="$2"; shift ;;
@@ -300,9 +309,20 @@ done
 
 latency_failed=0
 if ((latency)); then
-    echo "# latency: ${latency_count} x ${latency_size} B at ${rate} msgs/s, 1 partition, acks 1" >&2
-    "$here/latency.sh" "$out" "$broker" "$kp" "$rdk" "$rate" "$latency_count" "$latency_size" "$linger" \
-        >"$out/latency.md" || latency_failed=1
+    : >"$out/latency.md"
+    IFS=, read -r -a rate_list <<<"$rates"
+    for rate in "${rate_list[@]}"; do
+        n="$latency_count"
+        if [[ -z "$n" ]]; then
+            n=$((rate * 10))
+            ((n >= 20000)) || n=20000
+            ((n <= 200000)) || n=200000
+        fi
+        echo "# latency: $n x ${latency_size} B at ${rate} msgs/s, 1 partition, acks ${latency_acks}" >&2
+        "$here/latency.sh" "$out" "$broker" "$kp" "$rdk" "$rate" "$n" "$latency_size" "$linger" \
+            "$latency_acks" "$latency_reps" >>"$out/latency.md" || latency_failed=1
+        echo >>"$out/latency.md"
+    done
 fi
 elapsed=$((SECONDS - started))
 
