@@ -739,12 +739,13 @@ impl Reader {
             // Every token dropped before this poll now counts as processed.
             g.pulse.polled();
         }
-        if let Some(m) = self.loan.next(&self.lent) {
+        if self.loan.ready(&self.lent) {
             if self.lent.starved.load(Ordering::Relaxed) {
                 self.wake_if_freed();
             }
             coop.made_progress();
-            return Poll::Ready(lent(m));
+            // Taken last, so the message moves from the loan into the return value once.
+            return Poll::Ready(lent(self.loan.take()));
         }
         let item = locked(self, cx);
         if item.is_ready() {
