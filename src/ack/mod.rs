@@ -41,31 +41,42 @@
 //! around (the public types are re-exported as `group::AckToken` and `group::SharedAck`);
 //! this module imports nothing of the crate.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
-
 use futures::task::AtomicWaker;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+mod stamp;
+pub(crate) use stamp::Stamp;
 
 /// Shared by a group reader and its tracks: how often the reader was polled, and its
 /// consumer's waker for when a track frees room or a parked reader must confirm drops.
 #[derive(Debug, Default)]
 pub(crate) struct Pulse {
     polls: AtomicU64,
-    parked: AtomicBool,
-    /// A nudge came since the last poll while the reader was not parked: the poll under
-    /// way may have missed what it was for, so the park that ends it wakes at once.
-    missed: AtomicBool,
+    /// [`PARKED`] and [`MISSED`], in one word so that each of `polled`, `park` and
+    /// `nudge` costs one atomic read-modify-write in the common case (they run once or
+    /// twice per message).
+    flags: AtomicU8,
     waker: AtomicWaker,
 }
 
+/// The reader returned `Pending` and waits for a wake.
+const PARKED: u8 = 1;
+/// A nudge came since the last poll while the reader was not parked: the poll under way
+/// may have missed what it was for, so the park that ends it wakes at once.
+const MISSED: u8 = 2;
+
 impl Pulse {
     /// The reader is being polled: every token dropped before now counts as processed.
+    #[inline]
     pub(crate) fn polled(&self) {
         self.polls.fetch_add(1, Ordering::SeqCst);
-        self.parked.store(false, Ordering::SeqCst);
-        self.missed.store(false, Ordering::SeqCst);
+        // Clearing flags that are clear already changes nothing: skip the write. (A
+        // nudge racing with this load is then ordered after the clear, as it could be.)
+        if self.flags.load(Ordering::SeqCst) != 0 {
+            self.flags.store(0, Ordering::SeqCst);
+        }
     }
 
     /// The reader returned `Pending` to the consumer whose waker is in `cx`. A nudge
@@ -74,8 +85,10 @@ impl Pulse {
     /// else would.
     pub(crate) fn park(&self, waker: &std::task::Waker) {
         self.waker.register(waker);
-        self.parked.store(true, Ordering::SeqCst);
-        if self.missed.swap(false, Ordering::SeqCst) && self.parked.swap(false, Ordering::SeqCst) {
+        if self.flags.fetch_or(PARKED, Ordering::SeqCst) & MISSED != 0
+            // Unless a nudge took the park meanwhile (and woke the consumer itself).
+            && self.flags.fetch_and(!(PARKED | MISSED), Ordering::SeqCst) & PARKED != 0
+        {
             waker.wake_by_ref();
         }
     }
@@ -87,10 +100,12 @@ impl Pulse {
     /// Wake a parked reader (so that it is polled and confirms dropped tokens, or
     /// yields from a partition that has room again).
     fn nudge(&self) {
-        // `missed` first: a park between the two sees it (and wakes), or this sees the
-        // park (and wakes); never neither.
-        self.missed.store(true, Ordering::SeqCst);
-        if self.parked.swap(false, Ordering::SeqCst) {
+        // `MISSED` and the check for `PARKED` in one step: a park before it is seen here
+        // (and woken), a park after it sees `MISSED` (and wakes); never neither. Of a
+        // nudge and a park racing to clear `PARKED`, one wins and wakes.
+        if self.flags.fetch_or(MISSED, Ordering::SeqCst) & PARKED != 0
+            && self.flags.fetch_and(!PARKED, Ordering::SeqCst) & PARKED != 0
+        {
             self.waker.wake();
         }
     }
@@ -109,7 +124,8 @@ struct Slot {
     /// `PENDING`, `DONE`, `FAILED`, or the reader's poll count when the token was
     /// dropped (processed once the reader was polled after that).
     state: u64,
-    at: Instant,
+    /// When it was yielded.
+    at: Stamp,
 }
 
 #[derive(Debug)]
@@ -298,7 +314,7 @@ impl Track {
             offset,
             commit_to: commit_to.max(offset.saturating_add(1)),
             state: PENDING,
-            at: Instant::now(),
+            at: Stamp::now(),
         });
         Ok(s.base + s.slots.len() as u64 - 1)
     }
@@ -496,7 +512,7 @@ impl Track {
 
     /// Messages yielded and not known processed, and the oldest of them (offset, when
     /// it was yielded).
-    pub(crate) fn unacked(&self) -> (usize, Option<(i64, Instant)>) {
+    pub(crate) fn unacked(&self) -> (usize, Option<(i64, Stamp)>) {
         let mut s = self.lock();
         self.advance(&mut s);
         (s.slots.len(), s.slots.front().map(|sl| (sl.offset, sl.at)))

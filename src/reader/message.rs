@@ -256,6 +256,7 @@ impl Message {
         self.queued = u32::try_from(n).unwrap_or(u32::MAX);
     }
 
+    #[inline]
     pub(crate) fn set_ack_token(&mut self, ack: AckToken) {
         self.ack = ack;
     }
