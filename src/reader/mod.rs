@@ -743,9 +743,11 @@ impl Reader {
             if self.lent.starved.load(Ordering::Relaxed) {
                 self.wake_if_freed();
             }
-            coop.made_progress();
             // Taken last, so the message moves from the loan into the return value once.
-            return Poll::Ready(lent(self.loan.take()));
+            if let Some(m) = self.loan.take() {
+                coop.made_progress();
+                return Poll::Ready(lent(m));
+            }
         }
         let item = locked(self, cx);
         if item.is_ready() {

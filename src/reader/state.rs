@@ -385,18 +385,20 @@ impl Loan {
         true
     }
 
-    /// The message [`ready`](Self::ready) made ready (call only after it returned true).
+    /// The message [`ready`](Self::ready) made ready (`None` only if called without it).
     #[inline(always)]
-    pub(crate) fn take(&mut self) -> Message {
-        self.msgs
-            .pop_front()
-            .expect("Loan::take follows a successful Loan::ready")
+    pub(crate) fn take(&mut self) -> Option<Message> {
+        self.msgs.pop_front()
     }
 
     /// The next lent message (see [`ready`](Self::ready)).
     #[cfg(test)]
     pub(crate) fn next(&mut self, lent: &Lent) -> Option<Message> {
-        self.ready(lent).then(|| self.take())
+        if self.ready(lent) {
+            self.take()
+        } else {
+            None
+        }
     }
 }
 
