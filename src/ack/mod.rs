@@ -71,12 +71,17 @@ impl Pulse {
     /// The reader is being polled: every token dropped before now counts as processed.
     #[inline]
     pub(crate) fn polled(&self) {
-        self.polls.fetch_add(1, Ordering::SeqCst);
-        // Clearing flags that are clear already changes nothing: skip the write. (A
-        // nudge racing with this load is then ordered after the clear, as it could be.)
+        // The flags are cleared before the count moves: a token dropped after the count
+        // moved is stamped with the new count (so this poll does not confirm it), and its
+        // nudge's `MISSED` comes after the clear, so the park that ends this poll sees it
+        // and wakes. (Cleared after the count, a nudge between the two was lost and the
+        // reader could stay parked with that drop unconfirmed.) Flags that are clear
+        // already are not written again: a nudge racing with the load is then ordered
+        // after the clear, as it could be.
         if self.flags.load(Ordering::SeqCst) != 0 {
             self.flags.store(0, Ordering::SeqCst);
         }
+        self.polls.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The reader returned `Pending` to the consumer whose waker is in `cx`. A nudge
