@@ -599,3 +599,62 @@ async fn fetch_sessions_over_200_partitions_yield_every_record_once() {
     assert_eq!(s.incremental_fetches, 0, "{s:?}");
     reader.close().await;
 }
+
+/// What a test's tracing subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct LogSink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Closing a reader closes its fetch session on the broker: Kafka accepts the Fetch with
+/// epoch -1 that names it (`fetch session closed` in the reader's debug log, and no
+/// failure or timeout of it). The reader's last fetch is still waiting on the broker
+/// (10 s `max_wait`, nothing more to read), so the close goes over a connection of its
+/// own and does not wait for that fetch.
+#[tokio::test]
+async fn closing_a_reader_closes_its_fetch_session_on_the_broker() {
+    let log = LogSink::default();
+    let sink = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || sink.clone())
+        .finish();
+    // A current-thread runtime: the reader's tasks run on this thread, under this
+    // subscriber.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let topic = new_topic("reader-close-session", 2).await;
+    let conn = admin().await;
+    for p in 0..2 {
+        produce(&conn, &topic, p, 0, 10, 10).await;
+    }
+    let config = config().topic(&topic).max_wait(Duration::from_secs(10));
+    let mut reader = Reader::new(config).await.unwrap();
+    for _ in 0..20 {
+        next(&mut reader).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while reader.stats().incremental_fetches == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            reader.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = std::time::Instant::now();
+    reader.close().await;
+    let took = started.elapsed();
+    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).to_string();
+    assert!(text.contains("fetch session closed"), "{text}");
+    assert!(!text.contains("closing the fetch session"), "{text}");
+    // Not after the waiting fetch's 10 s (a wide margin for a loaded machine).
+    assert!(took < Duration::from_secs(5), "close took {took:?}");
+}

@@ -1119,3 +1119,42 @@ async fn a_lost_fetch_session_is_recovered_by_a_full_fetch_without_loss() {
     assert_eq!(s.fetch_sessions_lost, 2, "{s:?}");
     assert_eq!(s.errors, 0, "{s:?}");
 }
+
+/// Closing a reader closes the fetch sessions it opened (a Fetch with epoch -1 to each
+/// broker, as the Java consumer sends on close), so brokers do not keep a slot of their
+/// session cache (`max.incremental.fetch.session.cache.slots`) for a reader that is gone.
+#[tokio::test]
+async fn closing_a_reader_closes_its_fetch_sessions() {
+    let cluster = cluster(2, 4).await;
+    for p in 0..4 {
+        fill(&cluster, p, 10);
+    }
+    let config = ReaderConfig::new(cluster.bootstrap())
+        .topic("t")
+        .max_wait(Duration::from_millis(20));
+    let mut reader = Reader::new(config).await.unwrap();
+    for _ in 0..40 {
+        tokio::time::timeout(Duration::from_secs(10), reader.next_message())
+            .await
+            .expect("a message within 10 s")
+            .unwrap();
+    }
+    // Both brokers lead partitions; each holds this reader's session once it answered
+    // an incremental fetch.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while reader.stats().incremental_fetches < 2 || cluster.fetch_sessions() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            reader.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(cluster.fetch_sessions(), 2);
+    reader.close().await;
+    assert_eq!(
+        cluster.fetch_sessions(),
+        0,
+        "sessions left open after close"
+    );
+}

@@ -37,6 +37,11 @@ pub(super) struct Served {
 
 impl Sessions {
     /// Apply `req` to broker `broker`'s sessions.
+    /// How many sessions are open.
+    pub(super) fn open(&self) -> usize {
+        self.open.len()
+    }
+
     pub(super) fn apply(
         &mut self,
         broker: i32,

@@ -1058,6 +1058,23 @@ impl MockCluster {
             .copied()
             .unwrap_or(0)
     }
+
+    /// How many incremental fetch sessions (KIP-227) the cluster's brokers hold open: a
+    /// reader opens one per broker it fetches from, and closes them when it is closed.
+    ///
+    /// ```
+    /// use kafkapipe::mock::MockCluster;
+    ///
+    /// # fn main() -> kafkapipe::Result<()> {
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| kafkapipe::Error::io("runtime", e))?.block_on(async {
+    /// let cluster = MockCluster::builder().start().await?;
+    /// assert_eq!(cluster.fetch_sessions(), 0);
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    pub fn fetch_sessions(&self) -> usize {
+        self.shared.lock().fetch_sessions.open()
+    }
 }
 
 /// One connection: read a request, apply the faults, answer; one request at a time, as

@@ -476,7 +476,11 @@ impl ReaderHandle {
     ///    messages are dropped), so a `forward` completes and closes its sink — a
     ///    [`Writer`](crate::writer::Writer) then delivers what it holds, acknowledging
     ///    the consumed messages' [`AckToken`](crate::group::AckToken)s.
-    /// 2. Fetching stops: when this returns the fetch task has ended.
+    /// 2. Fetching stops: when this returns the fetch task has ended. The incremental
+    ///    fetch sessions brokers hold for the reader are closed (a Fetch with epoch -1 to
+    ///    each, as the Java consumer sends), beside step 3, so they do not keep slots of
+    ///    the brokers' session caches; a broker whose connection still has the last fetch
+    ///    waiting gets that request over a short-lived connection of its own.
     /// 3. A group reader with a pre-revoke hook
     ///    ([`ReaderConfig::on_revoke`](super::ReaderConfig::on_revoke)) runs it with every
     ///    partition it owns (at most the rebalance timeout), so stages flush what they
@@ -543,7 +547,13 @@ impl ReaderHandle {
     /// The steps of [`ReaderHandle::close`], run once, in a task of their own.
     async fn close_steps(&self) {
         self.tasks.fetch.done.clone().await;
-        if let (Some(group), Some(task)) = (&self.group, &self.tasks.group) {
+        // The fetch sessions close beside the group's leaving, not before it: a broker
+        // answers the close after any fetch the ended task left waiting on it.
+        let sessions = super::task::close_sessions(&self.shared);
+        let group = async {
+            let (Some(group), Some(task)) = (&self.group, &self.tasks.group) else {
+                return;
+            };
             // the pre-revoke hook, while the membership goes on as usual
             group.before_close().await;
             group.closing.store(true, Ordering::SeqCst);
@@ -558,7 +568,8 @@ impl ReaderHandle {
                 task.done.clone().await;
             }
             group.close_events();
-        }
+        };
+        futures::join!(sessions, group);
         self.shared.cluster.close().await;
     }
 }

@@ -292,6 +292,7 @@ impl Reader {
             cluster,
             counters: Counters::default(),
             pool: crate::bufpool::BufPool::for_fetches(),
+            fetch_sessions: Mutex::default(),
         });
         let group = shared.config.group_id.clone().map(|id| {
             let admin = crate::admin::Admin::new(shared.cluster.clone());

@@ -24,6 +24,16 @@ use std::sync::Arc;
 
 use crate::protocol::ErrorCode;
 
+/// A session a broker holds, as the reader's close sees it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Held {
+    /// The session id.
+    pub(crate) id: i32,
+    /// A fetch is waiting on the broker's connection: a request sent after it would be
+    /// answered only after it (up to `max_wait` later).
+    pub(crate) waiting: bool,
+}
+
 /// A partition of a session: topic and partition index.
 pub(super) type Key = (Arc<str>, i32);
 
@@ -140,6 +150,12 @@ impl Session {
     /// one), or a partition lost its leader: the next request is a full one.
     pub(super) fn failed(&mut self, code: Option<ErrorCode>) {
         self.reset(code != Some(ErrorCode::FetchSessionIdNotFound));
+    }
+
+    /// The id of the session the broker holds (0: none, or not known yet). Kept after a
+    /// failure that did not lose it, until the next full request closes it.
+    pub(super) fn id(&self) -> i32 {
+        self.id
     }
 
     /// Start over; `close`: the next (full) request closes the old session by its id.

@@ -791,6 +791,9 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// Reused buffers for decompressed batch payloads.
     pub(crate) pool: Arc<BufPool>,
+    /// The fetch sessions (KIP-227) brokers hold for this reader, by broker id: kept by
+    /// the fetch task, closed by [`ReaderHandle::close`](super::ReaderHandle::close).
+    pub(crate) fetch_sessions: Mutex<HashMap<i32, super::session::Held>>,
 }
 
 impl Shared {

@@ -25,8 +25,8 @@ use super::state::{Position, Shared, State};
 use super::validate::{self, LogTruncation, Outcome};
 use super::{OffsetReset, ReaderConfig, StartOffset};
 use crate::conn::{
-    decode_fetch_lazy, decompress_limit, Conn, FetchedBatches, IsolationLevel, EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
+    decode_fetch_lazy, decompress_limit, Conn, Connection, FetchedBatches, IsolationLevel,
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::messages::{
@@ -133,6 +133,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 .map(|j| ((j.topic.clone(), j.partition), sent(&shared.config, j)))
                 .collect();
             let req = session.request(shared.config.fetch_sessions, &planned);
+            if let Some(held) = lock_sessions(&shared).get_mut(&broker) {
+                held.waiting = true;
+            }
             inflight.push(fetch(shared.clone(), broker, jobs, req, fetches.max_bytes).boxed());
         }
         let sleep = async {
@@ -146,7 +149,14 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 Event::Fetched { broker, jobs, result } => {
                     busy_brokers.remove(&broker);
                     let session = sessions.entry(broker).or_default();
-                    if let Some(result) = on_session(&shared, session, broker, &jobs, result) {
+                    let result = on_session(&shared, session, broker, &jobs, result);
+                    let mut held = lock_sessions(&shared);
+                    match session.id() {
+                        0 => held.remove(&broker),
+                        id => held.insert(broker, session::Held { id, waiting: false }),
+                    };
+                    drop(held);
+                    if let Some(result) = result {
                         on_fetched(&shared, broker, jobs, result);
                     }
                 }
@@ -617,6 +627,69 @@ async fn fetch_request(
         return Err(Error::kafka(ErrorCode::from(resp.error_code)).with_broker(conn.broker()));
     }
     Ok(resp)
+}
+
+fn lock_sessions(shared: &Shared) -> std::sync::MutexGuard<'_, HashMap<i32, session::Held>> {
+    shared
+        .fetch_sessions
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Close the fetch sessions brokers hold for this reader (the fetch task has ended): a
+/// Fetch naming each session with epoch -1 and no partitions, which the broker answers at
+/// once after dropping the session, as the Java consumer does on close. Otherwise a
+/// session keeps one of the broker's `max.incremental.fetch.session.cache.slots` (1,000
+/// by default, shared by every consumer and follower) until it is evicted. A broker
+/// answers a connection's requests in order, so where the ended task left a fetch
+/// waiting (up to `max_wait`), the close goes over a connection of its own instead.
+/// Best effort: each is bounded by `max_wait` plus a second, and a failure is only
+/// logged.
+pub(crate) async fn close_sessions(shared: &Shared) {
+    let held: Vec<(i32, session::Held)> = std::mem::take(&mut *lock_sessions(shared))
+        .into_iter()
+        .filter(|(_, h)| h.id != 0)
+        .collect();
+    let bound = shared.config.max_wait + std::time::Duration::from_secs(1);
+    join_all(held.into_iter().map(|(broker, held)| async move {
+        let id = held.id;
+        match tokio::time::timeout(bound, close_session(shared, broker, held)).await {
+            Ok(Ok(())) => debug!(broker_id = broker, session_id = id, "fetch session closed"),
+            Ok(Err(e)) => {
+                debug!(broker_id = broker, session_id = id, error = %e, "closing the fetch session failed")
+            }
+            Err(_) => debug!(broker_id = broker, session_id = id, "closing the fetch session timed out"),
+        }
+    }))
+    .await;
+}
+
+async fn close_session(shared: &Shared, broker: i32, held: session::Held) -> Result<()> {
+    let conn = match shared.cluster.broker_addr(broker) {
+        Some(addr) if held.waiting => {
+            Connection::connect(&addr, shared.cluster.config().clone()).await?
+        }
+        _ => shared.cluster.connection(broker).await?,
+    };
+    let version = conn.version_for::<FetchRequest>()?.min(MAX_FETCH_VERSION);
+    if version < MIN_SESSION_VERSION {
+        return Ok(());
+    }
+    let req = FetchRequest {
+        replica_id: -1,
+        max_wait_ms: 0,
+        min_bytes: 0,
+        max_bytes: 0,
+        isolation_level: shared.config.isolation_level.code(),
+        session_id: held.id,
+        session_epoch: -1,
+        ..Default::default()
+    };
+    let resp = conn.send_version(&req, version).await?;
+    if resp.error_code != 0 {
+        return Err(Error::kafka(ErrorCode::from(resp.error_code)).with_broker(conn.broker()));
+    }
+    Ok(())
 }
 
 /// The forgotten partitions of a request, by topic.

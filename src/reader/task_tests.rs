@@ -22,6 +22,7 @@ fn shared() -> Arc<Shared> {
         cluster: Cluster::new(["127.0.0.1:1"], ConnectionConfig::default()).unwrap(),
         counters: Counters::default(),
         pool: crate::bufpool::BufPool::for_fetches(),
+        fetch_sessions: Mutex::default(),
     })
 }
 
