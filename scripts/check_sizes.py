@@ -21,8 +21,6 @@ MAX_IMPL = 400
 KNOWN = {
     ("src/cluster/mod.rs", "impl Cluster {"): 436,
     ("src/reader/config.rs", "impl ReaderConfig {"): 454,
-    ("src/reader/handle.rs", "impl ReaderHandle {"): 446,
-    ("src/reader/mod.rs", "impl Reader {"): 425,
 }
 
 IMPL = re.compile(r"^(\s*)impl\b[^;]*\{\s*$")

@@ -469,7 +469,10 @@ impl ReaderHandle {
         }
         Ok(lag)
     }
+}
 
+/// Closing.
+impl ReaderHandle {
     /// Close the reader gracefully, from wherever it is consumed. In order:
     ///
     /// 1. The stream ends: it yields `None` from now on (pending errors and buffered

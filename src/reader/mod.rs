@@ -520,7 +520,10 @@ impl Reader {
     pub fn group_metadata(&self) -> Option<crate::writer::GroupMetadata> {
         self.handle.group_metadata()
     }
+}
 
+/// Flow control, positions, lag and closing (as on [`ReaderHandle`]).
+impl Reader {
     /// See [`ReaderHandle::pause`].
     ///
     /// ```no_run
