@@ -9,7 +9,7 @@
 //!                       [--batch-msgs 10000] [--idempotent false]
 //!                       [--balancer round-robin|sticky] [--sticky-bytes N]
 //! (`KAFKAPIPE_COMPARE_STATS=1`: `produce` also prints the Writer's stats to stderr.)
-//! compare_peer consume  --brokers B --topic T --count N [--group G] [--check-crcs false]
+//! compare_peer consume  --brokers B --topic T[,T2…] --count N [--group G] [--check-crcs false]
 //!                        [--queue-bytes N]
 //! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
 //! compare_peer create-topic --brokers B --topic T --partitions P
@@ -260,8 +260,10 @@ async fn produce(opts: &Opts) -> Result<()> {
 async fn consume(opts: &Opts) -> Result<()> {
     let (brokers, topic) = (opts.str("brokers")?, opts.str("topic")?);
     let count: usize = opts.num("count", None)?;
-    let mut config = ReaderConfig::new(brokers.split(','))
-        .topic(topic)
+    // `--topic a,b,c`: every partition of each (the many-topics rows of BENCHMARKS.md).
+    let mut config = topic
+        .split(',')
+        .fold(ReaderConfig::new(brokers.split(',')), |c, t| c.topic(t))
         .start_offset(StartOffset::First);
     // `KAFKAPIPE_COMPARE_FETCH_SESSIONS=0`: full fetches only (the fetch sessions A/B of
     // BENCHMARKS.md).

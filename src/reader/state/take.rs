@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::{
     record_size, Inflate, Loan, Pending, PendingRecords, Popped, Position, Run, State, RUN,
+    SPARE_BUFS,
 };
 use crate::error::Error;
 use crate::group::AckToken;
@@ -23,6 +24,11 @@ impl State {
         let Some(p) = self.parts.get_mut(&id) else {
             return Run::Decoded;
         };
+        if p.buf.capacity() == 0 && !p.lazy.is_empty() {
+            if let Some(spare) = self.spare_bufs.pop() {
+                p.buf = spare;
+            }
+        }
         let mut failed = None;
         while p.buf.len() < RUN {
             let Some(b) = p.lazy.front_mut() else {
@@ -271,9 +277,13 @@ impl State {
         if p.buf.is_empty() || p.parked_error.is_some() || loan.active {
             return;
         }
-        loan.msgs.clear();
         loan.track = p.track.as_ref().map(|t| (t.clone(), t.restarts()));
-        std::mem::swap(&mut loan.msgs, &mut p.buf);
+        // The partition keeps no capacity: the loan's old buffer is kept for the next run.
+        let mut old = std::mem::replace(&mut loan.msgs, std::mem::take(&mut p.buf));
+        if old.capacity() > 0 && self.spare_bufs.len() < SPARE_BUFS {
+            old.clear();
+            self.spare_bufs.push(old);
+        }
         let (k, bytes) = (loan.msgs.len(), p.buf_bytes);
         let last = loan
             .msgs
