@@ -43,7 +43,7 @@
 
 use futures::task::AtomicWaker;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 mod stamp;
@@ -53,35 +53,36 @@ pub(crate) use stamp::Stamp;
 /// consumer's waker for when a track frees room or a parked reader must confirm drops.
 #[derive(Debug, Default)]
 pub(crate) struct Pulse {
-    polls: AtomicU64,
-    /// [`PARKED`] and [`MISSED`], in one word so that each of `polled`, `park` and
-    /// `nudge` costs one atomic read-modify-write in the common case (they run once or
-    /// twice per message).
-    flags: AtomicU8,
+    /// The poll count (shifted left by 2) with [`PARKED`] and [`MISSED`] in the low
+    /// bits: one word, so that a poll clears the flags and moves the count in one step,
+    /// and each of `polled`, `park` and `nudge` costs one atomic read-modify-write in the
+    /// common case (they run once or twice per message).
+    word: AtomicU64,
     waker: AtomicWaker,
 }
 
 /// The reader returned `Pending` and waits for a wake.
-const PARKED: u8 = 1;
+const PARKED: u64 = 1;
 /// A nudge came since the last poll while the reader was not parked: the poll under way
 /// may have missed what it was for, so the park that ends it wakes at once.
-const MISSED: u8 = 2;
+const MISSED: u64 = 2;
+/// The flag bits of [`Pulse::word`]; the poll count is above them.
+const FLAGS: u64 = PARKED | MISSED;
 
 impl Pulse {
     /// The reader is being polled: every token dropped before now counts as processed.
     #[inline]
     pub(crate) fn polled(&self) {
-        // The flags are cleared before the count moves: a token dropped after the count
-        // moved is stamped with the new count (so this poll does not confirm it), and its
-        // nudge's `MISSED` comes after the clear, so the park that ends this poll sees it
-        // and wakes. (Cleared after the count, a nudge between the two was lost and the
-        // reader could stay parked with that drop unconfirmed.) Flags that are clear
-        // already are not written again: a nudge racing with the load is then ordered
-        // after the clear, as it could be.
-        if self.flags.load(Ordering::SeqCst) != 0 {
-            self.flags.store(0, Ordering::SeqCst);
-        }
-        self.polls.fetch_add(1, Ordering::SeqCst);
+        // The flags clear as the count moves, atomically: a token dropped after this
+        // is stamped with the new count (this poll does not confirm it), and its
+        // nudge's `MISSED` comes after the clear, so the park that ends this poll sees
+        // it and wakes. `(w | FLAGS) + 1` is `w` with the flags cleared and the count
+        // one higher.
+        let _ = self
+            .word
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                Some((w | FLAGS).wrapping_add(1))
+            });
     }
 
     /// The reader returned `Pending` to the consumer whose waker is in `cx`. A nudge
@@ -90,16 +91,16 @@ impl Pulse {
     /// else would.
     pub(crate) fn park(&self, waker: &std::task::Waker) {
         self.waker.register(waker);
-        if self.flags.fetch_or(PARKED, Ordering::SeqCst) & MISSED != 0
+        if self.word.fetch_or(PARKED, Ordering::SeqCst) & MISSED != 0
             // Unless a nudge took the park meanwhile (and woke the consumer itself).
-            && self.flags.fetch_and(!(PARKED | MISSED), Ordering::SeqCst) & PARKED != 0
+            && self.word.fetch_and(!FLAGS, Ordering::SeqCst) & PARKED != 0
         {
             waker.wake_by_ref();
         }
     }
 
     pub(crate) fn polls(&self) -> u64 {
-        self.polls.load(Ordering::SeqCst)
+        self.word.load(Ordering::SeqCst) >> 2
     }
 
     /// Wake a parked reader (so that it is polled and confirms dropped tokens, or
@@ -108,8 +109,8 @@ impl Pulse {
         // `MISSED` and the check for `PARKED` in one step: a park before it is seen here
         // (and woken), a park after it sees `MISSED` (and wakes); never neither. Of a
         // nudge and a park racing to clear `PARKED`, one wins and wakes.
-        if self.flags.fetch_or(MISSED, Ordering::SeqCst) & PARKED != 0
-            && self.flags.fetch_and(!PARKED, Ordering::SeqCst) & PARKED != 0
+        if self.word.fetch_or(MISSED, Ordering::SeqCst) & PARKED != 0
+            && self.word.fetch_and(!PARKED, Ordering::SeqCst) & PARKED != 0
         {
             self.waker.wake();
         }
