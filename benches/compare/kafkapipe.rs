@@ -11,7 +11,8 @@
 //! (`KAFKAPIPE_COMPARE_STATS=1`: `produce` also prints the Writer's stats to stderr.)
 //! compare_peer consume  --brokers B --topic T --count N [--group G] [--check-crcs false]
 //!                        [--queue-bytes N]
-//! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
+//! compare_peer latency  --brokers B --topic T --count N --size S --rate R [--e2e false]
+//!                       [produce flags]
 //! compare_peer create-topic --brokers B --topic T --partitions P
 //! compare_peer delete-topic --brokers B --topic T
 //! ```
@@ -24,7 +25,8 @@
 //! `KAFKAPIPE_COMPARE_FETCH_SESSIONS=0` makes `consume` send full fetches only
 //! (`ReaderConfig::fetch_sessions(false)`).
 //!
-//! `latency` creates the topic itself, starts a `Reader` on it, then offers N messages at R
+//! `latency` creates the topic itself, starts a `Reader` on it (not with `--e2e false`:
+//! produce latency only, no reader sharing the process), then offers N messages at R
 //! msgs/s on a fixed schedule (paced by `std::thread::sleep` on a thread of its own, never
 //! before the due time): message i is due at `t0 + i/R`, whenever it is actually
 //! handed to the writer, and its latencies are measured from that due time (no coordinated
@@ -332,14 +334,25 @@ async fn latency(opts: &Opts) -> Result<()> {
     conn.create_topic(topic, partitions, 1).await?;
     conn.close().await;
 
-    // The reader: when each message was consumed.
-    let mut reader = Reader::new(
-        ReaderConfig::new(brokers.split(','))
-            .topic(topic)
-            .start_offset(StartOffset::First),
-    )
-    .await?;
+    // The reader: when each message was consumed. `--e2e false`: none (produce latency
+    // only, without a reader sharing the runtime's threads, as librdkafka's producer
+    // process has none).
+    let e2e = opts.flags.get("e2e").is_none_or(|v| v != "false");
+    let mut reader = match e2e {
+        true => Some(
+            Reader::new(
+                ReaderConfig::new(brokers.split(','))
+                    .topic(topic)
+                    .start_offset(StartOffset::First),
+            )
+            .await?,
+        ),
+        false => None,
+    };
     let consumer = tokio::spawn(async move {
+        let Some(mut reader) = reader.take() else {
+            return Ok((Vec::new(), 0));
+        };
         let mut seen = Vec::with_capacity(count);
         let mut create_time_skew_ms = 0i64;
         for _ in 0..count {
