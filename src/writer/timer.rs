@@ -222,7 +222,7 @@ impl Timer {
     /// keeps the registration; a new one replaces it (once polled).
     pub(super) fn set(&mut self, deadline: Option<Instant>) {
         self.deadline = deadline;
-        if self.armed == deadline {
+        if self.armed == deadline || deadline.is_some_and(|d| self.on_fallback(d)) {
             return;
         }
         match (deadline, self.waker.clone()) {
@@ -249,11 +249,7 @@ impl Timer {
         }
         // Register unless registered here with this waker, or already falling back to
         // Tokio's timer for this deadline (no thread: not retried on every poll).
-        let on_fallback = self
-            .fallback
-            .as_ref()
-            .is_some_and(|f| f.deadline().into_std() == deadline);
-        if new_waker || (self.armed != Some(deadline) && !on_fallback) {
+        if new_waker || (self.armed != Some(deadline) && !self.on_fallback(deadline)) {
             self.register(deadline, cx.waker().clone());
         }
         if self.armed.is_some() {
@@ -271,6 +267,14 @@ impl Timer {
             return Poll::Ready(());
         }
         Poll::Pending
+    }
+
+    /// Tokio's timer already aims at `deadline` (the thread could not be started for
+    /// it): not retried on every turn.
+    fn on_fallback(&self, deadline: Instant) -> bool {
+        self.fallback
+            .as_ref()
+            .is_some_and(|f| f.deadline().into_std() == deadline)
     }
 
     fn register(&mut self, deadline: Instant, waker: Waker) {

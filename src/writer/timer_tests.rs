@@ -9,7 +9,11 @@ fn service(idle_exit: Duration) -> &'static Service {
     Box::leak(Box::new(Service::new(idle_exit, spawn_thread)))
 }
 
+/// Attempts to start a thread where none can be (one test uses it).
+static SPAWN_ATTEMPTS: AtomicUsize = AtomicUsize::new(0);
+
 fn no_thread(_: &'static Service) -> std::io::Result<()> {
+    SPAWN_ATTEMPTS.fetch_add(1, Ordering::SeqCst);
     Err(std::io::Error::other("no threads in this test"))
 }
 
@@ -232,4 +236,17 @@ fn without_a_thread_tokio_s_timer_fires() {
         assert_eq!(armed(svc), 0);
     }
     assert_eq!(svc.lock().started, 0);
+    // Turns that keep the deadline do not try to start the thread again.
+    let attempts = SPAWN_ATTEMPTS.load(Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    // A waker whose clones `will_wake` it (as a Tokio task's; a no-op waker's clone may
+    // not be recognised as the same waker, which counts as a new poller).
+    let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+    let mut cx = Context::from_waker(&waker);
+    for _ in 0..100 {
+        timer.set(Some(deadline));
+        assert!(timer.poll_fire(&mut cx).is_pending());
+    }
+    // Once for the new deadline (`set`, with the last waker), once for the new waker.
+    assert_eq!(SPAWN_ATTEMPTS.load(Ordering::SeqCst), attempts + 2);
 }
