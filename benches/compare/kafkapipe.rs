@@ -11,7 +11,9 @@
 //! (`KAFKAPIPE_COMPARE_STATS=1`: `produce` also prints the Writer's stats to stderr.)
 //! compare_peer consume  --brokers B --topic T[,T2…] --count N [--group G] [--check-crcs false]
 //!                        [--queue-bytes N]
-//! compare_peer latency  --brokers B --topic T --count N --size S --rate R [produce flags]
+//! compare_peer latency  --brokers B --topic T --count N --size S --rate R
+//!                       [--e2e shared|separate|false]
+//!                       [produce flags]
 //! compare_peer create-topic --brokers B --topic T --partitions P
 //! compare_peer delete-topic --brokers B --topic T
 //! ```
@@ -24,7 +26,9 @@
 //! `KAFKAPIPE_COMPARE_FETCH_SESSIONS=0` makes `consume` send full fetches only
 //! (`ReaderConfig::fetch_sessions(false)`).
 //!
-//! `latency` creates the topic itself, starts a `Reader` on it, then offers N messages at R
+//! `latency` creates the topic itself, starts a `Reader` on it (on the writer's runtime;
+//! `--e2e separate`: on a runtime and thread of its own; `--e2e false`: none, produce
+//! latency only), then offers N messages at R
 //! msgs/s on a fixed schedule (paced by `std::thread::sleep` on a thread of its own, never
 //! before the due time): message i is due at `t0 + i/R`, whenever it is actually
 //! handed to the writer, and its latencies are measured from that due time (no coordinated
@@ -324,6 +328,24 @@ fn percentiles(mut ns: Vec<u64>) -> String {
     )
 }
 
+/// Read `count` messages: when each (by index) was consumed, and the largest skew
+/// between a record's CreateTime and its due time (ms).
+async fn consume_stamps(mut reader: Reader, count: usize) -> Result<(Vec<(usize, u64)>, i64)> {
+    let mut seen = Vec::with_capacity(count);
+    let mut create_time_skew_ms = 0i64;
+    for _ in 0..count {
+        let m = reader.next_message().await?;
+        let now = now_ns();
+        if let Some((due, i)) = stamp_of(m.value.as_ref()) {
+            seen.push((i, now));
+            create_time_skew_ms =
+                create_time_skew_ms.max((m.timestamp - (due / 1_000_000) as i64).abs());
+        }
+    }
+    reader.close().await;
+    Ok((seen, create_time_skew_ms))
+}
+
 async fn latency(opts: &Opts) -> Result<()> {
     let (brokers, topic) = (opts.str("brokers")?, opts.str("topic")?);
     let count: usize = opts.num("count", None)?;
@@ -334,28 +356,59 @@ async fn latency(opts: &Opts) -> Result<()> {
     conn.create_topic(topic, partitions, 1).await?;
     conn.close().await;
 
-    // The reader: when each message was consumed.
-    let mut reader = Reader::new(
-        ReaderConfig::new(brokers.split(','))
-            .topic(topic)
-            .start_offset(StartOffset::First),
-    )
-    .await?;
-    let consumer = tokio::spawn(async move {
-        let mut seen = Vec::with_capacity(count);
-        let mut create_time_skew_ms = 0i64;
-        for _ in 0..count {
-            let m = reader.next_message().await?;
-            let now = now_ns();
-            if let Some((due, i)) = stamp_of(m.value.as_ref()) {
-                seen.push((i, now));
-                create_time_skew_ms =
-                    create_time_skew_ms.max((m.timestamp - (due / 1_000_000) as i64).abs());
-            }
+    // The reader: when each message was consumed. `--e2e shared` (the default): on the
+    // writer's runtime; `separate`: on a runtime and thread of its own, not sharing the
+    // writer's runtime threads (as librdkafka's consumer is a process of its own);
+    // `false`: none (produce latency only).
+    let e2e = opts.flags.get("e2e").map_or("shared", String::as_str);
+    let reader_config = ReaderConfig::new(brokers.split(','))
+        .topic(topic)
+        .start_offset(StartOffset::First);
+    let (done_tx, consumer) = tokio::sync::oneshot::channel();
+    match e2e {
+        "false" => {
+            let _ = done_tx.send(Ok((Vec::new(), 0)));
         }
-        reader.close().await;
-        Ok::<_, Error>((seen, create_time_skew_ms))
-    });
+        "shared" => {
+            let reader = Reader::new(reader_config).await?;
+            tokio::spawn(async move {
+                let _ = done_tx.send(consume_stamps(reader, count).await);
+            });
+        }
+        "separate" => {
+            let (ready_tx, ready) = tokio::sync::oneshot::channel();
+            std::thread::Builder::new()
+                .name("e2e-reader".into())
+                .spawn(move || {
+                    let runtime = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(Error::io("the reader's runtime", e)));
+                            return;
+                        }
+                    };
+                    runtime.block_on(async move {
+                        match Reader::new(reader_config).await {
+                            Ok(reader) => {
+                                let _ = ready_tx.send(Ok(()));
+                                let _ = done_tx.send(consume_stamps(reader, count).await);
+                            }
+                            Err(e) => {
+                                let _ = ready_tx.send(Err(e));
+                            }
+                        }
+                    });
+                })
+                .map_err(|e| Error::io("starting the reader's thread", e))?;
+            ready
+                .await
+                .map_err(|_| Error::protocol("the reader's thread ended"))??;
+        }
+        other => return Err(Error::config(format!("--e2e: {other:?}"))),
+    }
 
     let mut writer = Writer::new(opts.writer_config(brokers, topic)?)?;
     let mut deliveries = writer.deliveries();
@@ -418,7 +471,7 @@ async fn latency(opts: &Opts) -> Result<()> {
         .map_err(|e| Error::protocol(format!("delivery task: {e}")))??;
     let (seen, skew) = consumer
         .await
-        .map_err(|e| Error::protocol(format!("reader task: {e}")))??;
+        .map_err(|_| Error::protocol("the reader ended without an answer"))??;
     // The writer's own view: how long batches waited before they were sent (linger and
     // in-flight limits) and how long produce requests took, to tell the two apart.
     let stats = writer.stats();

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Latency part of benches/compare/run.sh (called by it with the broker running), one offered
 # rate per call:
-#   latency.sh OUT_DIR BROKER COMPARE_PEER RDKAFKA_PERFORMANCE RATE COUNT SIZE LINGER_MS ACKS REPS
+#   latency.sh OUT_DIR BROKER COMPARE_PEER RDKAFKA_PERFORMANCE RATE COUNT SIZE LINGER_MS ACKS REPS [BASELINE_PEER]
 # Runs kafkapipe and librdkafka (if RDKAFKA_PERFORMANCE is not empty) REPS times each,
 # alternating, 1 partition, and prints a Markdown table of produce (send -> acknowledgement)
 # and end-to-end (send -> consumed) latency percentiles, one row per client, basis and
 # repetition. Exits 1 when a kafkapipe run failed (after printing the table).
+# BASELINE_PEER (optional): another compare_peer (say main's, to compare a change with)
+# run the same way in every repetition, as client "kafkapipe-base".
 #
 # Both clients get the same settings: acks ACKS, linger LINGER_MS (the default of both is
 # 5 ms), batches of at most 1 MiB and 10 000 messages, no idempotence (librdkafka's
@@ -22,6 +24,7 @@
 # (coordinated omission) and its achieved rate can be below RATE.
 set -euo pipefail
 out="$1" broker="$2" kp="$3" rdk="$4" rate="$5" count="$6" size="$7" linger="$8" acks="$9" reps="${10}"
+base="${11:-}"
 dir="$out/latency/r$rate"
 mkdir -p "$dir"
 racks="$acks"
@@ -29,15 +32,18 @@ racks="$acks"
 
 kp_failed=0
 run_kafkapipe() {
-    local rep="$1"
-    "$kp" latency --brokers "$broker" --topic "lat-kp-$rate-$rep-$$" --count "$count" \
+    local rep="$1" bin="${2:-$kp}" name="${3:-kafkapipe}"
+    "$bin" latency --brokers "$broker" --topic "lat-$name-$rate-$rep-$$" --count "$count" \
         --size "$size" --rate "$rate" --acks "$acks" --linger-ms "$linger" --partitions 1 \
-        --batch-bytes 1048576 --batch-msgs 10000 >"$dir/kafkapipe.$rep.json" \
-        2>"$dir/kafkapipe.$rep.err" || {
+        --batch-bytes 1048576 --batch-msgs 10000 >"$dir/$name.$rep.json" \
+        2>"$dir/$name.$rep.err" || {
         kp_failed=1
-        echo "kafkapipe latency run failed:" >&2
-        tail -n5 "$dir/kafkapipe.$rep.err" >&2
+        echo "$name latency run failed:" >&2
+        tail -n5 "$dir/$name.$rep.err" >&2
     }
+}
+run_base() {
+    [[ -z "$base" ]] || run_kafkapipe "$1" "$base" kafkapipe-base
 }
 
 run_librdkafka() {
@@ -77,16 +83,18 @@ PY
 
 for ((rep = 1; rep <= reps; rep++)); do
     # Alternate which client goes first.
-    if [[ -n "$rdk" ]] && ((rep % 2 == 0)); then
-        run_librdkafka "$rep"
+    if ((rep % 2 == 0)); then
+        [[ -z "$rdk" ]] || run_librdkafka "$rep"
+        run_base "$rep"
         run_kafkapipe "$rep"
     else
         run_kafkapipe "$rep"
+        run_base "$rep"
         [[ -z "$rdk" ]] || run_librdkafka "$rep"
     fi
 done
 
-python3 - "$dir" "$reps" "$rate" "$acks" "$linger" "$count" "$size" "${rdk:+librdkafka}" <<'PY'
+python3 - "$dir" "$reps" "$rate" "$acks" "$linger" "$count" "$size" "${base:+kafkapipe-base}" "${rdk:+librdkafka}" <<'PY'
 import json, os, sys
 d, reps, rate, acks, linger, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6]), int(sys.argv[7])
 peers = ["kafkapipe"] + [p for p in sys.argv[8:] if p]
@@ -103,7 +111,7 @@ for rep in range(1, reps + 1):
         except (OSError, ValueError):
             print(f"| {name} | {rep} | | | not run or failed | |")
             continue
-        if name == "kafkapipe":
+        if name.startswith("kafkapipe"):
             rows = [("due time (no coordinated omission)", r["produce"], r["e2e"]),
                     ("actual send (librdkafka's basis)", r["produce_from_send"], r["e2e_from_send"])]
         else:
@@ -111,10 +119,12 @@ for rep in range(1, reps + 1):
         for basis, prod, e2e in rows:
             print(f"| {name} | {rep} | {basis} | {r['achieved_rate']:,.0f} | {f(prod)} | {f(e2e)} |")
 print()
-for rep in range(1, reps + 1):
+for rep, name in ((rep, name) for rep in range(1, reps + 1) for name in peers):
+    if not name.startswith("kafkapipe"):
+        continue
     try:
-        r = json.load(open(os.path.join(d, f"kafkapipe.{rep}.json")))
-        print(f"kafkapipe rep {rep}: {r['batches']} batches, queue time (first message accepted → "
+        r = json.load(open(os.path.join(d, f"{name}.{rep}.json")))
+        print(f"{name} rep {rep}: {r['batches']} batches, queue time (first message accepted → "
               f"batch sent) avg {r['queue_time_avg_ms']:.2f} / max {r['queue_time_max_ms']:.2f} ms, "
               f"produce request avg {r['write_time_avg_ms']:.2f} / max {r['write_time_max_ms']:.2f} ms.  ")
     except (OSError, ValueError, KeyError):

@@ -42,6 +42,9 @@
 #                                  (default 100)
 #   --latency-acks 0|1|all         latency: acks of both clients (default all)
 #   --latency-reps N               latency: runs per client and rate, alternating (default 2)
+#   --latency-baseline BIN         latency: also run this compare_peer (another commit's,
+#                                  say main's: cargo build --release --bench compare_peer
+#                                  there) in every repetition, rows "kafkapipe-base"
 #   --out DIR                      keep raw results and logs here (default a temp dir)
 #   --linger-ms MS                 linger of every client (default 5)
 #   --profile release|dev          cargo profile of compare_peer (default release; dev is for
@@ -72,6 +75,7 @@ latency_count=""
 latency_acks=all
 latency_reps=2
 latency_size=100
+latency_base=""
 out=""
 linger=5
 profile=release
@@ -91,6 +95,7 @@ while (($#)); do
     --latency-reps) latency_reps="$2"; shift ;;
     --latency-count) latency_count="$2"; shift ;;
     --latency-size) latency_size="$2"; shift ;;
+    --latency-baseline) latency_base="$2"; shift ;;
     --out) out="$2"; shift ;;
     --linger-ms) linger="$2"; shift ;;
     --profile) profile="$2"; shift ;;
@@ -158,6 +163,7 @@ for l in sys.stdin:
         print(m["executable"])')"
     [[ -x "$kpm" ]] || { echo "could not build compare_peer --features metrics" >&2; exit 1; }
 fi
+[[ -z "$latency_base" || -x "$latency_base" ]] || { echo "--latency-baseline: $latency_base is not an executable" >&2; exit 2; }
 rdk=""
 if has_peer librdkafka; then
     rdk="$("$here/build_rdkafka.sh")"
@@ -310,6 +316,14 @@ done
 latency_failed=0
 if ((latency)); then
     : >"$out/latency.md"
+    # Warm the broker up first (its JIT, the topic creation path, acks=all with a
+    # follower-less ISR): the first run after the start was the slowest of a set, and
+    # kafkapipe goes first in odd repetitions.
+    echo "# latency: warm-up (5000 messages, not measured)" >&2
+    "$kp" latency --brokers "$broker" --topic "lat-warmup-$$" --count 5000 --size "$latency_size" \
+        --rate 5000 --acks "$latency_acks" --linger-ms "$linger" --partitions 1 >/dev/null 2>&1 ||
+        echo "latency warm-up failed (ignored)" >&2
+    kp_admin delete-topic --topic "lat-warmup-$$" >/dev/null 2>&1 || true
     IFS=, read -r -a rate_list <<<"$rates"
     for rate in "${rate_list[@]}"; do
         n="$latency_count"
@@ -320,7 +334,7 @@ if ((latency)); then
         fi
         echo "# latency: $n x ${latency_size} B at ${rate} msgs/s, 1 partition, acks ${latency_acks}" >&2
         "$here/latency.sh" "$out" "$broker" "$kp" "$rdk" "$rate" "$n" "$latency_size" "$linger" \
-            "$latency_acks" "$latency_reps" >>"$out/latency.md" || latency_failed=1
+            "$latency_acks" "$latency_reps" "$latency_base" >>"$out/latency.md" || latency_failed=1
         echo >>"$out/latency.md"
     done
 fi

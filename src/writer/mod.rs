@@ -106,6 +106,7 @@ mod producer;
 mod sender;
 mod shared;
 mod task;
+mod timer;
 mod transactional;
 mod txn;
 // The transactional writer's unit tests run against MockCluster.

@@ -41,6 +41,7 @@ use super::accumulator::{
 };
 use super::metadata::{msg_expiry, MsgChunks, MsgQueue, TopicState};
 use super::sender::Outcome;
+use super::timer::Timer;
 use super::txn::TaskTxn;
 use super::{Delivery, Group, Message, Shared, WriterConfig};
 use crate::cluster::{Cluster, TopicMetadata};
@@ -203,21 +204,18 @@ impl Task {
     pub(crate) async fn run(mut self) {
         let mut segments = Vec::new();
         let shared = self.shared.clone();
+        // Precise to well under a millisecond (Tokio's timer is not: see timer.rs), and
+        // kept across turns: a turn that leaves the deadline where it was costs nothing.
+        let mut timer = Timer::new();
         loop {
-            let deadline = self.next_deadline(Instant::now());
-            let timer = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
+            timer.set(self.next_deadline(Instant::now()));
             let wake = tokio::select! {
                 biased;
                 Some(ev) = self.events_rx.recv() => Wake::Event(ev),
                 n = std::future::poll_fn(|cx| shared.poll_take(cx, &mut segments)), if !self.closing => {
                     Wake::Cmds(n)
                 }
-                () = timer => Wake::Timer,
+                () = std::future::poll_fn(|cx| timer.poll_fire(cx)) => Wake::Timer,
             };
             match wake {
                 Wake::Event(ev) => self.on_event(ev),
