@@ -29,6 +29,68 @@ fn a_nudge_between_a_poll_and_the_park_is_not_lost() {
     assert_eq!(count.0.load(Ordering::SeqCst), 2);
 }
 
+/// Tokens dropped on another thread at every moment relative to the consumer's poll and
+/// park (before the park, during it, after it): every drop wakes the parked consumer (a
+/// lost wake-up would leave it parked with the drop unconfirmed), and once polled again
+/// every drop counts as processed, so the commit reaches the last offset.
+#[test]
+fn drops_on_another_thread_always_wake_the_parked_consumer() {
+    use std::sync::atomic::AtomicBool;
+    use std::task::{Wake, Waker};
+    use std::time::{Duration, Instant};
+    struct Unpark {
+        woken: AtomicBool,
+        thread: std::thread::Thread,
+    }
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.woken.store(true, Ordering::SeqCst);
+            self.thread.unpark();
+        }
+    }
+    const N: i64 = 20_000;
+    let (pulse, t) = track(true, 1 << 20);
+    let unpark = Arc::new(Unpark {
+        woken: AtomicBool::new(false),
+        thread: std::thread::current(),
+    });
+    let waker = Waker::from(unpark.clone());
+    let (tx, rx) = std::sync::mpsc::channel::<AckToken>();
+    let dropper = std::thread::spawn(move || {
+        // A cheap pseudo-random spin before each drop, so that drops land before, during
+        // and after the consumer's park.
+        let mut x: u32 = 0x9E37_79B9;
+        for token in rx {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            for _ in 0..(x % 2_000) {
+                std::hint::spin_loop();
+            }
+            drop(token);
+        }
+    });
+    for offset in 0..N {
+        pulse.polled();
+        tx.send(token(&t, offset)).unwrap();
+        pulse.park(&waker);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !unpark.woken.swap(false, Ordering::SeqCst) {
+            let now = Instant::now();
+            assert!(
+                now < deadline,
+                "lost wake-up after the drop of offset {offset}"
+            );
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+    drop(tx);
+    dropper.join().unwrap();
+    pulse.polled();
+    assert_eq!(t.unacked().0, 0, "every drop confirmed");
+    assert_eq!(t.pending_offset(), N);
+}
+
 fn track(contiguous: bool, max: usize) -> (Arc<Pulse>, Arc<Track>) {
     let pulse = Arc::new(Pulse::default());
     let t = Arc::new(Track::new(-1, contiguous, max, pulse.clone()));
