@@ -357,8 +357,8 @@ impl Loan {
     /// [`State::settle`]s). When it is, the message is delivered to its track, counted as
     /// yielded and given its token; the caller then [`take`](Self::take)s it. Split in two
     /// so that the caller can move the message straight from the loan into its return
-    /// value: the struct is too large for copies to be free (about 14% of a 100-byte
-    /// read's CPU went to moving it before this split).
+    /// value: the struct is too large for copies to be free (reading 100-byte records
+    /// took 0.80× the CPU after this split, BENCHMARKS.md).
     #[inline]
     pub(crate) fn ready(&mut self, lent: &Lent) -> bool {
         if self.left == 0 {
