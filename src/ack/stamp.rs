@@ -6,7 +6,9 @@
 //! benchmark machine, 11% of a group reader's CPU on 100-byte records. On Linux the
 //! stamp reads `CLOCK_MONOTONIC_COARSE` instead: the same clock as the kernel saw it at
 //! its last tick (1–10 ms ago, by its `HZ`), read without the time-stamp counter. An age
-//! is therefore accurate to one tick, which is plenty for a gauge of stuck messages.
+//! is measured to the precise clock (read only when stats are taken), so it is
+//! overstated by less than one tick and never understated: plenty for a gauge of stuck
+//! messages.
 //! Elsewhere it is `Instant`.
 
 use std::time::Duration;
@@ -22,9 +24,13 @@ impl Stamp {
         Stamp(now_ns())
     }
 
-    /// How long ago this was (zero if the clock says it is in the future).
+    /// How long ago this was, never less than the time that really passed since
+    /// [`now`](Self::now) was read: measured to the precise clock, against which a
+    /// coarse stamp is early by up to one tick, so the age is overstated by less than a
+    /// tick rather than understated (a message stuck for a second shows at least a
+    /// second).
     pub(crate) fn elapsed(self) -> Duration {
-        Duration::from_nanos(now_ns().saturating_sub(self.0))
+        Duration::from_nanos(precise_ns().saturating_sub(self.0))
     }
 }
 
@@ -47,9 +53,33 @@ fn now_ns() -> u64 {
         .saturating_add(ts.tv_nsec as u64)
 }
 
+/// The same clock as [`now_ns`], read to the nanosecond: `CLOCK_MONOTONIC`, of which
+/// `CLOCK_MONOTONIC_COARSE` is the value at the last tick (so never ahead of it).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[allow(unsafe_code)]
+fn precise_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: as in `now_ns`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return fallback_ns();
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 #[inline]
 fn now_ns() -> u64 {
+    fallback_ns()
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn precise_ns() -> u64 {
     fallback_ns()
 }
 
@@ -66,6 +96,22 @@ fn fallback_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An age is never less than the time that passed since the stamp (a stuck pipeline
+    /// must not look younger than it is): with both ends read from the coarse clock, an
+    /// age came out up to one tick short (999.99998 ms after a 1 s wait, in
+    /// `pipeline_broker`).
+    #[test]
+    fn an_age_is_never_less_than_the_time_that_passed() {
+        for _ in 0..200 {
+            let stamp = Stamp::now();
+            let since = std::time::Instant::now();
+            std::thread::sleep(Duration::from_micros(700));
+            let passed = since.elapsed();
+            let age = stamp.elapsed();
+            assert!(age >= passed, "age {age:?} < {passed:?} passed");
+        }
+    }
 
     #[test]
     fn a_stamp_ages_with_the_clock_and_never_goes_back() {
