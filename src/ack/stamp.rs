@@ -34,36 +34,31 @@ impl Stamp {
     }
 }
 
+/// `CLOCK_MONOTONIC_COARSE`: the monotonic clock as of the kernel's last tick.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-#[allow(unsafe_code)]
 #[inline]
 fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE exists on every
-    // Linux since 2.6.32 and cannot fail with a valid pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    if rc != 0 {
-        return fallback_ns();
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+    clock_ns(libc::CLOCK_MONOTONIC_COARSE)
 }
 
 /// The same clock as [`now_ns`], read to the nanosecond: `CLOCK_MONOTONIC`, of which
 /// `CLOCK_MONOTONIC_COARSE` is the value at the last tick (so never ahead of it).
 #[cfg(any(target_os = "linux", target_os = "android"))]
-#[allow(unsafe_code)]
 fn precise_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[allow(unsafe_code)]
+#[inline]
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: as in `now_ns`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec; both monotonic clocks exist on every
+    // Linux since 2.6.32 and cannot fail with a valid pointer.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     if rc != 0 {
         return fallback_ns();
     }
